@@ -1,0 +1,434 @@
+/*
+ * cpnet/cmd.h -- the one definition of every layout that the GPU (or a CPU
+ * work-group) and the proxy share: the 64-byte command slot, the queue's
+ * control and producer blocks, the kernel handle, and every opcode, flag,
+ * type, operation and error code carried in them.
+ *
+ * This header is the source of truth. It is valid C11, C++11, CUDA and NVRTC.
+ * The Rust mirror (device-lib/src/layout.rs) is generated from the `#define`s
+ * below by device-lib/build.rs and asserts, at compile time, the size and every
+ * offset of each struct against the same numbers; this header `static_assert`s
+ * them too. Change a number here and both sides follow or fail to build.
+ *
+ * The queue protocol (who writes what, with which ordering) is written once, in
+ * the block comment "THE QUEUE PROTOCOL" below; producer and consumer code refer
+ * to it by the names P1..P4 and C1..C4.
+ */
+#ifndef CPNET_CMD_H
+#define CPNET_CMD_H
+
+#if defined(__CUDACC_RTC__)
+/* NVRTC has no <stdint.h> of its own: define the fixed-width types we use. */
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+#define CPNET_STATIC_ASSERT(c, m) static_assert(c, m)
+#define CPNET_OFFSETOF(t, f) __builtin_offsetof(t, f)
+#elif defined(__cplusplus)
+#include <cstddef>
+#include <cstdint>
+#define CPNET_STATIC_ASSERT(c, m) static_assert(c, m)
+#define CPNET_OFFSETOF(t, f) offsetof(t, f)
+#else
+#include <stddef.h>
+#include <stdint.h>
+#define CPNET_STATIC_ASSERT(c, m) _Static_assert(c, m)
+#define CPNET_OFFSETOF(t, f) offsetof(t, f)
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Sizes and limits                                                         */
+/* ------------------------------------------------------------------------ */
+
+/** Bytes in one command slot: one cache line. */
+#define CPNET_SLOT_BYTES 64
+/** Default ring depth in slots (ComP-Net paper, Sec. 4.2.1). */
+#define CPNET_DEFAULT_DEPTH 64
+/** Smallest and largest accepted ring depth (slots, powers of two). */
+#define CPNET_MIN_DEPTH 2
+#define CPNET_MAX_DEPTH 65536
+/** Largest payload carried inline in a slot (bytes). */
+#define CPNET_INLINE_MAX 8
+
+/* ------------------------------------------------------------------------ */
+/* Opcodes (cpnet_cmd_t.opcode)                                             */
+/* ------------------------------------------------------------------------ */
+
+/** No operation: completes as soon as the proxy sees it (round-trip probe). */
+#define CPNET_OP_NOP 0
+/** Put `size` bytes from local heap offset `src` (or inline `value`) to `dst` at `pe`. */
+#define CPNET_OP_PUT 1
+/** Get `size` bytes from heap offset `src` at `pe` to local heap offset `dst`
+ *  (or, with CPNET_F_INLINE, into the control block's `result`). */
+#define CPNET_OP_GET 2
+/** PUT, then update the signal word at heap offset `sig` of `pe` with `cond`
+ *  by `subop` (CPNET_SIGNAL_SET/ADD); the signal is visible only after the data. */
+#define CPNET_OP_PUT_SIGNAL 3
+/** Atomic memory operation `subop` (CPNET_AMO_*) of type `dtype` on heap
+ *  offset `dst` at `pe`, operand `value`, compare `cond`. Fetching AMOs return
+ *  the old value in the control block's `result`. */
+#define CPNET_OP_AMO 4
+/** Order: every earlier PUT/PUT_SIGNAL/AMO of this queue to each PE is
+ *  delivered before any later one to the same PE (OpenSHMEM 1.5 sec. 9.9.1). */
+#define CPNET_OP_FENCE 5
+/** Complete every earlier operation of this queue (OpenSHMEM 1.5 sec. 9.9.2).
+ *  The producer also waits on `completed`; the command lets the proxy flush. */
+#define CPNET_OP_QUIET 6
+/** quiet, then a barrier across all PEs (OpenSHMEM 1.5 sec. 9.8.2). */
+#define CPNET_OP_BARRIER_ALL 7
+/** One past the last opcode. */
+#define CPNET_OP_COUNT 8
+
+/* ------------------------------------------------------------------------ */
+/* Flags (cpnet_cmd_t.flags, bit set)                                       */
+/* ------------------------------------------------------------------------ */
+
+/** The producer waits for this command's completion (blocking call). */
+#define CPNET_F_BLOCKING 1
+/** Payload inline: PUT/PUT_SIGNAL data is in `value` (size <= 8); GET
+ *  returns its data in the control block's `result` (size <= 8). */
+#define CPNET_F_INLINE 2
+/** Every flag bit defined; any other bit set is a malformed command. */
+#define CPNET_F_ALL 3
+
+/* ------------------------------------------------------------------------ */
+/* AMO element types (cpnet_cmd_t.dtype)                                    */
+/* ------------------------------------------------------------------------ */
+
+#define CPNET_T_NONE 0
+#define CPNET_T_INT32 1
+#define CPNET_T_UINT32 2
+#define CPNET_T_INT64 3
+#define CPNET_T_UINT64 4
+#define CPNET_T_COUNT 5
+
+/* ------------------------------------------------------------------------ */
+/* AMO operations (cpnet_cmd_t.subop when opcode == CPNET_OP_AMO)           */
+/* OpenSHMEM 1.5 sec. 9.7                                                   */
+/* ------------------------------------------------------------------------ */
+
+#define CPNET_AMO_FETCH 0
+#define CPNET_AMO_SET 1
+#define CPNET_AMO_SWAP 2
+#define CPNET_AMO_COMPARE_SWAP 3
+#define CPNET_AMO_FETCH_ADD 4
+#define CPNET_AMO_ADD 5
+#define CPNET_AMO_FETCH_AND 6
+#define CPNET_AMO_AND 7
+#define CPNET_AMO_FETCH_OR 8
+#define CPNET_AMO_OR 9
+#define CPNET_AMO_FETCH_XOR 10
+#define CPNET_AMO_XOR 11
+#define CPNET_AMO_COUNT 12
+
+/* ------------------------------------------------------------------------ */
+/* Signal operations (cpnet_cmd_t.subop when opcode == CPNET_OP_PUT_SIGNAL) */
+/* OpenSHMEM 1.5 sec. 9.8.1: SHMEM_SIGNAL_SET / SHMEM_SIGNAL_ADD            */
+/* ------------------------------------------------------------------------ */
+
+#define CPNET_SIGNAL_SET 0
+#define CPNET_SIGNAL_ADD 1
+#define CPNET_SIGNAL_COUNT 2
+
+/* ------------------------------------------------------------------------ */
+/* Point-to-point comparisons (wait_until / test), OpenSHMEM 1.5 sec. 9.10  */
+/* ------------------------------------------------------------------------ */
+
+#define CPNET_CMP_EQ 0
+#define CPNET_CMP_NE 1
+#define CPNET_CMP_GT 2
+#define CPNET_CMP_GE 3
+#define CPNET_CMP_LT 4
+#define CPNET_CMP_LE 5
+#define CPNET_CMP_COUNT 6
+
+/* ------------------------------------------------------------------------ */
+/* Error codes (cpnet_queue_ctl_t.error; also the host API's error kinds)   */
+/* ------------------------------------------------------------------------ */
+
+#define CPNET_E_OK 0
+/** The target PE is outside 0..n_pes. */
+#define CPNET_E_BAD_PE 1
+/** An address (offset + size) is outside the symmetric heap. */
+#define CPNET_E_BAD_ADDR 2
+/** An AMO or signal address is not aligned to its element size. */
+#define CPNET_E_BAD_ALIGN 3
+/** A size is invalid: inline payload over 8 bytes, AMO size mismatch. */
+#define CPNET_E_BAD_SIZE 4
+/** Unknown opcode, flag, type or sub-operation. */
+#define CPNET_E_BAD_OP 5
+/** The target PE died or left. */
+#define CPNET_E_PEER_DEAD 6
+/** A wait passed its timeout. */
+#define CPNET_E_TIMEOUT 7
+/** The fabric reported an error for this operation. */
+#define CPNET_E_FABRIC 8
+/** The job is ending (another error, a dead peer, finalize): abort waits. */
+#define CPNET_E_ABORTED 9
+/** ctx_create found no free queue in the pool. */
+#define CPNET_E_NO_QUEUE 10
+#define CPNET_E_COUNT 11
+
+/* ------------------------------------------------------------------------ */
+/* THE QUEUE PROTOCOL                                                       */
+/* ------------------------------------------------------------------------ */
+/*
+ * One queue = one work-group context = one single-producer single-consumer
+ * ring. In memory (host-pinned and mapped into the GPU by default):
+ *
+ *   +0                      cpnet_queue_ctl_t   written by the consumer only
+ *   +64                     cpnet_queue_prod_t  written by the producer only
+ *   +128 + i*64, i<depth    cpnet_cmd_t slot[i]
+ *
+ * Sequence numbers. The producer numbers its commands 0, 1, 2, ... (seq); the
+ * command seq lives in slot[seq & (depth-1)]. Its commit word is seq + 1, so a
+ * zeroed slot (commit 0) is never valid and a slot still holding the previous
+ * lap (commit seq + 1 - depth) is never taken as new: the commit word carries
+ * the lap, lap = seq >> log2(depth).
+ *
+ * Producer (one thread of the work-group, or a CPU work-group):
+ *   P1  Space. It may write seq when seq - cached_consumed < depth. Otherwise
+ *       it re-reads ctl.consumed with ACQUIRE (pairs with C3) and retries with
+ *       backoff; the acquire makes the consumer's reads of that slot happen
+ *       before the producer's overwrite.
+ *   P2  Fill. It writes words 0..6 of the slot with plain/relaxed stores.
+ *   P3  Publish. It writes the commit word (word 7) = seq + 1 with RELEASE at
+ *       system scope (st.release.sys.global.u64 on the GPU, Ordering::Release
+ *       on the CPU); pairs with C1. Everything in P2 is visible before it.
+ *   P4  Completion. A blocking call waits until ctl.completed > seq, loaded
+ *       with ACQUIRE at system scope (pairs with C4); then ctl.result, and
+ *       ctl.error / ctl.error_seq, are valid for it. quiet waits until
+ *       ctl.completed >= the producer's write index, the same way.
+ *
+ * Consumer (the proxy service thread owning the queue):
+ *   C1  Poll. It loads slot[next & mask].commit with ACQUIRE (pairs with P3).
+ *       Equal to next + 1: the slot is published and its words 0..6 are
+ *       visible. Anything else: nothing new.
+ *   C2  Take. It copies the slot out and validates it.
+ *   C3  Free. It stores ctl.consumed = next + 1 with RELEASE (pairs with P1),
+ *       after C2's reads: the producer may now overwrite the slot.
+ *   C4  Complete. Operations finish out of order; the consumer keeps the
+ *       watermark "every command below `completed` is complete". Before it
+ *       advances the watermark past a command it writes that command's
+ *       result / result_seq (fetching ops) and error / error_seq (rejected
+ *       ops) with relaxed stores, then stores ctl.completed with RELEASE
+ *       (pairs with P4). A rejected command still completes, so no producer
+ *       waits forever on bad input; the proxy also reports it to the host.
+ *
+ * Scopes. Producer and consumer are different agents (GPU and CPU), so every
+ * ordered access above is at system scope; on the CPU, Acquire/Release are
+ * enough on x86-64 and AArch64 for host-pinned memory written by the GPU over
+ * PCIe/NVLink-C2C, which is coherent. No access relies on volatile alone.
+ *
+ * A context claims a queue with an atomic compare-and-swap of prod.in_use from
+ * 0 to 1 (ctx_create) and returns it with a release store of 0 (ctx_destroy,
+ * after quiet). write_idx and cached_consumed persist in the producer block
+ * across destroy/create, so sequence numbers never restart on a live queue.
+ */
+
+/* ------------------------------------------------------------------------ */
+/* The command slot                                                         */
+/* ------------------------------------------------------------------------ */
+
+#define CPNET_CMD_OFF_OPCODE 0
+#define CPNET_CMD_OFF_FLAGS 1
+#define CPNET_CMD_OFF_DTYPE 2
+#define CPNET_CMD_OFF_SUBOP 3
+#define CPNET_CMD_OFF_PE 4
+#define CPNET_CMD_OFF_SIZE 8
+#define CPNET_CMD_OFF_DST 16
+#define CPNET_CMD_OFF_SRC 24
+#define CPNET_CMD_OFF_VALUE 32
+#define CPNET_CMD_OFF_COND 40
+#define CPNET_CMD_OFF_SIG 48
+#define CPNET_CMD_OFF_COMMIT 56
+/** The commit word's index in the slot, counted in 8-byte words. */
+#define CPNET_CMD_COMMIT_WORD 7
+
+/** One command: 64 bytes, one cache line. Offsets are heap offsets (bytes
+ *  from the start of the symmetric heap), never raw pointers. */
+typedef struct cpnet_cmd {
+    uint8_t opcode;   /**< CPNET_OP_* */
+    uint8_t flags;    /**< CPNET_F_* bits */
+    uint8_t dtype;    /**< CPNET_T_* for AMOs, CPNET_T_NONE otherwise */
+    uint8_t subop;    /**< CPNET_AMO_* or CPNET_SIGNAL_* */
+    int32_t pe;       /**< target PE (rank), 0 <= pe < n_pes */
+    uint64_t size;    /**< payload bytes (PUT, GET, PUT_SIGNAL); element bytes for AMO */
+    uint64_t dst;     /**< heap offset written: at `pe` (PUT, AMO), local (GET) */
+    uint64_t src;     /**< heap offset read: local (PUT), at `pe` (GET) */
+    uint64_t value;   /**< inline payload (little-endian, low `size` bytes) or AMO operand */
+    uint64_t cond;    /**< AMO compare value (COMPARE_SWAP) or signal value (PUT_SIGNAL) */
+    uint64_t sig;     /**< heap offset of the signal word at `pe` (PUT_SIGNAL) */
+    uint64_t commit;  /**< seq + 1, written last with release (see THE QUEUE PROTOCOL) */
+} cpnet_cmd_t;
+
+/* ------------------------------------------------------------------------ */
+/* The queue's control block: written by the consumer (proxy) only         */
+/* ------------------------------------------------------------------------ */
+
+#define CPNET_CTL_BYTES 64
+#define CPNET_CTL_OFF_CONSUMED 0
+#define CPNET_CTL_OFF_COMPLETED 8
+#define CPNET_CTL_OFF_RESULT 16
+#define CPNET_CTL_OFF_RESULT_SEQ 24
+#define CPNET_CTL_OFF_ERROR_SEQ 32
+#define CPNET_CTL_OFF_ERROR 40
+#define CPNET_CTL_OFF_ABORT 48
+
+typedef struct cpnet_queue_ctl {
+    uint64_t consumed;    /**< commands taken; slots below are free (C3, release) */
+    uint64_t completed;   /**< every command with seq < completed is complete (C4, release) */
+    uint64_t result;      /**< fetched value of the blocking command result_seq - 1 */
+    uint64_t result_seq;  /**< seq + 1 of the command whose result is in `result` */
+    uint64_t error_seq;   /**< seq + 1 of the last rejected command, 0 if none */
+    int32_t error;        /**< CPNET_E_* of that command (the word at 40 is written whole, 8 bytes) */
+    uint32_t error_pad;   /**< zero */
+    uint64_t abort;       /**< nonzero (a CPNET_E_*): the job is ending, every wait on this queue stops */
+    uint64_t reserved;
+} cpnet_queue_ctl_t;
+
+/* ------------------------------------------------------------------------ */
+/* The queue's producer block: written by the producer only                 */
+/* ------------------------------------------------------------------------ */
+
+#define CPNET_PROD_BYTES 64
+#define CPNET_PROD_OFF_WRITE_IDX 0
+#define CPNET_PROD_OFF_CACHED_CONSUMED 8
+#define CPNET_PROD_OFF_IN_USE 16
+#define CPNET_PROD_OFF_OWNER 20
+
+typedef struct cpnet_queue_prod {
+    uint64_t write_idx;        /**< seq of the next command (persisted across contexts) */
+    uint64_t cached_consumed;  /**< last ctl.consumed the producer read (P1) */
+    uint32_t in_use;           /**< 1 while a context owns the queue (CAS in ctx_create) */
+    uint32_t owner;            /**< work-group id of the owner, for error reports */
+    uint64_t reserved[5];
+} cpnet_queue_prod_t;
+
+/** Bytes before slot 0 in a queue. */
+#define CPNET_QUEUE_HEADER_BYTES 128
+#define CPNET_QUEUE_OFF_CTL 0
+#define CPNET_QUEUE_OFF_PROD 64
+#define CPNET_QUEUE_OFF_SLOTS 128
+
+/* ------------------------------------------------------------------------ */
+/* The handle a kernel receives (passed by value)                           */
+/* ------------------------------------------------------------------------ */
+
+#define CPNET_HANDLE_BYTES 64
+#define CPNET_HANDLE_OFF_MY_PE 0
+#define CPNET_HANDLE_OFF_N_PES 4
+#define CPNET_HANDLE_OFF_HEAP_BASE 8
+#define CPNET_HANDLE_OFF_HEAP_SIZE 16
+#define CPNET_HANDLE_OFF_QUEUES 24
+#define CPNET_HANDLE_OFF_N_QUEUES 32
+#define CPNET_HANDLE_OFF_LOG2_DEPTH 36
+#define CPNET_HANDLE_OFF_WAIT_TIMEOUT_NS 40
+#define CPNET_HANDLE_OFF_STATUS 48
+
+typedef struct cpnet_handle {
+    int32_t my_pe;             /**< this PE */
+    int32_t n_pes;             /**< number of PEs */
+    uint64_t heap_base;        /**< address of this PE's symmetric heap, as the kernel sees it */
+    uint64_t heap_size;        /**< bytes in the symmetric heap (same on every PE) */
+    uint64_t queues;           /**< address of queue 0 of the pool, as the kernel sees it */
+    uint32_t n_queues;         /**< queues in the pool; queue i starts at queues + i * stride */
+    uint32_t log2_depth;       /**< slots per queue = 1 << log2_depth */
+    uint64_t wait_timeout_ns;  /**< device-side wait timeout in ns (0: wait forever) */
+    uint64_t status;           /**< address of the cpnet_status_t the proxy keeps, as the kernel sees it */
+    uint64_t reserved;
+} cpnet_handle_t;
+
+/* ------------------------------------------------------------------------ */
+/* The PE-wide status word block: written by the host/proxy, read by kernels */
+/* and written by kernels to report a device-side error (timeout)            */
+/* ------------------------------------------------------------------------ */
+
+#define CPNET_STATUS_BYTES 64
+#define CPNET_STATUS_OFF_ABORT 0
+#define CPNET_STATUS_OFF_DEV_ERROR 4
+#define CPNET_STATUS_OFF_DEV_PE 8
+#define CPNET_STATUS_OFF_DEV_WG 12
+#define CPNET_STATUS_OFF_DEV_ADDR 16
+#define CPNET_STATUS_OFF_DEV_EXPECTED 24
+#define CPNET_STATUS_OFF_DEV_FOUND 32
+#define CPNET_STATUS_OFF_DEV_CMP 40
+
+typedef struct cpnet_status {
+    uint32_t abort;        /**< nonzero (a CPNET_E_*): every device wait returns at once */
+    uint32_t dev_error;    /**< first device-side error (CPNET_E_*), claimed by CAS from 0 */
+    int32_t dev_pe;        /**< the PE the failed wait/operation concerned */
+    uint32_t dev_wg;       /**< the work-group (block id, linear) that reported it */
+    uint64_t dev_addr;     /**< heap offset it waited on */
+    uint64_t dev_expected; /**< value it waited for */
+    uint64_t dev_found;    /**< value it last saw */
+    uint32_t dev_cmp;      /**< CPNET_CMP_* of the wait */
+    uint32_t reserved[5];
+} cpnet_status_t;
+
+/* ------------------------------------------------------------------------ */
+/* Compile-time checks of every size and offset above                       */
+/* ------------------------------------------------------------------------ */
+
+#define CPNET_CHECK_OFF(t, f, off) \
+    CPNET_STATIC_ASSERT(CPNET_OFFSETOF(t, f) == (off), #t "." #f " offset")
+
+CPNET_STATIC_ASSERT(sizeof(cpnet_cmd_t) == CPNET_SLOT_BYTES, "cpnet_cmd_t size");
+CPNET_CHECK_OFF(cpnet_cmd_t, opcode, CPNET_CMD_OFF_OPCODE);
+CPNET_CHECK_OFF(cpnet_cmd_t, flags, CPNET_CMD_OFF_FLAGS);
+CPNET_CHECK_OFF(cpnet_cmd_t, dtype, CPNET_CMD_OFF_DTYPE);
+CPNET_CHECK_OFF(cpnet_cmd_t, subop, CPNET_CMD_OFF_SUBOP);
+CPNET_CHECK_OFF(cpnet_cmd_t, pe, CPNET_CMD_OFF_PE);
+CPNET_CHECK_OFF(cpnet_cmd_t, size, CPNET_CMD_OFF_SIZE);
+CPNET_CHECK_OFF(cpnet_cmd_t, dst, CPNET_CMD_OFF_DST);
+CPNET_CHECK_OFF(cpnet_cmd_t, src, CPNET_CMD_OFF_SRC);
+CPNET_CHECK_OFF(cpnet_cmd_t, value, CPNET_CMD_OFF_VALUE);
+CPNET_CHECK_OFF(cpnet_cmd_t, cond, CPNET_CMD_OFF_COND);
+CPNET_CHECK_OFF(cpnet_cmd_t, sig, CPNET_CMD_OFF_SIG);
+CPNET_CHECK_OFF(cpnet_cmd_t, commit, CPNET_CMD_OFF_COMMIT);
+CPNET_STATIC_ASSERT(CPNET_CMD_OFF_COMMIT == CPNET_CMD_COMMIT_WORD * 8, "commit word index");
+
+CPNET_STATIC_ASSERT(sizeof(cpnet_queue_ctl_t) == CPNET_CTL_BYTES, "cpnet_queue_ctl_t size");
+CPNET_CHECK_OFF(cpnet_queue_ctl_t, consumed, CPNET_CTL_OFF_CONSUMED);
+CPNET_CHECK_OFF(cpnet_queue_ctl_t, completed, CPNET_CTL_OFF_COMPLETED);
+CPNET_CHECK_OFF(cpnet_queue_ctl_t, result, CPNET_CTL_OFF_RESULT);
+CPNET_CHECK_OFF(cpnet_queue_ctl_t, result_seq, CPNET_CTL_OFF_RESULT_SEQ);
+CPNET_CHECK_OFF(cpnet_queue_ctl_t, error_seq, CPNET_CTL_OFF_ERROR_SEQ);
+CPNET_CHECK_OFF(cpnet_queue_ctl_t, error, CPNET_CTL_OFF_ERROR);
+CPNET_CHECK_OFF(cpnet_queue_ctl_t, abort, CPNET_CTL_OFF_ABORT);
+
+CPNET_STATIC_ASSERT(sizeof(cpnet_queue_prod_t) == CPNET_PROD_BYTES, "cpnet_queue_prod_t size");
+CPNET_CHECK_OFF(cpnet_queue_prod_t, write_idx, CPNET_PROD_OFF_WRITE_IDX);
+CPNET_CHECK_OFF(cpnet_queue_prod_t, cached_consumed, CPNET_PROD_OFF_CACHED_CONSUMED);
+CPNET_CHECK_OFF(cpnet_queue_prod_t, in_use, CPNET_PROD_OFF_IN_USE);
+CPNET_CHECK_OFF(cpnet_queue_prod_t, owner, CPNET_PROD_OFF_OWNER);
+
+CPNET_STATIC_ASSERT(CPNET_QUEUE_OFF_PROD == CPNET_CTL_BYTES, "prod block follows ctl");
+CPNET_STATIC_ASSERT(CPNET_QUEUE_OFF_SLOTS == CPNET_CTL_BYTES + CPNET_PROD_BYTES, "slots follow prod");
+CPNET_STATIC_ASSERT(CPNET_QUEUE_HEADER_BYTES == CPNET_QUEUE_OFF_SLOTS, "header bytes");
+
+CPNET_STATIC_ASSERT(sizeof(cpnet_handle_t) == CPNET_HANDLE_BYTES, "cpnet_handle_t size");
+CPNET_CHECK_OFF(cpnet_handle_t, my_pe, CPNET_HANDLE_OFF_MY_PE);
+CPNET_CHECK_OFF(cpnet_handle_t, n_pes, CPNET_HANDLE_OFF_N_PES);
+CPNET_CHECK_OFF(cpnet_handle_t, heap_base, CPNET_HANDLE_OFF_HEAP_BASE);
+CPNET_CHECK_OFF(cpnet_handle_t, heap_size, CPNET_HANDLE_OFF_HEAP_SIZE);
+CPNET_CHECK_OFF(cpnet_handle_t, queues, CPNET_HANDLE_OFF_QUEUES);
+CPNET_CHECK_OFF(cpnet_handle_t, n_queues, CPNET_HANDLE_OFF_N_QUEUES);
+CPNET_CHECK_OFF(cpnet_handle_t, log2_depth, CPNET_HANDLE_OFF_LOG2_DEPTH);
+CPNET_CHECK_OFF(cpnet_handle_t, wait_timeout_ns, CPNET_HANDLE_OFF_WAIT_TIMEOUT_NS);
+CPNET_CHECK_OFF(cpnet_handle_t, status, CPNET_HANDLE_OFF_STATUS);
+
+CPNET_STATIC_ASSERT(sizeof(cpnet_status_t) == CPNET_STATUS_BYTES, "cpnet_status_t size");
+CPNET_CHECK_OFF(cpnet_status_t, abort, CPNET_STATUS_OFF_ABORT);
+CPNET_CHECK_OFF(cpnet_status_t, dev_error, CPNET_STATUS_OFF_DEV_ERROR);
+CPNET_CHECK_OFF(cpnet_status_t, dev_pe, CPNET_STATUS_OFF_DEV_PE);
+CPNET_CHECK_OFF(cpnet_status_t, dev_wg, CPNET_STATUS_OFF_DEV_WG);
+CPNET_CHECK_OFF(cpnet_status_t, dev_addr, CPNET_STATUS_OFF_DEV_ADDR);
+CPNET_CHECK_OFF(cpnet_status_t, dev_expected, CPNET_STATUS_OFF_DEV_EXPECTED);
+CPNET_CHECK_OFF(cpnet_status_t, dev_found, CPNET_STATUS_OFF_DEV_FOUND);
+CPNET_CHECK_OFF(cpnet_status_t, dev_cmp, CPNET_STATUS_OFF_DEV_CMP);
+
+#endif /* CPNET_CMD_H */

@@ -1,0 +1,485 @@
+//! The Rust mirror of `include/cpnet/cmd.h`, the one definition of every
+//! GPU-visible layout.
+//!
+//! The constants (`CPNET_*`) are generated from the header's `#define`s by
+//! `build.rs`; the structs below are written out by hand and a `const` block
+//! asserts each one's size and every field offset against those constants,
+//! so a change to the header that the mirror does not follow fails to build.
+//! The header `static_assert`s the same numbers on the C/CUDA side.
+
+use core::mem::{offset_of, size_of};
+
+include!(concat!(env!("OUT_DIR"), "/cmd_h.rs"));
+
+/// One command: a 64-byte slot of a queue (`cpnet_cmd_t`).
+///
+/// Offsets (`dst`, `src`, `sig`) are byte offsets into the symmetric heap,
+/// never raw pointers. `commit` is written last (see THE QUEUE PROTOCOL in
+/// `cmd.h`); producers leave it 0 here and [`crate::ring::Producer`] fills it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Cmd {
+    /// `CPNET_OP_*`.
+    pub opcode: u8,
+    /// `CPNET_F_*` bits.
+    pub flags: u8,
+    /// `CPNET_T_*` for AMOs, `CPNET_T_NONE` otherwise.
+    pub dtype: u8,
+    /// `CPNET_AMO_*` or `CPNET_SIGNAL_*`.
+    pub subop: u8,
+    /// Target PE.
+    pub pe: i32,
+    /// Payload bytes (PUT, GET, PUT_SIGNAL); element bytes (AMO).
+    pub size: u64,
+    /// Heap offset written: at `pe` (PUT, PUT_SIGNAL, AMO), local (GET).
+    pub dst: u64,
+    /// Heap offset read: local (PUT, PUT_SIGNAL), at `pe` (GET).
+    pub src: u64,
+    /// Inline payload (low `size` bytes, little-endian) or AMO operand.
+    pub value: u64,
+    /// AMO compare value (COMPARE_SWAP) or signal value (PUT_SIGNAL).
+    pub cond: u64,
+    /// Heap offset of the signal word at `pe` (PUT_SIGNAL).
+    pub sig: u64,
+    /// `seq + 1`, written last with release.
+    pub commit: u64,
+}
+
+/// The queue's control block, written by the consumer only (`cpnet_queue_ctl_t`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueCtl {
+    /// Commands taken; the slots of every lower seq are free (C3).
+    pub consumed: u64,
+    /// Every command with `seq < completed` is complete (C4).
+    pub completed: u64,
+    /// Fetched value of the command `result_seq - 1`.
+    pub result: u64,
+    /// `seq + 1` of the command whose result is in `result`.
+    pub result_seq: u64,
+    /// `seq + 1` of the last rejected command, 0 if none.
+    pub error_seq: u64,
+    /// `CPNET_E_*` of that command.
+    pub error: i32,
+    /// Zero.
+    pub error_pad: u32,
+    /// Nonzero (a `CPNET_E_*`): the job is ending, every wait on this queue stops.
+    pub abort: u64,
+    /// Zero.
+    pub reserved: u64,
+}
+
+/// The queue's producer block, written by the producer only (`cpnet_queue_prod_t`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueProd {
+    /// Seq of the next command; persists across contexts.
+    pub write_idx: u64,
+    /// The last `ctl.consumed` the producer read (P1).
+    pub cached_consumed: u64,
+    /// 1 while a context owns the queue.
+    pub in_use: u32,
+    /// Work-group id of the owner, for error reports.
+    pub owner: u32,
+    /// Zero.
+    pub reserved: [u64; 5],
+}
+
+/// The handle a kernel receives by value (`cpnet_handle_t`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Handle {
+    /// This PE.
+    pub my_pe: i32,
+    /// Number of PEs.
+    pub n_pes: i32,
+    /// Address of this PE's symmetric heap as the kernel sees it.
+    pub heap_base: u64,
+    /// Bytes in the symmetric heap (the same on every PE).
+    pub heap_size: u64,
+    /// Address of queue 0 of the pool as the kernel sees it.
+    pub queues: u64,
+    /// Queues in the pool.
+    pub n_queues: u32,
+    /// Slots per queue = `1 << log2_depth`.
+    pub log2_depth: u32,
+    /// Device-side wait timeout in nanoseconds (0: wait forever).
+    pub wait_timeout_ns: u64,
+    /// Address of the [`Status`] block as the kernel sees it.
+    pub status: u64,
+    /// Zero.
+    pub reserved: u64,
+}
+
+/// The PE-wide status block (`cpnet_status_t`): the host sets `abort`; a
+/// kernel reports its first device-side error (a wait timeout) here.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    /// Nonzero (a `CPNET_E_*`): every device wait returns at once.
+    pub abort: u32,
+    /// First device-side error (`CPNET_E_*`), claimed by CAS from 0.
+    pub dev_error: u32,
+    /// The PE the failed wait or operation concerned.
+    pub dev_pe: i32,
+    /// The work-group (linear block id) that reported it.
+    pub dev_wg: u32,
+    /// Heap offset it waited on.
+    pub dev_addr: u64,
+    /// Value it waited for.
+    pub dev_expected: u64,
+    /// Value it last saw.
+    pub dev_found: u64,
+    /// `CPNET_CMP_*` of the wait.
+    pub dev_cmp: u32,
+    /// Zero.
+    pub reserved: [u32; 5],
+}
+
+macro_rules! assert_layout {
+    ($t:ty, $size:expr, { $($field:ident => $off:expr),* $(,)? }) => {
+        const _: () = {
+            assert!(size_of::<$t>() == $size, concat!("size of ", stringify!($t)));
+            $(assert!(offset_of!($t, $field) == $off, concat!(stringify!($t), ".", stringify!($field)));)*
+        };
+    };
+}
+
+assert_layout!(Cmd, CPNET_SLOT_BYTES, {
+    opcode => CPNET_CMD_OFF_OPCODE, flags => CPNET_CMD_OFF_FLAGS, dtype => CPNET_CMD_OFF_DTYPE,
+    subop => CPNET_CMD_OFF_SUBOP, pe => CPNET_CMD_OFF_PE, size => CPNET_CMD_OFF_SIZE,
+    dst => CPNET_CMD_OFF_DST, src => CPNET_CMD_OFF_SRC, value => CPNET_CMD_OFF_VALUE,
+    cond => CPNET_CMD_OFF_COND, sig => CPNET_CMD_OFF_SIG, commit => CPNET_CMD_OFF_COMMIT,
+});
+assert_layout!(QueueCtl, CPNET_CTL_BYTES, {
+    consumed => CPNET_CTL_OFF_CONSUMED, completed => CPNET_CTL_OFF_COMPLETED,
+    result => CPNET_CTL_OFF_RESULT, result_seq => CPNET_CTL_OFF_RESULT_SEQ,
+    error_seq => CPNET_CTL_OFF_ERROR_SEQ, error => CPNET_CTL_OFF_ERROR, abort => CPNET_CTL_OFF_ABORT,
+});
+assert_layout!(QueueProd, CPNET_PROD_BYTES, {
+    write_idx => CPNET_PROD_OFF_WRITE_IDX, cached_consumed => CPNET_PROD_OFF_CACHED_CONSUMED,
+    in_use => CPNET_PROD_OFF_IN_USE, owner => CPNET_PROD_OFF_OWNER,
+});
+assert_layout!(Handle, CPNET_HANDLE_BYTES, {
+    my_pe => CPNET_HANDLE_OFF_MY_PE, n_pes => CPNET_HANDLE_OFF_N_PES,
+    heap_base => CPNET_HANDLE_OFF_HEAP_BASE, heap_size => CPNET_HANDLE_OFF_HEAP_SIZE,
+    queues => CPNET_HANDLE_OFF_QUEUES, n_queues => CPNET_HANDLE_OFF_N_QUEUES,
+    log2_depth => CPNET_HANDLE_OFF_LOG2_DEPTH, wait_timeout_ns => CPNET_HANDLE_OFF_WAIT_TIMEOUT_NS,
+    status => CPNET_HANDLE_OFF_STATUS,
+});
+assert_layout!(Status, CPNET_STATUS_BYTES, {
+    abort => CPNET_STATUS_OFF_ABORT, dev_error => CPNET_STATUS_OFF_DEV_ERROR,
+    dev_pe => CPNET_STATUS_OFF_DEV_PE, dev_wg => CPNET_STATUS_OFF_DEV_WG,
+    dev_addr => CPNET_STATUS_OFF_DEV_ADDR, dev_expected => CPNET_STATUS_OFF_DEV_EXPECTED,
+    dev_found => CPNET_STATUS_OFF_DEV_FOUND, dev_cmp => CPNET_STATUS_OFF_DEV_CMP,
+});
+const _: () = {
+    assert!(CPNET_CMD_OFF_COMMIT == CPNET_CMD_COMMIT_WORD * 8);
+    assert!(CPNET_QUEUE_OFF_PROD == CPNET_CTL_BYTES);
+    assert!(CPNET_QUEUE_OFF_SLOTS == CPNET_CTL_BYTES + CPNET_PROD_BYTES);
+    assert!(CPNET_QUEUE_HEADER_BYTES == CPNET_QUEUE_OFF_SLOTS);
+    assert!(CPNET_DEFAULT_DEPTH.is_power_of_two());
+    assert!(CPNET_MIN_DEPTH.is_power_of_two() && CPNET_MAX_DEPTH.is_power_of_two());
+};
+
+/// Words (8 bytes each) in one slot.
+pub const SLOT_WORDS: usize = CPNET_SLOT_BYTES / 8;
+
+impl Cmd {
+    /// The slot as eight little-endian 64-bit words, as it sits in the ring.
+    #[inline]
+    pub fn to_words(&self) -> [u64; SLOT_WORDS] {
+        // SAFETY: Cmd is repr(C), 64 bytes with no padding (asserted above:
+        // its field offsets are dense), and every field is a plain integer, so
+        // its bytes are fully initialized and any reading of them as u64 is valid.
+        unsafe { core::mem::transmute::<Cmd, [u64; SLOT_WORDS]>(*self) }
+    }
+
+    /// The command held in eight slot words (the inverse of [`Cmd::to_words`]).
+    #[inline]
+    pub fn from_words(words: [u64; SLOT_WORDS]) -> Cmd {
+        // SAFETY: same size (asserted), and every bit pattern is a valid Cmd
+        // since all of its fields are plain integers.
+        unsafe { core::mem::transmute::<[u64; SLOT_WORDS], Cmd>(words) }
+    }
+
+    /// The opcode, if it is one cmd.h defines.
+    pub fn op(&self) -> Option<Opcode> {
+        Opcode::from_u8(self.opcode)
+    }
+}
+
+macro_rules! c_enum {
+    ($(#[$m:meta])* $name:ident : $repr:ty { $($(#[$vm:meta])* $v:ident = $c:ident),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr($repr)]
+        pub enum $name { $($(#[$vm])* $v = $c),* }
+        impl $name {
+            /// Every value, in cmd.h order.
+            pub const ALL: &'static [$name] = &[$($name::$v),*];
+            /// The variant whose cmd.h code is `v`, if any.
+            pub fn from_u8(v: $repr) -> Option<$name> {
+                match v { $(x if x == $c => Some($name::$v),)* _ => None }
+            }
+            /// The cmd.h name, e.g. for error reports.
+            pub fn name(self) -> &'static str {
+                match self { $($name::$v => stringify!($c)),* }
+            }
+        }
+        impl core::fmt::Display for $name {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result { f.write_str(self.name()) }
+        }
+    };
+}
+
+c_enum!(
+    /// Command opcodes (`CPNET_OP_*`).
+    Opcode: u8 {
+        /// No operation (round-trip probe).
+        Nop = CPNET_OP_NOP,
+        /// Put (OpenSHMEM 1.5 §9.5.1).
+        Put = CPNET_OP_PUT,
+        /// Get (§9.5.3).
+        Get = CPNET_OP_GET,
+        /// Put with signal (§9.8.1).
+        PutSignal = CPNET_OP_PUT_SIGNAL,
+        /// Atomic memory operation (§9.7).
+        Amo = CPNET_OP_AMO,
+        /// Fence (§9.9.1).
+        Fence = CPNET_OP_FENCE,
+        /// Quiet (§9.9.2).
+        Quiet = CPNET_OP_QUIET,
+        /// Barrier across all PEs (§9.8.2 of 1.4 / sync of 1.5).
+        BarrierAll = CPNET_OP_BARRIER_ALL,
+    }
+);
+
+c_enum!(
+    /// AMO element types (`CPNET_T_*`).
+    AmoType: u8 {
+        /// 32-bit signed.
+        Int32 = CPNET_T_INT32,
+        /// 32-bit unsigned.
+        Uint32 = CPNET_T_UINT32,
+        /// 64-bit signed.
+        Int64 = CPNET_T_INT64,
+        /// 64-bit unsigned.
+        Uint64 = CPNET_T_UINT64,
+    }
+);
+
+impl AmoType {
+    /// Element size in bytes.
+    pub fn size(self) -> u64 {
+        match self {
+            AmoType::Int32 | AmoType::Uint32 => 4,
+            AmoType::Int64 | AmoType::Uint64 => 8,
+        }
+    }
+}
+
+c_enum!(
+    /// AMO operations (`CPNET_AMO_*`, OpenSHMEM 1.5 §9.7).
+    AmoOp: u8 {
+        /// Atomic fetch.
+        Fetch = CPNET_AMO_FETCH,
+        /// Atomic set.
+        Set = CPNET_AMO_SET,
+        /// Atomic swap.
+        Swap = CPNET_AMO_SWAP,
+        /// Atomic conditional swap.
+        CompareSwap = CPNET_AMO_COMPARE_SWAP,
+        /// Atomic fetch-and-add.
+        FetchAdd = CPNET_AMO_FETCH_ADD,
+        /// Atomic add.
+        Add = CPNET_AMO_ADD,
+        /// Atomic fetch-and-AND.
+        FetchAnd = CPNET_AMO_FETCH_AND,
+        /// Atomic AND.
+        And = CPNET_AMO_AND,
+        /// Atomic fetch-and-OR.
+        FetchOr = CPNET_AMO_FETCH_OR,
+        /// Atomic OR.
+        Or = CPNET_AMO_OR,
+        /// Atomic fetch-and-XOR.
+        FetchXor = CPNET_AMO_FETCH_XOR,
+        /// Atomic XOR.
+        Xor = CPNET_AMO_XOR,
+    }
+);
+
+impl AmoOp {
+    /// Whether the operation returns the old value.
+    pub fn fetches(self) -> bool {
+        matches!(
+            self,
+            AmoOp::Fetch
+                | AmoOp::Swap
+                | AmoOp::CompareSwap
+                | AmoOp::FetchAdd
+                | AmoOp::FetchAnd
+                | AmoOp::FetchOr
+                | AmoOp::FetchXor
+        )
+    }
+}
+
+c_enum!(
+    /// Signal update operations (`CPNET_SIGNAL_*`, OpenSHMEM 1.5 §9.8.1).
+    SignalOp: u8 {
+        /// `SHMEM_SIGNAL_SET`.
+        Set = CPNET_SIGNAL_SET,
+        /// `SHMEM_SIGNAL_ADD`.
+        Add = CPNET_SIGNAL_ADD,
+    }
+);
+
+c_enum!(
+    /// Point-to-point comparisons (`CPNET_CMP_*`, OpenSHMEM 1.5 §9.10).
+    Cmp: u8 {
+        /// Equal.
+        Eq = CPNET_CMP_EQ,
+        /// Not equal.
+        Ne = CPNET_CMP_NE,
+        /// Greater than.
+        Gt = CPNET_CMP_GT,
+        /// Greater than or equal.
+        Ge = CPNET_CMP_GE,
+        /// Less than.
+        Lt = CPNET_CMP_LT,
+        /// Less than or equal.
+        Le = CPNET_CMP_LE,
+    }
+);
+
+impl Cmp {
+    /// Whether `found <cmp> expected` holds.
+    pub fn holds<T: PartialOrd>(self, found: T, expected: T) -> bool {
+        match self {
+            Cmp::Eq => found == expected,
+            Cmp::Ne => found != expected,
+            Cmp::Gt => found > expected,
+            Cmp::Ge => found >= expected,
+            Cmp::Lt => found < expected,
+            Cmp::Le => found <= expected,
+        }
+    }
+}
+
+/// Error codes carried in the control block and the status block (`CPNET_E_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(i32)]
+pub enum ErrorCode {
+    /// The target PE is outside `0..n_pes`.
+    BadPe = CPNET_E_BAD_PE,
+    /// An address range is outside the symmetric heap.
+    BadAddr = CPNET_E_BAD_ADDR,
+    /// An AMO or signal address is not aligned to its element size.
+    BadAlign = CPNET_E_BAD_ALIGN,
+    /// A size is invalid (inline payload over 8 bytes, AMO size mismatch).
+    BadSize = CPNET_E_BAD_SIZE,
+    /// Unknown opcode, flag, type or sub-operation.
+    BadOp = CPNET_E_BAD_OP,
+    /// The target PE died or left.
+    PeerDead = CPNET_E_PEER_DEAD,
+    /// A wait passed its timeout.
+    Timeout = CPNET_E_TIMEOUT,
+    /// The fabric reported an error for the operation.
+    Fabric = CPNET_E_FABRIC,
+    /// The job is ending.
+    Aborted = CPNET_E_ABORTED,
+    /// No free queue in the pool.
+    NoQueue = CPNET_E_NO_QUEUE,
+}
+
+impl ErrorCode {
+    /// Every code, in cmd.h order.
+    pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::BadPe,
+        ErrorCode::BadAddr,
+        ErrorCode::BadAlign,
+        ErrorCode::BadSize,
+        ErrorCode::BadOp,
+        ErrorCode::PeerDead,
+        ErrorCode::Timeout,
+        ErrorCode::Fabric,
+        ErrorCode::Aborted,
+        ErrorCode::NoQueue,
+    ];
+
+    /// The code for `v`, `None` for `CPNET_E_OK` and unknown values.
+    pub fn from_i32(v: i32) -> Option<ErrorCode> {
+        ErrorCode::ALL.iter().copied().find(|c| *c as i32 == v)
+    }
+
+    /// A short description.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ErrorCode::BadPe => "PE out of range",
+            ErrorCode::BadAddr => "address outside the symmetric heap",
+            ErrorCode::BadAlign => "misaligned atomic or signal address",
+            ErrorCode::BadSize => "invalid size",
+            ErrorCode::BadOp => "malformed command",
+            ErrorCode::PeerDead => "peer PE is dead",
+            ErrorCode::Timeout => "wait timed out",
+            ErrorCode::Fabric => "fabric error",
+            ErrorCode::Aborted => "job aborted",
+            ErrorCode::NoQueue => "no free queue",
+        }
+    }
+}
+
+impl core::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.describe())
+    }
+}
+
+const _: () = {
+    assert!(Opcode::ALL.len() == CPNET_OP_COUNT as usize);
+    assert!(AmoType::ALL.len() + 1 == CPNET_T_COUNT as usize);
+    assert!(AmoOp::ALL.len() == CPNET_AMO_COUNT as usize);
+    assert!(SignalOp::ALL.len() == CPNET_SIGNAL_COUNT as usize);
+    assert!(Cmp::ALL.len() == CPNET_CMP_COUNT as usize);
+    assert!(ErrorCode::ALL.len() + 1 == CPNET_E_COUNT as usize);
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cmd_words_round_trip() {
+        let c = Cmd {
+            opcode: CPNET_OP_PUT_SIGNAL,
+            flags: CPNET_F_BLOCKING,
+            dtype: 0,
+            subop: CPNET_SIGNAL_ADD,
+            pe: 3,
+            size: 4096,
+            dst: 64,
+            src: 128,
+            value: 0xdead_beef,
+            cond: 7,
+            sig: 8,
+            commit: 0,
+        };
+        let w = c.to_words();
+        assert_eq!(w[1], 4096);
+        assert_eq!(w[0] & 0xff, u64::from(CPNET_OP_PUT_SIGNAL));
+        assert_eq!(w[0] >> 32, 3);
+        assert_eq!(Cmd::from_words(w), c);
+    }
+
+    #[test]
+    fn enums_match_header_codes() {
+        for op in Opcode::ALL {
+            assert_eq!(Opcode::from_u8(*op as u8), Some(*op));
+        }
+        assert_eq!(Opcode::from_u8(CPNET_OP_COUNT), None);
+        assert!(AmoOp::FetchAdd.fetches() && !AmoOp::Add.fetches());
+        assert_eq!(ErrorCode::from_i32(CPNET_E_BAD_PE), Some(ErrorCode::BadPe));
+        assert_eq!(ErrorCode::from_i32(CPNET_E_OK), None);
+    }
+}
