@@ -14,6 +14,9 @@
 //!   `<cpnet/device.cuh>` with NVRTC, loaded at run time.
 #![warn(missing_docs)]
 
+pub mod cmd;
+#[cfg(not(loom))]
+pub mod cpu;
 pub mod layout;
 pub mod ring;
 pub mod sync;

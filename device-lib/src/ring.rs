@@ -215,6 +215,37 @@ impl QueueMem {
         }
     }
 
+    /// Claim the queue for a context (`ctx_create`): CAS `prod.in_use` 0 -> 1
+    /// with acquire (pairs with the release store in [`QueueMem::release`]
+    /// by the previous owner, so its stored-back indices are visible), then
+    /// record `owner` (the work-group id) for error reports.
+    #[cfg(not(loom))]
+    pub fn try_claim(&self, owner: u32) -> bool {
+        let claimed = self
+            .words
+            .word32(CPNET_QUEUE_OFF_PROD + CPNET_PROD_OFF_IN_USE)
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok();
+        if claimed {
+            self.words.word32(CPNET_QUEUE_OFF_PROD + CPNET_PROD_OFF_OWNER).store(owner, Ordering::Relaxed);
+        }
+        claimed
+    }
+
+    /// Give the queue back (`ctx_destroy`, after quiet and
+    /// [`Producer::detach`]): release store of `prod.in_use` = 0, pairs with
+    /// the acquire CAS in [`QueueMem::try_claim`].
+    #[cfg(not(loom))]
+    pub fn release(&self) {
+        self.words.word32(CPNET_QUEUE_OFF_PROD + CPNET_PROD_OFF_IN_USE).store(0, Ordering::Release);
+    }
+
+    /// The work-group id recorded by the last claim (relaxed; for reports).
+    #[cfg(not(loom))]
+    pub fn owner(&self) -> u32 {
+        self.words.word32(CPNET_QUEUE_OFF_PROD + CPNET_PROD_OFF_OWNER).load(Ordering::Relaxed)
+    }
+
     /// The producer block's write index (relaxed; informative while a
     /// producer is attached, exact after it detached).
     pub fn written(&self) -> u64 {
@@ -491,11 +522,11 @@ impl Consumer {
             Outcome::Done => {}
             Outcome::Value(v) => {
                 self.mem.words.word(RESULT).store(v, Ordering::Relaxed);
-                self.mem.words.word(RESULT_SEQ).store(seq + 1, Ordering::Relaxed);
+                self.mem.words.word(RESULT_SEQ).store(seq + 1, Ordering::Release);
             }
             Outcome::Failed(code) => {
                 self.mem.words.word(ERROR).store(code as i32 as u32 as u64, Ordering::Relaxed);
-                self.mem.words.word(ERROR_SEQ).store(seq + 1, Ordering::Relaxed);
+                self.mem.words.word(ERROR_SEQ).store(seq + 1, Ordering::Release);
             }
         }
         let before = self.completed;

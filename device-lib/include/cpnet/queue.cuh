@@ -1,0 +1,474 @@
+/*
+ * cpnet/queue.cuh -- the work-group context and the producer side of the
+ * command ring: claiming a queue, reserving a slot (P1), filling it (P2),
+ * publishing it (P3), waiting for completion (P4), and the bounded, abortable
+ * spin that every device-side wait uses.
+ *
+ * Everything in namespace cpnet_detail runs on ONE thread of the work-group
+ * (the leader, linear thread index 0); the collective wrappers in
+ * cpnet/device.cuh put the block barriers around it. Include
+ * <cpnet/device.cuh>, not this file.
+ *
+ * The protocol is cpnet/cmd.h, "THE QUEUE PROTOCOL"; every ordered access below
+ * names its step (P1..P4) and the consumer step it pairs with (C1..C4).
+ */
+#ifndef CPNET_QUEUE_CUH
+#define CPNET_QUEUE_CUH
+
+#include "ptx.cuh"
+
+/** Shortest backoff sleep of a device-side spin, in ns (after the first few
+ *  polls, which do not sleep). Define before including to override. */
+#ifndef CPNET_BACKOFF_MIN_NS
+#define CPNET_BACKOFF_MIN_NS 32
+#endif
+/** Longest backoff sleep of a device-side spin, in ns. A poll of host-pinned
+ *  memory costs about 1 us over PCIe already, so a short cap keeps latency low
+ *  while bounding the PCIe traffic of a waiting work-group. */
+#ifndef CPNET_BACKOFF_MAX_NS
+#define CPNET_BACKOFF_MAX_NS 1024
+#endif
+/** Polls without sleeping before the backoff starts. */
+#ifndef CPNET_SPIN_TIGHT_POLLS
+#define CPNET_SPIN_TIGHT_POLLS 4
+#endif
+/** The abort words are read on the first failed poll and then every this many
+ *  (a power of two): each read is a PCIe round trip. */
+#ifndef CPNET_ABORT_CHECK_EVERY
+#define CPNET_ABORT_CHECK_EVERY 8
+#endif
+
+/**
+ * A work-group's communication context (OpenSHMEM 1.5 §9.5, shmem_ctx_t): one
+ * claimed queue of the handle's pool plus the producer's private state.
+ *
+ * Declare it in shared memory, once per block, and pass its address to every
+ * call:
+ *
+ *     __global__ void k(cpnet_handle_t h) {
+ *         __shared__ cpnet_ctx_t ctx;
+ *         if (cpnet_ctx_create(&h, &ctx) != CPNET_E_OK) return;   // all threads
+ *         ...
+ *         cpnet_ctx_destroy(&ctx);
+ *     }
+ *
+ * Fields are written by the block's leader thread only, inside the collective
+ * calls; treat the struct as opaque. write_idx and cached_consumed are the
+ * producer's private copies (cmd.h P1): loaded from the queue's producer block
+ * at create, stored back at destroy.
+ */
+typedef struct cpnet_ctx {
+    cpnet_queue_ctl_t* ctl;    /**< the queue's control block (consumer-written); NULL: no queue */
+    cpnet_queue_prod_t* prod;  /**< the queue's producer block */
+    cpnet_cmd_t* slots;        /**< slot 0 of the ring */
+    cpnet_status_t* status;    /**< the PE's status block; NULL if the handle has none */
+    uint64_t write_idx;        /**< seq of the next command (P1) */
+    uint64_t cached_consumed;  /**< last ctl.consumed read (P1) */
+    uint64_t mask;             /**< depth - 1 */
+    uint64_t seen_error_seq;   /**< ctl.error_seq as of the last quiet (or create) */
+    uint64_t heap_base;        /**< handle.heap_base: pointers become offsets against it */
+    uint64_t heap_size;        /**< handle.heap_size */
+    uint64_t wait_timeout_ns;  /**< handle.wait_timeout_ns (0: wait forever) */
+    uint64_t val;              /**< broadcast: the last call's fetched value (raw bits) */
+    int32_t my_pe;             /**< handle.my_pe */
+    int32_t n_pes;             /**< handle.n_pes */
+    uint32_t qid;              /**< index of the claimed queue in the pool */
+    uint32_t wg;               /**< linear block id of the owner */
+    int32_t pending_error;     /**< first device-side failure since the last quiet (0: none) */
+    int32_t ret;               /**< broadcast: the last call's CPNET_E_* */
+} cpnet_ctx_t;
+
+namespace cpnet_detail {
+
+/** Linear index of the calling thread in its block. */
+__device__ __forceinline__ uint32_t thread_rank(void)
+{
+    return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+
+/** True on the block's leader thread (linear thread index 0). */
+__device__ __forceinline__ bool is_leader(void) { return thread_rank() == 0; }
+
+/** Linear index of the calling block in the grid. */
+__device__ __forceinline__ uint32_t block_rank(void)
+{
+    return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+}
+
+/** Heap offset of a symmetric address of this PE: `ptr - heap_base`, computed
+ *  in unsigned 64-bit arithmetic. Nothing is checked here: an address outside
+ *  the heap becomes an offset >= heap_size, which the proxy rejects
+ *  (CPNET_E_BAD_ADDR). No raw pointer ever goes into a slot. */
+__device__ __forceinline__ uint64_t heap_offset(const cpnet_ctx_t* ctx, const void* ptr)
+{
+    return (uint64_t)ptr - ctx->heap_base;
+}
+
+/** The abort code in force, or 0. Reads cpnet_status_t.abort, then
+ *  ctl.abort, both relaxed: they carry no data, only "stop waiting", and a
+ *  later read sees them. A value outside the CPNET_E_* range reads as
+ *  CPNET_E_ABORTED. */
+__device__ __forceinline__ int abort_code(const cpnet_ctx_t* ctx)
+{
+    uint32_t a = 0;
+    if (ctx->status != nullptr) a = cpnet_ld_relaxed_sys_u32(&ctx->status->abort);
+    if (a == 0 && ctx->ctl != nullptr) a = cpnet_ld_relaxed_sys_u32(&ctx->ctl->abort);
+    if (a == 0) return CPNET_E_OK;
+    return a < CPNET_E_COUNT ? (int)a : CPNET_E_ABORTED;
+}
+
+/** Report a device-side failure in the PE's status block: claim dev_error by
+ *  CAS 0 -> `err` (only the first reporter of the PE wins; later ones leave the
+ *  report alone), then fill dev_pe, dev_wg, dev_addr, dev_expected, dev_found,
+ *  dev_cmp with relaxed system-scope stores and a system-scope fence, so the
+ *  fields are visible to the host before anything this thread does next (in
+ *  particular before the kernel ends).
+ *  Caveat for readers: the fields follow dev_error, not precede it; a host
+ *  that sees dev_error != 0 while the kernel still runs may read them a few
+ *  microseconds early. Read them after the kernel ended or after a short
+ *  delay. (Filling before the claim would let racing reporters mix fields.) */
+__device__ __noinline__ inline void report_dev_error(const cpnet_ctx_t* ctx, int err, int32_t pe,
+                                                     uint64_t addr, uint64_t expected,
+                                                     uint64_t found, uint32_t cmp)
+{
+    cpnet_status_t* s = ctx->status;
+    if (s == nullptr) return;
+    if (cpnet_atom_cas_acq_rel_sys_u32(&s->dev_error, 0u, (uint32_t)err) != 0u) return;
+    cpnet_st_relaxed_sys_u32((uint32_t*)&s->dev_pe, (uint32_t)pe);
+    cpnet_st_relaxed_sys_u32(&s->dev_wg, ctx->wg);
+    cpnet_st_relaxed_sys_u64(&s->dev_addr, addr);
+    cpnet_st_relaxed_sys_u64(&s->dev_expected, expected);
+    cpnet_st_relaxed_sys_u64(&s->dev_found, found);
+    cpnet_st_relaxed_sys_u32(&s->dev_cmp, cmp);
+    cpnet_fence_acq_rel_sys();
+}
+
+/**
+ * The bounded spin every device-side wait uses: call `pause` after each poll
+ * that found nothing. It returns 0 to keep polling, or the reason to stop:
+ * the abort code (cpnet_status_t.abort or ctl.abort set by the host), or
+ * CPNET_E_TIMEOUT once handle.wait_timeout_ns (if nonzero) has passed since
+ * `start`. Backoff: a few tight polls, then __nanosleep doubling from
+ * CPNET_BACKOFF_MIN_NS to CPNET_BACKOFF_MAX_NS. So no device wait outlives a
+ * host abort by more than CPNET_ABORT_CHECK_EVERY polls.
+ */
+struct spin {
+    uint64_t start;
+    uint32_t polls;
+    uint32_t sleep_ns;
+
+    __device__ __forceinline__ spin() : start(cpnet_globaltimer_ns()), polls(0), sleep_ns(0) {}
+
+    __device__ __forceinline__ int pause(const cpnet_ctx_t* ctx)
+    {
+        ++polls;
+        if ((polls & (CPNET_ABORT_CHECK_EVERY - 1)) == 1 || CPNET_ABORT_CHECK_EVERY == 1) {
+            int a = abort_code(ctx);
+            if (a != CPNET_E_OK) return a;
+        }
+        if (ctx->wait_timeout_ns != 0 &&
+            cpnet_globaltimer_ns() - start > ctx->wait_timeout_ns)
+            return CPNET_E_TIMEOUT;
+        if (polls > CPNET_SPIN_TIGHT_POLLS) {
+            sleep_ns = sleep_ns == 0 ? CPNET_BACKOFF_MIN_NS
+                                     : (sleep_ns * 2 > CPNET_BACKOFF_MAX_NS ? CPNET_BACKOFF_MAX_NS
+                                                                            : sleep_ns * 2);
+            cpnet_sleep_ns(sleep_ns);
+        }
+        return CPNET_E_OK;
+    }
+};
+
+/** The heap offset a command concerns, for error reports: the remote address
+ *  for PUT/PUT_SIGNAL/AMO, the remote source for GET, 0 otherwise. */
+__device__ __forceinline__ uint64_t cmd_addr(const cpnet_cmd_t& c)
+{
+    if (c.opcode == CPNET_OP_GET) return c.src;
+    if (c.opcode == CPNET_OP_PUT || c.opcode == CPNET_OP_PUT_SIGNAL || c.opcode == CPNET_OP_AMO)
+        return c.dst;
+    return 0;
+}
+
+/**
+ * Enqueue one command (leader only): P1 reserve, P2 fill, P3 publish.
+ * `c.commit` is ignored. On success stores the command's seq in `*seq_out`
+ * and returns CPNET_E_OK. Fails with CPNET_E_NO_QUEUE (the context holds no
+ * queue), the abort code, or CPNET_E_TIMEOUT (the ring stayed full past the
+ * timeout; reported in the status block with dev_addr = the command's heap
+ * offset, dev_expected = the ctl.consumed value needed, dev_found = the last
+ * one read, dev_cmp = CPNET_CMP_GE). A failed enqueue publishes nothing.
+ */
+__device__ __noinline__ inline int submit(cpnet_ctx_t* ctx, const cpnet_cmd_t& c, uint64_t* seq_out)
+{
+    if (ctx->ctl == nullptr) return CPNET_E_NO_QUEUE;
+    const uint64_t seq = ctx->write_idx;
+    const uint64_t depth = ctx->mask + 1;
+
+    /* P1 Space: slot seq is free once seq - consumed < depth. Trust the cached
+     * copy first; only when the ring looks full re-read ctl.consumed. */
+    if (seq - ctx->cached_consumed >= depth) {
+        spin sp;
+        for (;;) {
+            /* P1 acquire, pairs with C3 (consumer's release store of consumed):
+             * the consumer's reads of the slot we are about to overwrite
+             * happen before our overwrite. */
+            const uint64_t consumed = cpnet_ld_acquire_sys_u64(&ctx->ctl->consumed);
+            ctx->cached_consumed = consumed;
+            if (seq - consumed < depth) break;
+            const int e = sp.pause(ctx);
+            if (e != CPNET_E_OK) {
+                if (e == CPNET_E_TIMEOUT)
+                    report_dev_error(ctx, e, c.pe, cmd_addr(c), seq + 1 - depth, consumed,
+                                     CPNET_CMP_GE);
+                return e;
+            }
+        }
+    }
+
+    cpnet_cmd_t* slot = ctx->slots + (seq & ctx->mask);
+    uint64_t* w = reinterpret_cast<uint64_t*>(slot);
+    /* Word 0: opcode, flags, dtype, subop (bytes 0..3), pe (bytes 4..7),
+     * little-endian, as laid out in cpnet_cmd_t. */
+    const uint64_t w0 = (uint64_t)c.opcode | ((uint64_t)c.flags << 8) | ((uint64_t)c.dtype << 16) |
+                        ((uint64_t)c.subop << 24) | ((uint64_t)(uint32_t)c.pe << 32);
+    /* P2 Fill: words 0..6 with weak (vector) stores; no order among them is
+     * needed, P3's release orders all of them before the commit word. */
+    cpnet_st_v2_u64(w + 0, w0, c.size);
+    cpnet_st_v2_u64(w + 2, c.dst, c.src);
+    cpnet_st_v2_u64(w + 4, c.value, c.cond);
+    cpnet_st_weak_u64(w + 6, c.sig);
+    /* P3 Publish: commit = seq + 1 with release at system scope; pairs with C1
+     * (the consumer's acquire load of the commit word). The commit word
+     * carries the lap, so the previous lap's seq + 1 - depth is never taken
+     * as new. Release is cumulative: the put source written by any thread of
+     * the block before the caller's block barrier is ordered before it too. */
+    cpnet_st_release_sys_u64(&slot->commit, seq + 1);
+
+    ctx->write_idx = seq + 1;
+    *seq_out = seq;
+    return CPNET_E_OK;
+}
+
+/**
+ * Wait until ctl.completed >= `target` (leader only), P4. For a blocking
+ * command `seq` pass seq + 1 ("completed > seq"); for quiet pass write_idx.
+ * Returns CPNET_E_OK, the abort code, or CPNET_E_TIMEOUT (reported with
+ * dev_addr = the command's heap offset, dev_expected = `target`, dev_found =
+ * the last ctl.completed read, dev_cmp = CPNET_CMP_GE).
+ */
+__device__ __noinline__ inline int wait_completed(cpnet_ctx_t* ctx, uint64_t target,
+                                                  const cpnet_cmd_t& c)
+{
+    spin sp;
+    for (;;) {
+        /* P4 acquire, pairs with C4 (consumer's release store of completed):
+         * the command's result/result_seq and error/error_seq, written before
+         * it, and the data of a completed GET, are visible after it. */
+        const uint64_t done = cpnet_ld_acquire_sys_u64(&ctx->ctl->completed);
+        if (done >= target) return CPNET_E_OK;
+        const int e = sp.pause(ctx);
+        if (e != CPNET_E_OK) {
+            if (e == CPNET_E_TIMEOUT)
+                report_dev_error(ctx, e, c.pe, cmd_addr(c), target, done, CPNET_CMP_GE);
+            return e;
+        }
+    }
+}
+
+/** Remember the first device-side failure since the last quiet. */
+__device__ __forceinline__ void note_error(cpnet_ctx_t* ctx, int e)
+{
+    if (e != CPNET_E_OK && ctx->pending_error == CPNET_E_OK) ctx->pending_error = e;
+}
+
+/**
+ * Enqueue a command with CPNET_F_BLOCKING and wait for its completion (leader
+ * only). If `fetch`, the command returns a value: it is stored in `*result`
+ * (raw 64 bits) when ctl.result_seq == seq + 1. Returns CPNET_E_OK, the
+ * proxy's error for this command (ctl.error when ctl.error_seq == seq + 1), a
+ * wait failure (abort code, CPNET_E_TIMEOUT), or CPNET_E_BAD_OP when a
+ * fetching command completed without a result (a proxy bug).
+ */
+__device__ __noinline__ inline int call_blocking(cpnet_ctx_t* ctx, cpnet_cmd_t c, bool fetch,
+                                                 uint64_t* result)
+{
+    uint64_t seq = 0;
+    c.flags |= CPNET_F_BLOCKING;
+    int e = submit(ctx, c, &seq);
+    if (e == CPNET_E_OK) e = wait_completed(ctx, seq + 1, c);
+    if (e != CPNET_E_OK) {
+        note_error(ctx, e);
+        return e;
+    }
+    /* Ordered by P4's acquire: C4 wrote these before it released completed.
+     * The producer issues nothing while it waits, so no later command of this
+     * queue can have overwritten them. */
+    if (cpnet_ld_relaxed_sys_u64(&ctx->ctl->error_seq) == seq + 1) {
+        const int pe_err = (int)cpnet_ld_relaxed_sys_u32((const uint32_t*)&ctx->ctl->error);
+        return pe_err != CPNET_E_OK ? pe_err : CPNET_E_BAD_OP;
+    }
+    if (fetch) {
+        if (cpnet_ld_relaxed_sys_u64(&ctx->ctl->result_seq) != seq + 1) return CPNET_E_BAD_OP;
+        *result = cpnet_ld_relaxed_sys_u64(&ctx->ctl->result);
+    }
+    return CPNET_E_OK;
+}
+
+/** Enqueue a command without waiting (leader only). A failure to enqueue
+ *  (abort, timeout on a full ring, no queue) is remembered and returned by
+ *  the next quiet. */
+__device__ __forceinline__ void call_nbi(cpnet_ctx_t* ctx, const cpnet_cmd_t& c)
+{
+    uint64_t seq = 0;
+    note_error(ctx, submit(ctx, c, &seq));
+}
+
+/**
+ * Enqueue `opcode` (CPNET_OP_QUIET or CPNET_OP_BARRIER_ALL) blocking and wait
+ * until every command of the queue is complete (leader only). Returns, in
+ * this order of precedence: the wait's own failure; the first device-side
+ * failure remembered since the last quiet; the proxy's error of the last
+ * command rejected since the last quiet (ctl.error_seq moved). Clears both.
+ */
+__device__ __noinline__ inline int drain(cpnet_ctx_t* ctx, uint8_t opcode)
+{
+    cpnet_cmd_t c = {};
+    c.opcode = opcode;
+    c.flags = CPNET_F_BLOCKING;
+    uint64_t seq = 0;
+    int e = submit(ctx, c, &seq);
+    /* completed >= write_idx == seq + 1: every command of this queue is done. */
+    if (e == CPNET_E_OK) e = wait_completed(ctx, ctx->write_idx, c);
+    const int pending = ctx->pending_error;
+    ctx->pending_error = CPNET_E_OK;
+    if (e != CPNET_E_OK) return e;
+    if (pending != CPNET_E_OK) return pending;
+    /* Ordered by wait_completed's acquire (P4 / C4). */
+    const uint64_t es = cpnet_ld_relaxed_sys_u64(&ctx->ctl->error_seq);
+    if (es > ctx->seen_error_seq) {
+        ctx->seen_error_seq = es;
+        const int pe_err = (int)cpnet_ld_relaxed_sys_u32((const uint32_t*)&ctx->ctl->error);
+        return pe_err != CPNET_E_OK ? pe_err : CPNET_E_BAD_OP;
+    }
+    return CPNET_E_OK;
+}
+
+/**
+ * Claim a queue of the handle's pool (leader only): try qid = wg % n_queues,
+ * then the following ones, each with an acquire CAS of prod.in_use 0 -> 1.
+ * On success load write_idx and cached_consumed from the producer block,
+ * record the owner, and fill `ctx`. Returns CPNET_E_OK, CPNET_E_NO_QUEUE (every
+ * queue is owned), CPNET_E_BAD_ADDR (the handle has no pool, or it is not
+ * 64-byte aligned) or CPNET_E_BAD_SIZE (log2_depth outside 1..16).
+ */
+__device__ __noinline__ inline int create(const cpnet_handle_t* h, cpnet_ctx_t* ctx)
+{
+    ctx->ctl = nullptr;
+    ctx->prod = nullptr;
+    ctx->slots = nullptr;
+    ctx->status = (cpnet_status_t*)h->status;
+    ctx->write_idx = 0;
+    ctx->cached_consumed = 0;
+    ctx->mask = 0;
+    ctx->seen_error_seq = 0;
+    ctx->heap_base = h->heap_base;
+    ctx->heap_size = h->heap_size;
+    ctx->wait_timeout_ns = h->wait_timeout_ns;
+    ctx->val = 0;
+    ctx->my_pe = h->my_pe;
+    ctx->n_pes = h->n_pes;
+    ctx->qid = 0;
+    ctx->wg = block_rank();
+    ctx->pending_error = CPNET_E_OK;
+
+    if (h->queues == 0 || (h->queues & (CPNET_SLOT_BYTES - 1)) != 0 || h->n_queues == 0)
+        return CPNET_E_BAD_ADDR;
+    if (h->log2_depth < 1 || h->log2_depth > 16) return CPNET_E_BAD_SIZE;
+
+    const uint64_t depth = 1ull << h->log2_depth;
+    const uint64_t stride = CPNET_QUEUE_HEADER_BYTES + depth * CPNET_SLOT_BYTES;
+    for (uint32_t i = 0; i < h->n_queues; ++i) {
+        const uint32_t q = (uint32_t)(((uint64_t)ctx->wg + i) % h->n_queues);
+        uint8_t* base = (uint8_t*)(h->queues + (uint64_t)q * stride);
+        cpnet_queue_prod_t* prod = (cpnet_queue_prod_t*)(base + CPNET_QUEUE_OFF_PROD);
+        /* Acquire: pairs with the previous owner's release store of in_use = 0
+         * in ctx_destroy, after which its write_idx/cached_consumed are ours. */
+        if (cpnet_atom_cas_acquire_sys_u32(&prod->in_use, 0u, 1u) != 0u) continue;
+        ctx->ctl = (cpnet_queue_ctl_t*)(base + CPNET_QUEUE_OFF_CTL);
+        ctx->prod = prod;
+        ctx->slots = (cpnet_cmd_t*)(base + CPNET_QUEUE_OFF_SLOTS);
+        ctx->mask = depth - 1;
+        ctx->qid = q;
+        ctx->write_idx = cpnet_ld_relaxed_sys_u64(&prod->write_idx);
+        ctx->cached_consumed = cpnet_ld_relaxed_sys_u64(&prod->cached_consumed);
+        /* Errors of earlier owners are not ours. */
+        ctx->seen_error_seq = cpnet_ld_relaxed_sys_u64(&ctx->ctl->error_seq);
+        /* For the proxy's error reports only; no ordering needed. */
+        cpnet_st_relaxed_sys_u32(&prod->owner, ctx->wg);
+        return CPNET_E_OK;
+    }
+    return CPNET_E_NO_QUEUE;
+}
+
+/** Return the context's queue (leader only): drain (quiet), store the
+ *  producer's private indices back, then release-store in_use = 0 (pairs with
+ *  the next owner's acquire CAS). Returns the drain's result. */
+__device__ __noinline__ inline int destroy(cpnet_ctx_t* ctx)
+{
+    if (ctx->ctl == nullptr) return CPNET_E_NO_QUEUE;
+    const int e = drain(ctx, CPNET_OP_QUIET);
+    cpnet_st_relaxed_sys_u64(&ctx->prod->write_idx, ctx->write_idx);
+    cpnet_st_relaxed_sys_u64(&ctx->prod->cached_consumed, ctx->cached_consumed);
+    cpnet_st_release_sys_u32(&ctx->prod->in_use, 0u);
+    ctx->ctl = nullptr;
+    ctx->prod = nullptr;
+    ctx->slots = nullptr;
+    return e;
+}
+
+/**
+ * Run `leader_fn` (returning a CPNET_E_*) on the leader thread as one
+ * work-group-collective call, and broadcast its result through ctx->ret.
+ *
+ * Entry barrier: (1) every thread's earlier writes -- e.g. a put source --
+ * happen before the leader's publish; the leader's st.release.sys commit is
+ * cumulative over them, so no extra fence.acq_rel.sys is needed (PTX memory
+ * model: bar.sync orders the block's accesses at CTA scope; the release at
+ * system scope then carries all of them to the proxy). (2) every thread has
+ * read the previous call's broadcast before the leader overwrites it.
+ * Exit barrier: the leader's result, and everything the leader observed with
+ * acquire (a GET's data), is visible to every thread after it.
+ */
+template <typename F>
+__device__ __forceinline__ int collective(cpnet_ctx_t* ctx, F&& leader_fn)
+{
+    __syncthreads();
+    if (is_leader()) ctx->ret = leader_fn();
+    __syncthreads();
+    return ctx->ret;
+}
+
+/** The low sizeof(T) bytes of a 64-bit word hold T's bit pattern, upper bytes
+ *  zero (zero extension, also for signed T). */
+template <typename T>
+__device__ __forceinline__ uint64_t to_bits(T v)
+{
+    static_assert(sizeof(T) <= 8, "cpnet: at most 8 bytes inline");
+    uint64_t b = 0;
+    __builtin_memcpy(&b, &v, sizeof(T));
+    return b;
+}
+
+/** T from the low sizeof(T) bytes of a 64-bit word (truncation). */
+template <typename T>
+__device__ __forceinline__ T from_bits(uint64_t b)
+{
+    static_assert(sizeof(T) <= 8, "cpnet: at most 8 bytes inline");
+    T v;
+    __builtin_memcpy(&v, &b, sizeof(T));
+    return v;
+}
+
+} /* namespace cpnet_detail */
+
+#endif /* CPNET_QUEUE_CUH */
