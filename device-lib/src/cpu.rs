@@ -835,3 +835,45 @@ fn signed_view<T: AmoType>(v: T) -> i128 {
         layout::AmoType::Uint32 | layout::AmoType::Uint64 => i128::from(bits),
     }
 }
+
+/// A zeroed, 64-byte-aligned host allocation to serve as a symmetric heap
+/// (single-process jobs, tests; the runtime registers such memory with the
+/// fabric). Views taken from it must not outlive it.
+pub struct HostHeap {
+    ptr: NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: the allocation is only reached through HeapView, whose accesses
+// are atomics or copies that OpenSHMEM semantics allow to race.
+unsafe impl Send for HostHeap {}
+// SAFETY: as above.
+unsafe impl Sync for HostHeap {}
+
+impl HostHeap {
+    /// `size` zeroed bytes (at least 64), 64-byte aligned.
+    ///
+    /// # Panics
+    /// If the allocation fails.
+    pub fn new(size: u64) -> HostHeap {
+        let layout = std::alloc::Layout::from_size_align((size as usize).max(64), 64).expect("heap layout");
+        // SAFETY: nonzero size.
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        HostHeap { ptr, layout }
+    }
+
+    /// A view of the whole heap. Keep `self` alive while the view is used.
+    pub fn view(&self) -> HeapView {
+        // SAFETY: the allocation is valid, 64-aligned and `layout.size()`
+        // bytes; the caller keeps it alive while using the view.
+        unsafe { HeapView::from_raw(self.ptr.as_ptr(), self.layout.size() as u64) }
+    }
+}
+
+impl Drop for HostHeap {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout; freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}

@@ -1,0 +1,17 @@
+//! # cpnet-proxy
+//!
+//! The proxy of cpnet: service threads that poll the work-groups' command
+//! queues (ComP-Net paper §4.2) and the transports that carry the commands
+//! to other PEs.
+//!
+//! - [`decode`]: validation of a 64-byte slot into a typed operation;
+//! - [`local`]: execution of operations that target this PE's host heap;
+//! - [`service`]: the service loop, the [`service::Transport`] trait and the
+//!   loopback transport;
+//! - [`fabric`]: a safe layer over libfabric (`cpnet-fabric-sys`).
+#![warn(missing_docs)]
+
+pub mod decode;
+pub mod fabric;
+pub mod local;
+pub mod service;

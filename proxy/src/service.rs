@@ -1,0 +1,313 @@
+//! The proxy service loop: the part of cpnet that plays the GPU's command
+//! processor (ComP-Net paper §4.2). A [`Service`] owns a fixed set of queues,
+//! polls each with acquire (C1 in `cmd.h`), decodes and validates every
+//! command, hands it to a [`Transport`] without ever blocking on it, and
+//! completes it (C4) when the transport reports it complete.
+//!
+//! Ordering the service enforces itself, whatever the transport does:
+//! after a FENCE, QUIET or BARRIER_ALL of a queue, no later command of that
+//! queue is taken until every earlier one is complete. That is stronger than
+//! OpenSHMEM's fence (per-PE ordering) and makes put-then-fence-then-put hold
+//! on providers without write-after-write ordering (rxm with atomics).
+
+use cpnet_device::layout::{Cmd, ErrorCode, Opcode};
+use cpnet_device::ring::{Consumer, Outcome, QueueMem};
+use cpnet_device::sync::Spin;
+
+use crate::decode::{Limits, Op, decode};
+
+/// Which command an outcome belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tag {
+    /// Index of the queue in its service.
+    pub queue: u32,
+    /// The command's seq in that queue.
+    pub seq: u64,
+}
+
+/// What a transport did with a submitted operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Submit {
+    /// Finished already (local target, or an error found at posting).
+    Done(Outcome),
+    /// Posted; [`Transport::progress`] reports it later.
+    Pending,
+    /// The transport has no room now (FI_EAGAIN): submit again later.
+    Busy,
+}
+
+/// Carries validated operations to their target PEs. Implementations never
+/// block: an operation either finishes at once, is posted, or is refused
+/// for now.
+pub trait Transport: Send {
+    /// Start `op` (already validated) for `tag`.
+    fn submit(&mut self, tag: Tag, op: &Op) -> Submit;
+    /// Drive progress (manual-progress providers need it, also for the
+    /// operations other PEs target at us); append finished operations to `done`.
+    fn progress(&mut self, done: &mut Vec<(Tag, Outcome)>);
+    /// Whether a barrier across all PEs has completed, starting it if
+    /// `start` (called repeatedly until it returns true).
+    fn barrier(&mut self, start: bool) -> Result<bool, ErrorCode>;
+}
+
+/// A rejected or failed command, as the proxy reports it to the host.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("PE {my_pe} work-group {wg} (queue {queue}, seq {seq}): {op} to PE {pe} at heap+{addr:#x} ({size} bytes): {code}")]
+pub struct CommandError {
+    /// The PE whose proxy saw it.
+    pub my_pe: i32,
+    /// The work-group that issued it (the queue's owner).
+    pub wg: u32,
+    /// Queue index in the service.
+    pub queue: u32,
+    /// The command's seq.
+    pub seq: u64,
+    /// The opcode's name.
+    pub op: &'static str,
+    /// Target PE as sent.
+    pub pe: i32,
+    /// The address concerned (dst, or src for gets).
+    pub addr: u64,
+    /// Size as sent.
+    pub size: u64,
+    /// Why.
+    pub code: ErrorCode,
+}
+
+struct QueueState {
+    consumer: Consumer,
+    /// A FENCE/QUIET/BARRIER was taken: take nothing more until every
+    /// earlier command is complete (and the barrier, if any, is done).
+    drain: Option<Drain>,
+    /// A command refused with Busy, to submit again first.
+    retry: Option<(u64, Op)>,
+}
+
+#[derive(Clone, Copy)]
+enum Drain {
+    Fence,
+    Barrier { seq: u64, started: bool },
+}
+
+/// One proxy service thread's state: its queues and its transport.
+pub struct Service<T: Transport> {
+    queues: Vec<QueueState>,
+    transport: T,
+    limits: Limits,
+    my_pe: i32,
+    done: Vec<(Tag, Outcome)>,
+    errors: Vec<CommandError>,
+}
+
+fn describe(cmd: &Cmd) -> (&'static str, u64) {
+    match cmd.op() {
+        Some(Opcode::Get) => ("get", cmd.src),
+        Some(op) => (op.name(), cmd.dst),
+        None => ("unknown opcode", cmd.dst),
+    }
+}
+
+impl<T: Transport> Service<T> {
+    /// A service over `queues` (each attached as its consumer).
+    pub fn new(queues: Vec<QueueMem>, transport: T, limits: Limits, my_pe: i32) -> Service<T> {
+        let queues = queues
+            .into_iter()
+            .map(|q| QueueState { consumer: Consumer::new(q), drain: None, retry: None })
+            .collect();
+        Service { queues, transport, limits, my_pe, done: Vec::new(), errors: Vec::new() }
+    }
+
+    /// Errors recorded since the last call (each also logged).
+    pub fn take_errors(&mut self) -> Vec<CommandError> {
+        std::mem::take(&mut self.errors)
+    }
+
+    /// Commands taken and not yet complete, over all queues.
+    pub fn outstanding(&self) -> u64 {
+        self.queues.iter().map(|q| q.consumer.outstanding()).sum()
+    }
+
+    /// The transport.
+    pub fn transport(&mut self) -> &mut T {
+        &mut self.transport
+    }
+
+    fn reject(&mut self, qi: usize, seq: u64, cmd: &Cmd, code: ErrorCode) {
+        let (op, addr) = describe(cmd);
+        let q = &mut self.queues[qi];
+        let e = CommandError {
+            my_pe: self.my_pe,
+            wg: q.consumer.mem().owner(),
+            queue: qi as u32,
+            seq,
+            op,
+            pe: cmd.pe,
+            addr,
+            size: cmd.size,
+            code,
+        };
+        tracing::error!("{e}");
+        self.errors.push(e);
+        q.consumer.complete(seq, Outcome::Failed(code));
+    }
+
+    fn record_failure(&mut self, tag: Tag, code: ErrorCode) {
+        let q = &self.queues[tag.queue as usize];
+        let e = CommandError {
+            my_pe: self.my_pe,
+            wg: q.consumer.mem().owner(),
+            queue: tag.queue,
+            seq: tag.seq,
+            op: "operation",
+            pe: -1,
+            addr: 0,
+            size: 0,
+            code,
+        };
+        tracing::error!("{e}");
+        self.errors.push(e);
+    }
+
+    fn finish(&mut self, tag: Tag, outcome: Outcome) {
+        if let Outcome::Failed(code) = outcome {
+            self.record_failure(tag, code);
+        }
+        self.queues[tag.queue as usize].consumer.complete(tag.seq, outcome);
+    }
+
+    /// Submit `op`; false if the transport was busy (kept for retry).
+    fn submit(&mut self, qi: usize, seq: u64, op: Op) -> bool {
+        let tag = Tag { queue: qi as u32, seq };
+        match self.transport.submit(tag, &op) {
+            Submit::Done(o) => self.finish(tag, o),
+            Submit::Pending => {}
+            Submit::Busy => {
+                self.queues[qi].retry = Some((seq, op));
+                return false;
+            }
+        }
+        true
+    }
+
+    /// One pass over every queue and the transport; the number of commands
+    /// taken or completed (0: idle).
+    pub fn poll_once(&mut self) -> usize {
+        let mut work = 0;
+        self.transport.progress(&mut self.done);
+        let done = std::mem::take(&mut self.done);
+        work += done.len();
+        for &(tag, o) in &done {
+            self.finish(tag, o);
+        }
+        self.done = done;
+        self.done.clear();
+        for qi in 0..self.queues.len() {
+            work += self.poll_queue(qi);
+        }
+        work
+    }
+
+    fn poll_queue(&mut self, qi: usize) -> usize {
+        let mut work = 0;
+        if let Some((seq, op)) = self.queues[qi].retry.take() {
+            if !self.submit(qi, seq, op) {
+                return 0;
+            }
+            work += 1;
+        }
+        // Bounded batch per queue per pass, so one busy queue cannot starve others.
+        for _ in 0..32 {
+            if let Some(drain) = self.queues[qi].drain {
+                let q = &mut self.queues[qi];
+                match drain {
+                    Drain::Fence => {
+                        if q.consumer.outstanding() > 0 {
+                            return work;
+                        }
+                        q.drain = None;
+                    }
+                    Drain::Barrier { seq, started } => {
+                        // Every command before the barrier must be complete.
+                        if q.consumer.completed() < seq {
+                            return work;
+                        }
+                        match self.transport.barrier(!started) {
+                            Ok(false) => {
+                                self.queues[qi].drain = Some(Drain::Barrier { seq, started: true });
+                                return work;
+                            }
+                            Ok(true) => self.queues[qi].consumer.complete(seq, Outcome::Done),
+                            Err(code) => self.queues[qi].consumer.complete(seq, Outcome::Failed(code)),
+                        }
+                        self.queues[qi].drain = None;
+                        work += 1;
+                    }
+                }
+            }
+            let Some((seq, cmd)) = self.queues[qi].consumer.poll() else { break };
+            work += 1;
+            match decode(&cmd, &self.limits) {
+                Err(code) => self.reject(qi, seq, &cmd, code),
+                Ok(Op::Nop) => self.queues[qi].consumer.complete(seq, Outcome::Done),
+                Ok(Op::Fence) | Ok(Op::Quiet) => {
+                    self.queues[qi].consumer.complete(seq, Outcome::Done);
+                    self.queues[qi].drain = Some(Drain::Fence);
+                }
+                Ok(Op::BarrierAll) => self.queues[qi].drain = Some(Drain::Barrier { seq, started: false }),
+                Ok(op) => {
+                    if !self.submit(qi, seq, op) {
+                        break;
+                    }
+                }
+            }
+        }
+        work
+    }
+
+    /// Poll until `stop()` is true, backing off (spin, then yield) while idle.
+    pub fn run(&mut self, mut stop: impl FnMut() -> bool) {
+        let spin = Spin::new();
+        while !stop() {
+            if self.poll_once() > 0 {
+                spin.reset();
+            } else {
+                spin.step();
+            }
+        }
+    }
+
+    /// Drain at finalize: poll until nothing is outstanding or `stop()`.
+    pub fn drain(&mut self, mut stop: impl FnMut() -> bool) {
+        let spin = Spin::new();
+        while self.outstanding() > 0 && !stop() {
+            if self.poll_once() == 0 {
+                spin.step();
+            }
+        }
+    }
+}
+
+/// The transport of a single-PE job, and the local path of any job:
+/// every operation targets this PE's host heap and finishes at once.
+pub struct LoopbackTransport {
+    heap: cpnet_device::cpu::HeapView,
+}
+
+impl LoopbackTransport {
+    /// Loopback over `heap`.
+    pub fn new(heap: cpnet_device::cpu::HeapView) -> LoopbackTransport {
+        LoopbackTransport { heap }
+    }
+}
+
+impl Transport for LoopbackTransport {
+    fn submit(&mut self, _tag: Tag, op: &Op) -> Submit {
+        Submit::Done(crate::local::apply_local(&self.heap, op))
+    }
+
+    fn progress(&mut self, _done: &mut Vec<(Tag, Outcome)>) {}
+
+    fn barrier(&mut self, _start: bool) -> Result<bool, ErrorCode> {
+        Ok(true)
+    }
+}
