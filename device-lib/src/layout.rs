@@ -436,6 +436,8 @@ impl core::fmt::Display for ErrorCode {
     }
 }
 
+impl std::error::Error for ErrorCode {}
+
 const _: () = {
     assert!(Opcode::ALL.len() == CPNET_OP_COUNT as usize);
     assert!(AmoType::ALL.len() + 1 == CPNET_T_COUNT as usize);

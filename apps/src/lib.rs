@@ -1,0 +1,1 @@
+//! cpnet applications and microbenchmarks. Binaries live in `src/bin/`.

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what cpnet needs on a fresh Debian 12 / Ubuntu 24.04 machine
+# (no GPU needed): libfabric (>= 1.17) and its tools, libclang for bindgen,
+# pkg-config, and NVRTC 13.x from PyPI so the device headers can be compiled
+# without a CUDA toolkit. Safe to run again. Source it (`. scripts/setup.sh`)
+# to also get CPNET_NVRTC_LIB_DIR and LD_LIBRARY_PATH in your shell.
+set -euo pipefail
+
+need_apt=0
+for p in libfabric-dev libfabric-bin libclang-dev clang pkg-config; do
+  dpkg -s "$p" >/dev/null 2>&1 || need_apt=1
+done
+if [ "$need_apt" = 1 ]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libfabric-dev libfabric-bin libclang-dev clang pkg-config >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if ! $PY -c 'import importlib.util,sys; sys.exit(0 if importlib.util.find_spec("nvidia.cu13") else 1)' 2>/dev/null; then
+  $PY -m pip install -q 'nvidia-cuda-nvrtc>=13,<14' 2>&1 | grep -v "Running pip as the 'root' user" || true
+fi
+. "$(dirname "${BASH_SOURCE[0]}")/nvrtc-env.sh"
+echo "cpnet setup: libfabric $(pkg-config --modversion libfabric), NVRTC in ${CPNET_NVRTC_LIB_DIR:-<not found>}"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The test command of README.md (and exactly what .ci/run runs): installs
+# what is missing, then runs every test that needs no GPU:
+#   1. the whole workspace's tests (unit, multi-threaded, integration; the
+#      device headers compiled with NVRTC for sm_90, which MUST run here:
+#      CPNET_REQUIRE_NVRTC=1 turns a missing libnvrtc into a failure);
+#   2. the loom model of the queue protocol (`--cfg loom`).
+# GPU tests skip with a message on a machine without a GPU.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. scripts/setup.sh
+export CPNET_REQUIRE_NVRTC=1
+cargo test --workspace --locked
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+  cargo test --locked -p cpnet-device --no-default-features --test loom --release
