@@ -52,4 +52,20 @@ fn main() {
     assert!(count > 50, "cmd.h yielded only {count} constants: parser out of step with the header");
     let dest = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("cmd_h.rs");
     std::fs::write(dest, out).expect("write cmd_h.rs");
+
+    // The C side of the compile-time check: cmd.h's static_asserts, as C11
+    // and as C++11, with the host compiler.
+    let check = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("csrc/layout_check.c");
+    println!("cargo:rerun-if-changed={}", check.display());
+    let include = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("include");
+    cc::Build::new().file(&check).include(&include).std("c11").warnings_into_errors(true).compile("cpnet_layout_check_c");
+    cc::Build::new()
+        .cpp(true)
+        .file(&check)
+        .include(&include)
+        .flag("-x")
+        .flag("c++")
+        .std("c++11")
+        .warnings_into_errors(true)
+        .compile("cpnet_layout_check_cxx");
 }

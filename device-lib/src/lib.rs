@@ -18,5 +18,7 @@ pub mod cmd;
 #[cfg(not(loom))]
 pub mod cpu;
 pub mod layout;
+#[cfg(feature = "nvrtc")]
+pub mod nvrtc;
 pub mod ring;
 pub mod sync;

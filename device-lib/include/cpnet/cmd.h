@@ -26,7 +26,15 @@ typedef unsigned int uint32_t;
 typedef long long int64_t;
 typedef unsigned long long uint64_t;
 #define CPNET_STATIC_ASSERT(c, m) static_assert(c, m)
+/* NVRTC has no <cstddef>; __builtin_offsetof is accepted from NVRTC 13.5
+ * (13.0 rejects it: "type name is not allowed", seen on the H200 machine).
+ * Older NVRTC checks the sizes only; every C/C++ compile (build.rs compiles
+ * this header with the host compiler at each build) checks the offsets too. */
+#if (__CUDACC_VER_MAJOR__ * 100 + __CUDACC_VER_MINOR__) >= 1305
 #define CPNET_OFFSETOF(t, f) __builtin_offsetof(t, f)
+#else
+#define CPNET_NO_OFFSET_CHECKS 1
+#endif
 #elif defined(__cplusplus)
 #include <cstddef>
 #include <cstdint>
@@ -373,8 +381,12 @@ typedef struct cpnet_status {
 /* Compile-time checks of every size and offset above                       */
 /* ------------------------------------------------------------------------ */
 
+#if defined(CPNET_NO_OFFSET_CHECKS)
+#define CPNET_CHECK_OFF(t, f, off) /* offsets checked by the host compiler */
+#else
 #define CPNET_CHECK_OFF(t, f, off) \
     CPNET_STATIC_ASSERT(CPNET_OFFSETOF(t, f) == (off), #t "." #f " offset")
+#endif
 
 CPNET_STATIC_ASSERT(sizeof(cpnet_cmd_t) == CPNET_SLOT_BYTES, "cpnet_cmd_t size");
 CPNET_CHECK_OFF(cpnet_cmd_t, opcode, CPNET_CMD_OFF_OPCODE);

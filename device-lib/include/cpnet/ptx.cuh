@@ -26,7 +26,7 @@
 #error "cpnet/ptx.cuh is CUDA device code: compile it with nvcc or NVRTC"
 #endif
 
-#include "cmd.h"
+#include <cpnet/cmd.h>
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ < 700)
 #error "cpnet needs sm_70 or newer (scoped acquire/release PTX, __nanosleep)"

@@ -15,7 +15,7 @@
 #ifndef CPNET_QUEUE_CUH
 #define CPNET_QUEUE_CUH
 
-#include "ptx.cuh"
+#include <cpnet/ptx.cuh>
 
 /** Shortest backoff sleep of a device-side spin, in ns (after the first few
  *  polls, which do not sleep). Define before including to override. */
@@ -110,9 +110,9 @@ __device__ __forceinline__ uint64_t heap_offset(const cpnet_ctx_t* ctx, const vo
  *  CPNET_E_ABORTED. */
 __device__ __forceinline__ int abort_code(const cpnet_ctx_t* ctx)
 {
-    uint32_t a = 0;
+    uint64_t a = 0;
     if (ctx->status != nullptr) a = cpnet_ld_relaxed_sys_u32(&ctx->status->abort);
-    if (a == 0 && ctx->ctl != nullptr) a = cpnet_ld_relaxed_sys_u32(&ctx->ctl->abort);
+    if (a == 0 && ctx->ctl != nullptr) a = cpnet_ld_relaxed_sys_u64(&ctx->ctl->abort);
     if (a == 0) return CPNET_E_OK;
     return a < CPNET_E_COUNT ? (int)a : CPNET_E_ABORTED;
 }
@@ -275,6 +275,17 @@ __device__ __noinline__ inline int wait_completed(cpnet_ctx_t* ctx, uint64_t tar
     }
 }
 
+/** ctl.error, read as the whole 8-byte word at CPNET_CTL_OFF_ERROR (the
+ *  consumer writes error and error_pad as one word); the low half is the
+ *  int32 code. Call only after an acquire of ctl.completed (P4). A rejected
+ *  command that carries no code reads as CPNET_E_BAD_OP. */
+__device__ __forceinline__ int proxy_error(const cpnet_ctx_t* ctx)
+{
+    const uint64_t w = cpnet_ld_relaxed_sys_u64((const uint64_t*)&ctx->ctl->error);
+    const int e = (int)(int32_t)(uint32_t)w;
+    return e != CPNET_E_OK ? e : CPNET_E_BAD_OP;
+}
+
 /** Remember the first device-side failure since the last quiet. */
 __device__ __forceinline__ void note_error(cpnet_ctx_t* ctx, int e)
 {
@@ -304,8 +315,7 @@ __device__ __noinline__ inline int call_blocking(cpnet_ctx_t* ctx, cpnet_cmd_t c
      * The producer issues nothing while it waits, so no later command of this
      * queue can have overwritten them. */
     if (cpnet_ld_relaxed_sys_u64(&ctx->ctl->error_seq) == seq + 1) {
-        const int pe_err = (int)cpnet_ld_relaxed_sys_u32((const uint32_t*)&ctx->ctl->error);
-        return pe_err != CPNET_E_OK ? pe_err : CPNET_E_BAD_OP;
+        return proxy_error(ctx);
     }
     if (fetch) {
         if (cpnet_ld_relaxed_sys_u64(&ctx->ctl->result_seq) != seq + 1) return CPNET_E_BAD_OP;
@@ -347,8 +357,7 @@ __device__ __noinline__ inline int drain(cpnet_ctx_t* ctx, uint8_t opcode)
     const uint64_t es = cpnet_ld_relaxed_sys_u64(&ctx->ctl->error_seq);
     if (es > ctx->seen_error_seq) {
         ctx->seen_error_seq = es;
-        const int pe_err = (int)cpnet_ld_relaxed_sys_u32((const uint32_t*)&ctx->ctl->error);
-        return pe_err != CPNET_E_OK ? pe_err : CPNET_E_BAD_OP;
+        return proxy_error(ctx);
     }
     return CPNET_E_OK;
 }
@@ -454,8 +463,10 @@ template <typename T>
 __device__ __forceinline__ uint64_t to_bits(T v)
 {
     static_assert(sizeof(T) <= 8, "cpnet: at most 8 bytes inline");
+    /* Byte copy through unsigned char (well-defined aliasing; compiles to moves). */
+    const unsigned char* s = reinterpret_cast<const unsigned char*>(&v);
     uint64_t b = 0;
-    __builtin_memcpy(&b, &v, sizeof(T));
+    for (unsigned i = 0; i < sizeof(T); ++i) b |= (uint64_t)s[i] << (8 * i);
     return b;
 }
 
@@ -465,7 +476,8 @@ __device__ __forceinline__ T from_bits(uint64_t b)
 {
     static_assert(sizeof(T) <= 8, "cpnet: at most 8 bytes inline");
     T v;
-    __builtin_memcpy(&v, &b, sizeof(T));
+    unsigned char* d = reinterpret_cast<unsigned char*>(&v);
+    for (unsigned i = 0; i < sizeof(T); ++i) d[i] = (unsigned char)(b >> (8 * i));
     return v;
 }
 

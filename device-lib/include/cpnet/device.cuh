@@ -1,0 +1,854 @@
+/*
+ * cpnet/device.cuh -- the cpnet device API: OpenSHMEM-style one-sided
+ * communication issued from inside a running CUDA kernel.
+ *
+ *     #include <cpnet/device.cuh>
+ *
+ *     extern "C" __global__ void kernel(cpnet_handle_t h, int* data)
+ *     {
+ *         __shared__ cpnet_ctx_t ctx;
+ *         if (cpnet_ctx_create(&h, &ctx) != CPNET_E_OK) return;   // every thread
+ *         int peer = (cpnet_my_pe(&ctx) + 1) % cpnet_n_pes(&ctx);
+ *         data[threadIdx.x] = threadIdx.x;                          // local heap
+ *         cpnet_putmem_nbi(&ctx, data, data, blockDim.x * sizeof(int), peer);
+ *         int err = cpnet_quiet(&ctx);                              // every thread
+ *         cpnet_ctx_destroy(&ctx);
+ *     }
+ *
+ * THE RULES (ComP-Net paper §4.1: work-group granularity)
+ *
+ *  - Every call taking a cpnet_ctx_t* is COLLECTIVE OVER THE WORK-GROUP (the
+ *    CUDA thread block): every thread of the block makes the same call with
+ *    the same arguments, in the same order, from converged control flow (it
+ *    contains __syncthreads()). The leader thread (linear thread index 0)
+ *    issues the command and waits; the call ends with a block barrier, and its
+ *    result is returned to every thread. Exceptions, callable by any thread at
+ *    any time after create: cpnet_my_pe, cpnet_n_pes, cpnet_ctx_last_error.
+ *  - Before the leader publishes a command, a block barrier makes every
+ *    thread's earlier writes (a put source) part of what the command sends.
+ *    After a call returns, data it delivered locally (a blocking get) is
+ *    visible to every thread of the block.
+ *  - With respect to other PEs and other work-groups the calls are ONE-SIDED,
+ *    as in OpenSHMEM: nothing is required of the target.
+ *  - Addresses are SYMMETRIC addresses of this PE's heap (handle.heap_base ..
+ *    + heap_size): the remote address is the same offset in the target PE's
+ *    heap. They travel as heap offsets, never as pointers; the proxy rejects
+ *    an offset outside the heap with CPNET_E_BAD_ADDR. An inline put source
+ *    (<= 8 bytes) and an inline get destination are read/written by the
+ *    device itself and may be any device-accessible memory.
+ *  - Blocking calls return int: CPNET_E_OK or a CPNET_E_* code (cmd.h).
+ *    Non-blocking (_nbi) and fire-and-forget calls return void; their errors
+ *    surface at the next cpnet_quiet / cpnet_barrier_all / cpnet_ctx_destroy.
+ *    Calls that return a value (_g, fetching atomics, signal_wait_until)
+ *    return 0 on failure; cpnet_ctx_last_error() gives the code.
+ *  - No device wait hangs forever: every spin gives up with CPNET_E_TIMEOUT
+ *    after handle.wait_timeout_ns (0: never) and reports itself in the PE's
+ *    cpnet_status_t, and returns at once (the abort code) once the host sets
+ *    cpnet_status_t.abort or the queue's ctl.abort.
+ *
+ * OpenSHMEM sections cited are those of OpenSHMEM 1.5 (June 2020).
+ */
+#ifndef CPNET_DEVICE_CUH
+#define CPNET_DEVICE_CUH
+
+#if !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
+#error "cpnet/device.cuh is CUDA device code: compile it with nvcc or NVRTC"
+#endif
+
+#include <cpnet/cmd.h>
+#include <cpnet/ptx.cuh>
+#include <cpnet/queue.cuh>
+
+/** size_t and ptrdiff_t as the compiler sees them (NVRTC ships no <cstddef>). */
+typedef decltype(sizeof(0)) cpnet_size_t;
+typedef decltype((char*)0 - (char*)0) cpnet_ptrdiff_t;
+
+/* ------------------------------------------------------------------------ */
+/* Type lists (X-macros; usable by callers to enumerate the typed API)      */
+/* ------------------------------------------------------------------------ */
+
+/** OpenSHMEM 1.5 standard RMA types that fit in 8 bytes (Table 5, without
+ *  longdouble): X(NAME, TYPE). Generates cpnet_NAME_put/_put_nbi/_get/_get_nbi
+ *  /_p/_g. */
+#define CPNET_RMA_TYPES(X)                                                                      \
+    X(char, char) X(schar, signed char) X(short, short) X(int, int) X(long, long)              \
+    X(longlong, long long) X(uchar, unsigned char) X(ushort, unsigned short)                   \
+    X(uint, unsigned int) X(ulong, unsigned long) X(ulonglong, unsigned long long)             \
+    X(int8, int8_t) X(int16, short) X(int32, int32_t) X(int64, int64_t) X(uint8, uint8_t)      \
+    X(uint16, unsigned short) X(uint32, uint32_t) X(uint64, uint64_t) X(size, cpnet_size_t)    \
+    X(ptrdiff, cpnet_ptrdiff_t) X(float, float) X(double, double)
+
+/** OpenSHMEM 1.5 point-to-point synchronization types (§9.10, without the
+ *  deprecated short/ushort): X(NAME, TYPE). Generates cpnet_NAME_wait_until
+ *  and cpnet_NAME_test. */
+#define CPNET_P2P_TYPES(X)                                                                      \
+    X(int, int) X(long, long) X(longlong, long long) X(uint, unsigned int)                     \
+    X(ulong, unsigned long) X(ulonglong, unsigned long long) X(int32, int32_t)                 \
+    X(int64, int64_t) X(uint32, uint32_t) X(uint64, uint64_t) X(size, cpnet_size_t)            \
+    X(ptrdiff, cpnet_ptrdiff_t)
+
+/** OpenSHMEM 1.5 standard AMO types (§9.7): X(NAME, TYPE, CPNET_T_*). Generates
+ *  fetch, set, swap, compare_swap, fetch_add, add, fetch_inc, inc. */
+#define CPNET_AMO_STANDARD_TYPES(X)                                                             \
+    X(int, int, CPNET_T_INT32) X(long, long, CPNET_T_INT64)                                    \
+    X(longlong, long long, CPNET_T_INT64) X(uint, unsigned int, CPNET_T_UINT32)                \
+    X(ulong, unsigned long, CPNET_T_UINT64) X(ulonglong, unsigned long long, CPNET_T_UINT64)   \
+    X(int32, int32_t, CPNET_T_INT32) X(int64, int64_t, CPNET_T_INT64)                          \
+    X(uint32, uint32_t, CPNET_T_UINT32) X(uint64, uint64_t, CPNET_T_UINT64)                    \
+    X(size, cpnet_size_t, CPNET_T_UINT64) X(ptrdiff, cpnet_ptrdiff_t, CPNET_T_INT64)
+
+/** The extended AMO types beyond the standard ones (§9.7: fetch, set, swap
+ *  only): X(NAME, TYPE, CPNET_T_*). They travel as their bit pattern in the
+ *  unsigned integer type of the same size; fetch/set/swap are bitwise. */
+#define CPNET_AMO_EXTENDED_ONLY_TYPES(X) X(float, float, CPNET_T_UINT32) X(double, double, CPNET_T_UINT64)
+
+/** OpenSHMEM 1.5 bitwise AMO types (§9.7): X(NAME, TYPE, CPNET_T_*). Generates
+ *  fetch_and, and, fetch_or, or, fetch_xor, xor. */
+#define CPNET_AMO_BITWISE_TYPES(X)                                                              \
+    X(uint, unsigned int, CPNET_T_UINT32) X(ulong, unsigned long, CPNET_T_UINT64)              \
+    X(ulonglong, unsigned long long, CPNET_T_UINT64) X(int32, int32_t, CPNET_T_INT32)          \
+    X(int64, int64_t, CPNET_T_INT64) X(uint32, uint32_t, CPNET_T_UINT32)                       \
+    X(uint64, uint64_t, CPNET_T_UINT64)
+
+/* ------------------------------------------------------------------------ */
+/* Internals shared by the typed API                                         */
+/* ------------------------------------------------------------------------ */
+
+namespace cpnet_detail {
+
+/** `n` (<= 8) bytes at `src`, little-endian, zero-extended to 64 bits. */
+__device__ __forceinline__ uint64_t read_inline(const void* src, uint64_t n)
+{
+    const uint8_t* s = (const uint8_t*)src;
+    uint64_t v = 0;
+    for (uint64_t i = 0; i < n; ++i) v |= (uint64_t)s[i] << (8 * i);
+    return v;
+}
+
+/** Store the low `n` (<= 8) bytes of `v` at `dst`, little-endian. */
+__device__ __forceinline__ void write_inline(void* dst, uint64_t v, uint64_t n)
+{
+    uint8_t* d = (uint8_t*)dst;
+    for (uint64_t i = 0; i < n; ++i) d[i] = (uint8_t)(v >> (8 * i));
+}
+
+/** A PUT (or the data part of a PUT_SIGNAL): inline when nbytes <= 8. */
+__device__ __forceinline__ cpnet_cmd_t put_cmd(const cpnet_ctx_t* ctx, void* dest, const void* source,
+                                               uint64_t nbytes, int pe)
+{
+    cpnet_cmd_t c = {};
+    c.opcode = CPNET_OP_PUT;
+    c.pe = pe;
+    c.size = nbytes;
+    c.dst = heap_offset(ctx, dest);
+    if (nbytes <= CPNET_INLINE_MAX) {
+        c.flags = CPNET_F_INLINE;
+        c.value = read_inline(source, nbytes);
+    } else {
+        c.src = heap_offset(ctx, source);
+    }
+    return c;
+}
+
+/** A GET into the local heap (`inl` false) or into ctl.result (`inl` true). */
+__device__ __forceinline__ cpnet_cmd_t get_cmd(const cpnet_ctx_t* ctx, void* dest, const void* source,
+                                               uint64_t nbytes, int pe, bool inl)
+{
+    cpnet_cmd_t c = {};
+    c.opcode = CPNET_OP_GET;
+    c.pe = pe;
+    c.size = nbytes;
+    c.src = heap_offset(ctx, source);
+    if (inl)
+        c.flags = CPNET_F_INLINE;
+    else
+        c.dst = heap_offset(ctx, dest);
+    return c;
+}
+
+/** A PUT_SIGNAL: the put part as put_cmd, signal value in `cond`, the
+ *  signal word's heap offset in `sig`, the operation in `subop`. */
+__device__ __forceinline__ cpnet_cmd_t put_signal_cmd(const cpnet_ctx_t* ctx, void* dest,
+                                                      const void* source, uint64_t nbytes,
+                                                      const uint64_t* sig_addr, uint64_t signal,
+                                                      int sig_op, int pe)
+{
+    cpnet_cmd_t c = put_cmd(ctx, dest, source, nbytes, pe);
+    c.opcode = CPNET_OP_PUT_SIGNAL;
+    c.subop = (uint8_t)sig_op;
+    c.cond = signal;
+    c.sig = heap_offset(ctx, sig_addr);
+    return c;
+}
+
+/** An AMO on `dest` at `pe`; operand and compare zero-extended from T. */
+template <typename T>
+__device__ __forceinline__ cpnet_cmd_t amo_cmd(const cpnet_ctx_t* ctx, const T* dest, int subop,
+                                               int dtype, T value, T cond, int pe)
+{
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "cpnet: AMOs are on 32- or 64-bit words");
+    cpnet_cmd_t c = {};
+    c.opcode = CPNET_OP_AMO;
+    c.dtype = (uint8_t)dtype;
+    c.subop = (uint8_t)subop;
+    c.pe = pe;
+    c.size = sizeof(T);
+    c.dst = heap_offset(ctx, dest);
+    c.value = to_bits<T>(value);
+    c.cond = to_bits<T>(cond);
+    return c;
+}
+
+/** Blocking put of nbytes (collective). */
+__device__ __forceinline__ int putmem(cpnet_ctx_t* ctx, void* dest, const void* source,
+                                      uint64_t nbytes, int pe)
+{
+    return collective(ctx, [&]() -> int {
+        if (nbytes == 0) return CPNET_E_OK;
+        return call_blocking(ctx, put_cmd(ctx, dest, source, nbytes, pe), false, nullptr);
+    });
+}
+
+/** Non-blocking put of nbytes (collective). */
+__device__ __forceinline__ void putmem_nbi(cpnet_ctx_t* ctx, void* dest, const void* source,
+                                           uint64_t nbytes, int pe)
+{
+    collective(ctx, [&]() -> int {
+        if (nbytes != 0) call_nbi(ctx, put_cmd(ctx, dest, source, nbytes, pe));
+        return CPNET_E_OK;
+    });
+}
+
+/** Blocking get of nbytes (collective); <= 8 bytes travel inline. */
+__device__ __forceinline__ int getmem(cpnet_ctx_t* ctx, void* dest, const void* source,
+                                      uint64_t nbytes, int pe)
+{
+    return collective(ctx, [&]() -> int {
+        if (nbytes == 0) return CPNET_E_OK;
+        if (nbytes <= CPNET_INLINE_MAX) {
+            uint64_t r = 0;
+            const int e = call_blocking(ctx, get_cmd(ctx, dest, source, nbytes, pe, true), true, &r);
+            if (e == CPNET_E_OK) write_inline(dest, r, nbytes);
+            return e;
+        }
+        return call_blocking(ctx, get_cmd(ctx, dest, source, nbytes, pe, false), false, nullptr);
+    });
+}
+
+/** Non-blocking get of nbytes into the local heap (collective). */
+__device__ __forceinline__ void getmem_nbi(cpnet_ctx_t* ctx, void* dest, const void* source,
+                                           uint64_t nbytes, int pe)
+{
+    collective(ctx, [&]() -> int {
+        if (nbytes != 0) call_nbi(ctx, get_cmd(ctx, dest, source, nbytes, pe, false));
+        return CPNET_E_OK;
+    });
+}
+
+/** Blocking fetch of a command's 64-bit result (collective); the value is
+ *  broadcast through ctx->val (0 on failure). */
+__device__ __forceinline__ uint64_t fetch_blocking(cpnet_ctx_t* ctx, const cpnet_cmd_t& c)
+{
+    collective(ctx, [&]() -> int {
+        uint64_t r = 0;
+        const int e = call_blocking(ctx, c, true, &r);
+        ctx->val = e == CPNET_E_OK ? r : 0;
+        return e;
+    });
+    return ctx->val;
+}
+
+/** Fire-and-forget enqueue of one command (collective). */
+__device__ __forceinline__ void enqueue_nbi(cpnet_ctx_t* ctx, const cpnet_cmd_t& c)
+{
+    collective(ctx, [&]() -> int {
+        call_nbi(ctx, c);
+        return CPNET_E_OK;
+    });
+}
+
+/** Relaxed system-scope load of a 4- or 8-byte T. */
+template <typename T>
+__device__ __forceinline__ T load_relaxed(const T* p)
+{
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "cpnet: waits are on 32- or 64-bit words");
+    if constexpr (sizeof(T) == 8)
+        return from_bits<T>(cpnet_ld_relaxed_sys_u64((const uint64_t*)p));
+    else
+        return from_bits<T>((uint64_t)cpnet_ld_relaxed_sys_u32((const uint32_t*)p));
+}
+
+/** `v cmp c` for a CPNET_CMP_* (false for an unknown one). */
+template <typename T>
+__device__ __forceinline__ bool compare(T v, int cmp, T c)
+{
+    switch (cmp) {
+    case CPNET_CMP_EQ: return v == c;
+    case CPNET_CMP_NE: return v != c;
+    case CPNET_CMP_GT: return v > c;
+    case CPNET_CMP_GE: return v >= c;
+    case CPNET_CMP_LT: return v < c;
+    case CPNET_CMP_LE: return v <= c;
+    default: return false;
+    }
+}
+
+/**
+ * Poll the local word `ivar` until `*ivar cmp cmp_value` (leader only). The
+ * word is written by the proxy (an incoming put/signal/AMO applied to this
+ * PE's heap) and polled with relaxed system-scope loads; once the condition
+ * holds, one fence.acq_rel.sys turns the observing load into an acquire, so
+ * data the proxy delivered before the word (put-with-signal: "the signal is
+ * visible only after the data", cmd.h CPNET_OP_PUT_SIGNAL) is visible after
+ * the call. `*seen` gets the last value read. Fails with CPNET_E_BAD_OP for
+ * an unknown cmp, the abort code, or CPNET_E_TIMEOUT (reported with dev_pe =
+ * my_pe, dev_addr = the heap offset of ivar, dev_expected = cmp_value,
+ * dev_found = the last value, dev_cmp = cmp; values zero-extended).
+ */
+template <typename T>
+__device__ __forceinline__ int wait_until_leader(cpnet_ctx_t* ctx, const T* ivar, int cmp,
+                                                 T cmp_value, T* seen)
+{
+    if (cmp < 0 || cmp >= CPNET_CMP_COUNT) return CPNET_E_BAD_OP;
+    spin sp;
+    for (;;) {
+        const T v = load_relaxed<T>(ivar);
+        *seen = v;
+        if (compare<T>(v, cmp, cmp_value)) {
+            cpnet_fence_acq_rel_sys();
+            return CPNET_E_OK;
+        }
+        const int e = sp.pause(ctx);
+        if (e != CPNET_E_OK) {
+            if (e == CPNET_E_TIMEOUT)
+                report_dev_error(ctx, e, ctx->my_pe, heap_offset(ctx, ivar), to_bits<T>(cmp_value),
+                                 to_bits<T>(v), (uint32_t)cmp);
+            return e;
+        }
+    }
+}
+
+/** wait_until as a collective call returning the CPNET_E_* (value in ctx->val). */
+template <typename T>
+__device__ __forceinline__ int wait_until(cpnet_ctx_t* ctx, const T* ivar, int cmp, T cmp_value)
+{
+    return collective(ctx, [&]() -> int {
+        T seen = T();
+        const int e = wait_until_leader<T>(ctx, ivar, cmp, cmp_value, &seen);
+        ctx->val = to_bits<T>(seen);
+        return e;
+    });
+}
+
+/** One test of `*ivar cmp cmp_value` (collective): 1 or 0. */
+template <typename T>
+__device__ __forceinline__ int test(cpnet_ctx_t* ctx, const T* ivar, int cmp, T cmp_value)
+{
+    collective(ctx, [&]() -> int {
+        if (cmp < 0 || cmp >= CPNET_CMP_COUNT) {
+            ctx->val = 0;
+            return CPNET_E_BAD_OP;
+        }
+        const bool hit = compare<T>(load_relaxed<T>(ivar), cmp, cmp_value);
+        if (hit) cpnet_fence_acq_rel_sys(); /* acquire pattern, as in wait_until_leader */
+        ctx->val = hit ? 1 : 0;
+        return CPNET_E_OK;
+    });
+    return (int)ctx->val;
+}
+
+} /* namespace cpnet_detail */
+
+/* ======================================================================== */
+/* Contexts and PE queries                                                   */
+/* ======================================================================== */
+
+/**
+ * Create the work-group's context: claim a free queue of the handle's pool.
+ * OpenSHMEM 1.5 §9.5.1 (shmem_ctx_create), one context per work-group.
+ *
+ * Collective over the work-group. `h` is the kernel's handle (pass the kernel
+ * parameter's address); `ctx` is a `__shared__ cpnet_ctx_t` of the block.
+ * The queue tried first is (linear block id) % handle.n_queues, then the
+ * following ones; each claim is an atomic compare-and-swap of the queue's
+ * prod.in_use from 0 to 1, so blocks of one launch, or of several concurrent
+ * launches sharing the pool, never share a queue.
+ *
+ * Returns CPNET_E_OK; CPNET_E_NO_QUEUE when every queue of the pool is owned
+ * (size the pool for the number of co-resident blocks, or destroy contexts
+ * before others create theirs); CPNET_E_BAD_ADDR / CPNET_E_BAD_SIZE when the
+ * handle is unusable (no pool or a misaligned one; log2_depth outside 1..16).
+ * After a failure every communication call on `ctx` fails with
+ * CPNET_E_NO_QUEUE instead of touching memory.
+ */
+__device__ inline int cpnet_ctx_create(const cpnet_handle_t* h, cpnet_ctx_t* ctx)
+{
+    return cpnet_detail::collective(ctx, [&]() -> int { return cpnet_detail::create(h, ctx); });
+}
+
+/**
+ * Destroy the context: quiet (every operation issued on it completes), then
+ * hand the queue back (its sequence numbers persist for the next owner).
+ * OpenSHMEM 1.5 §9.5.3 (shmem_ctx_destroy).
+ *
+ * Collective over the work-group. Returns what the final quiet returns
+ * (CPNET_E_OK or the error of an earlier non-blocking operation; see
+ * cpnet_quiet), CPNET_E_NO_QUEUE if the context holds no queue. OpenSHMEM's
+ * shmem_ctx_destroy returns nothing; ignoring the result is fine, but it is
+ * the last chance to see an _nbi error on this context.
+ */
+__device__ inline int cpnet_ctx_destroy(cpnet_ctx_t* ctx)
+{
+    return cpnet_detail::collective(ctx, [&]() -> int { return cpnet_detail::destroy(ctx); });
+}
+
+/**
+ * This PE's number, 0 <= my_pe < n_pes. OpenSHMEM 1.5 §9.1.2 (shmem_my_pe).
+ * Not collective: any thread may call it after cpnet_ctx_create returned
+ * (also after a failed create).
+ */
+__device__ inline int cpnet_my_pe(const cpnet_ctx_t* ctx) { return ctx->my_pe; }
+
+/**
+ * The number of PEs of the job. OpenSHMEM 1.5 §9.1.3 (shmem_n_pes).
+ * Not collective: any thread may call it after cpnet_ctx_create returned.
+ */
+__device__ inline int cpnet_n_pes(const cpnet_ctx_t* ctx) { return ctx->n_pes; }
+
+/**
+ * The CPNET_E_* of the last collective call on `ctx` -- the way to see the
+ * error of a call that returns a value or void (cpnet_<T>_g, fetching
+ * atomics, cpnet_signal_wait_until, cpnet_<T>_test; for _nbi calls it is
+ * CPNET_E_OK, their errors surface at quiet). Not collective; valid in every
+ * thread until the block's next collective call. cpnet extension.
+ */
+__device__ inline int cpnet_ctx_last_error(const cpnet_ctx_t* ctx) { return ctx->ret; }
+
+/**
+ * A blocking no-op: one command that the proxy completes as soon as it sees
+ * it; the round-trip probe of the queue (latency benchmark). cpnet extension.
+ * Collective over the work-group. Returns CPNET_E_OK or a wait failure
+ * (abort code, CPNET_E_TIMEOUT).
+ */
+__device__ inline int cpnet_nop(cpnet_ctx_t* ctx)
+{
+    return cpnet_detail::collective(ctx, [&]() -> int {
+        cpnet_cmd_t c = {};
+        c.opcode = CPNET_OP_NOP;
+        return cpnet_detail::call_blocking(ctx, c, false, nullptr);
+    });
+}
+
+/* ======================================================================== */
+/* Remote memory access (OpenSHMEM 1.5 §9.6)                                 */
+/* ======================================================================== */
+
+/**
+ * Copy `nbytes` bytes from `source` (local symmetric heap) to `dest` (a
+ * symmetric address) on PE `pe`. OpenSHMEM 1.5 §9.6.1 (shmem_putmem).
+ *
+ * Collective over the work-group, one-sided towards `pe`. Payloads of at most
+ * 8 bytes travel inline in the command (then `source` may be any device
+ * memory); larger ones are read by the proxy from the heap. Blocking: returns
+ * once the proxy completed the command, so `source` may be reused; remote
+ * visibility to third parties is guaranteed after cpnet_quiet. nbytes == 0
+ * does nothing. Returns CPNET_E_OK or the proxy's error (CPNET_E_BAD_PE,
+ * CPNET_E_BAD_ADDR, CPNET_E_PEER_DEAD, CPNET_E_FABRIC, ...) or a wait failure
+ * (abort code, CPNET_E_TIMEOUT), or CPNET_E_NO_QUEUE.
+ */
+__device__ inline int cpnet_putmem(cpnet_ctx_t* ctx, void* dest, const void* source, cpnet_size_t nbytes,
+                                   int pe)
+{
+    return cpnet_detail::putmem(ctx, dest, source, (uint64_t)nbytes, pe);
+}
+
+/**
+ * Non-blocking cpnet_putmem: returns once the command is queued. OpenSHMEM
+ * 1.5 §9.6.7 (shmem_putmem_nbi).
+ *
+ * Collective over the work-group. `source` (when over 8 bytes) must not be
+ * modified until cpnet_quiet returns; errors surface at cpnet_quiet. Waits
+ * (bounded, abortable) only when the ring is full.
+ */
+__device__ inline void cpnet_putmem_nbi(cpnet_ctx_t* ctx, void* dest, const void* source,
+                                        cpnet_size_t nbytes, int pe)
+{
+    cpnet_detail::putmem_nbi(ctx, dest, source, (uint64_t)nbytes, pe);
+}
+
+/**
+ * Copy `nbytes` bytes from `source` (a symmetric address) on PE `pe` to
+ * `dest` (local symmetric heap). OpenSHMEM 1.5 §9.6.4 (shmem_getmem).
+ *
+ * Collective over the work-group, one-sided. Payloads of at most 8 bytes come
+ * back inline through the queue (then `dest` may be any device memory) and
+ * are stored by the leader; larger ones are written into the heap by the
+ * proxy. Blocking: when it returns the data is visible to every thread of
+ * the block. nbytes == 0 does nothing. Returns as cpnet_putmem.
+ */
+__device__ inline int cpnet_getmem(cpnet_ctx_t* ctx, void* dest, const void* source, cpnet_size_t nbytes,
+                                   int pe)
+{
+    return cpnet_detail::getmem(ctx, dest, source, (uint64_t)nbytes, pe);
+}
+
+/**
+ * Non-blocking cpnet_getmem: returns once the command is queued; `dest`
+ * (always in the local heap, any size) holds the data after cpnet_quiet.
+ * OpenSHMEM 1.5 §9.6.8 (shmem_getmem_nbi). Collective over the work-group;
+ * errors surface at cpnet_quiet.
+ */
+__device__ inline void cpnet_getmem_nbi(cpnet_ctx_t* ctx, void* dest, const void* source,
+                                        cpnet_size_t nbytes, int pe)
+{
+    cpnet_detail::getmem_nbi(ctx, dest, source, (uint64_t)nbytes, pe);
+}
+
+/**
+ * Typed RMA, for every (NAME, TYPE) of CPNET_RMA_TYPES (char, schar, short,
+ * int, long, longlong, uchar, ushort, uint, ulong, ulonglong, int8, int16,
+ * int32, int64, uint8, uint16, uint32, uint64, size, ptrdiff, float, double).
+ * All collective over the work-group; counts are in ELEMENTS of TYPE.
+ *
+ *   int  cpnet_NAME_put(ctx, TYPE* dest, const TYPE* source, size_t nelems, int pe)
+ *        -- cpnet_putmem of nelems * sizeof(TYPE) bytes (§9.6.1, shmem_TYPENAME_put)
+ *   void cpnet_NAME_put_nbi(ctx, TYPE* dest, const TYPE* source, size_t nelems, int pe)
+ *        -- cpnet_putmem_nbi (§9.6.7)
+ *   int  cpnet_NAME_get(ctx, TYPE* dest, const TYPE* source, size_t nelems, int pe)
+ *        -- cpnet_getmem (§9.6.4)
+ *   void cpnet_NAME_get_nbi(ctx, TYPE* dest, const TYPE* source, size_t nelems, int pe)
+ *        -- cpnet_getmem_nbi (§9.6.8)
+ *   void cpnet_NAME_p(ctx, TYPE* dest, TYPE value, int pe)
+ *        -- put one element, inline (§9.6.2, shmem_TYPENAME_p). Fire-and-forget:
+ *           `value` is in the command, so nothing is left to wait for; the
+ *           put is complete, and its error reported, at cpnet_quiet.
+ *   TYPE cpnet_NAME_g(ctx, const TYPE* source, int pe)
+ *        -- get one element, inline and blocking (§9.6.5, shmem_TYPENAME_g);
+ *           the same value in every thread; 0 on failure (see
+ *           cpnet_ctx_last_error).
+ */
+#define CPNET_DEFINE_RMA(NAME, TYPE)                                                                \
+    __device__ inline int cpnet_##NAME##_put(cpnet_ctx_t* ctx, TYPE* dest, const TYPE* source,      \
+                                             cpnet_size_t nelems, int pe)                           \
+    {                                                                                               \
+        return cpnet_detail::putmem(ctx, dest, source, (uint64_t)nelems * sizeof(TYPE), pe);        \
+    }                                                                                               \
+    __device__ inline void cpnet_##NAME##_put_nbi(cpnet_ctx_t* ctx, TYPE* dest, const TYPE* source, \
+                                                  cpnet_size_t nelems, int pe)                      \
+    {                                                                                               \
+        cpnet_detail::putmem_nbi(ctx, dest, source, (uint64_t)nelems * sizeof(TYPE), pe);           \
+    }                                                                                               \
+    __device__ inline int cpnet_##NAME##_get(cpnet_ctx_t* ctx, TYPE* dest, const TYPE* source,      \
+                                             cpnet_size_t nelems, int pe)                           \
+    {                                                                                               \
+        return cpnet_detail::getmem(ctx, dest, source, (uint64_t)nelems * sizeof(TYPE), pe);        \
+    }                                                                                               \
+    __device__ inline void cpnet_##NAME##_get_nbi(cpnet_ctx_t* ctx, TYPE* dest, const TYPE* source, \
+                                                  cpnet_size_t nelems, int pe)                      \
+    {                                                                                               \
+        cpnet_detail::getmem_nbi(ctx, dest, source, (uint64_t)nelems * sizeof(TYPE), pe);           \
+    }                                                                                               \
+    __device__ inline void cpnet_##NAME##_p(cpnet_ctx_t* ctx, TYPE* dest, TYPE value, int pe)       \
+    {                                                                                               \
+        cpnet_detail::putmem_nbi(ctx, dest, &value, sizeof(TYPE), pe);                              \
+    }                                                                                               \
+    __device__ inline TYPE cpnet_##NAME##_g(cpnet_ctx_t* ctx, const TYPE* source, int pe)           \
+    {                                                                                               \
+        const cpnet_cmd_t c = cpnet_detail::get_cmd(ctx, nullptr, source, sizeof(TYPE), pe, true);  \
+        return cpnet_detail::from_bits<TYPE>(cpnet_detail::fetch_blocking(ctx, c));                 \
+    }
+CPNET_RMA_TYPES(CPNET_DEFINE_RMA)
+#undef CPNET_DEFINE_RMA
+
+/* ======================================================================== */
+/* Signaling (OpenSHMEM 1.5 §9.8)                                             */
+/* ======================================================================== */
+
+/**
+ * Put `nbytes` bytes from `source` to `dest` on PE `pe`, then update the
+ * signal word `sig_addr` (a symmetric uint64_t) on `pe`: sig_op
+ * CPNET_SIGNAL_SET stores `signal`, CPNET_SIGNAL_ADD adds it (atomically with
+ * respect to other cpnet signal operations). The signal becomes visible only
+ * after the data. OpenSHMEM 1.5 §9.8.2 (shmem_putmem_signal).
+ *
+ * Collective over the work-group, one-sided. Payloads of at most 8 bytes
+ * travel inline. nbytes == 0 is allowed and sends only the signal. Blocking
+ * as cpnet_putmem; returns as cpnet_putmem, plus CPNET_E_BAD_OP for an
+ * unknown sig_op and CPNET_E_BAD_ALIGN for a misaligned sig_addr.
+ */
+__device__ inline int cpnet_putmem_signal(cpnet_ctx_t* ctx, void* dest, const void* source,
+                                          cpnet_size_t nbytes, uint64_t* sig_addr, uint64_t signal,
+                                          int sig_op, int pe)
+{
+    return cpnet_detail::collective(ctx, [&]() -> int {
+        return cpnet_detail::call_blocking(
+            ctx, cpnet_detail::put_signal_cmd(ctx, dest, source, (uint64_t)nbytes, sig_addr, signal, sig_op, pe),
+            false, nullptr);
+    });
+}
+
+/**
+ * Non-blocking cpnet_putmem_signal: returns once the command is queued.
+ * OpenSHMEM 1.5 §9.8.2 (shmem_putmem_signal_nbi). Collective over the
+ * work-group; `source` (over 8 bytes) must not change until cpnet_quiet;
+ * errors surface at cpnet_quiet.
+ */
+__device__ inline void cpnet_putmem_signal_nbi(cpnet_ctx_t* ctx, void* dest, const void* source,
+                                               cpnet_size_t nbytes, uint64_t* sig_addr,
+                                               uint64_t signal, int sig_op, int pe)
+{
+    cpnet_detail::enqueue_nbi(
+        ctx, cpnet_detail::put_signal_cmd(ctx, dest, source, (uint64_t)nbytes, sig_addr, signal, sig_op, pe));
+}
+
+/**
+ * Read the local signal word `sig_addr` (acquire: data delivered before the
+ * signal is visible after the call). OpenSHMEM 1.5 §9.8.3
+ * (shmem_signal_fetch). Collective over the work-group (the same value in
+ * every thread); no command is sent.
+ */
+__device__ inline uint64_t cpnet_signal_fetch(cpnet_ctx_t* ctx, const uint64_t* sig_addr)
+{
+    cpnet_detail::collective(ctx, [&]() -> int {
+        ctx->val = cpnet_ld_acquire_sys_u64(sig_addr);
+        return CPNET_E_OK;
+    });
+    return ctx->val;
+}
+
+/**
+ * Wait until the local signal word satisfies `*sig_addr cmp cmp_value`
+ * (cmp: CPNET_CMP_EQ, NE, GT, GE, LT, LE) and return the value that satisfied
+ * it. OpenSHMEM 1.5 §9.10 (shmem_signal_wait_until).
+ *
+ * Collective over the work-group; no command is sent (the word is polled in
+ * local memory, relaxed, with one acquire fence at the end). On failure --
+ * CPNET_E_BAD_OP for an unknown cmp, the abort code, CPNET_E_TIMEOUT after
+ * handle.wait_timeout_ns (reported in the status block) -- returns the last
+ * value seen, and cpnet_ctx_last_error() gives the code.
+ */
+__device__ inline uint64_t cpnet_signal_wait_until(cpnet_ctx_t* ctx, uint64_t* sig_addr, int cmp,
+                                                   uint64_t cmp_value)
+{
+    cpnet_detail::wait_until<uint64_t>(ctx, sig_addr, cmp, cmp_value);
+    return ctx->val;
+}
+
+/* ======================================================================== */
+/* Point-to-point synchronization (OpenSHMEM 1.5 §9.10)                        */
+/* ======================================================================== */
+
+/**
+ * Typed point-to-point synchronization on LOCAL symmetric memory, for every
+ * (NAME, TYPE) of CPNET_P2P_TYPES (int, long, longlong, uint, ulong,
+ * ulonglong, int32, int64, uint32, uint64, size, ptrdiff). Comparisons are
+ * in TYPE (signed types compare signed). No command is sent; `ivar` is
+ * written by other PEs through the proxy. Both collective over the
+ * work-group.
+ *
+ *   int cpnet_NAME_wait_until(ctx, TYPE* ivar, int cmp, TYPE cmp_value)
+ *       -- §9.10.1 (shmem_TYPENAME_wait_until): block until
+ *          `*ivar cmp cmp_value`; then data delivered before ivar's update is
+ *          visible to every thread. Returns CPNET_E_OK, CPNET_E_BAD_OP (unknown
+ *          cmp), the abort code, or CPNET_E_TIMEOUT after
+ *          handle.wait_timeout_ns (reported in the status block: dev_addr =
+ *          ivar's heap offset, dev_expected = cmp_value, dev_found = the last
+ *          value, dev_cmp = cmp).
+ *   int cpnet_NAME_test(ctx, TYPE* ivar, int cmp, TYPE cmp_value)
+ *       -- §9.10 (shmem_TYPENAME_test): 1 if `*ivar cmp cmp_value` now, else
+ *          0 (also for an unknown cmp; cpnet_ctx_last_error says
+ *          CPNET_E_BAD_OP).
+ */
+#define CPNET_DEFINE_P2P(NAME, TYPE)                                                                \
+    __device__ inline int cpnet_##NAME##_wait_until(cpnet_ctx_t* ctx, TYPE* ivar, int cmp,          \
+                                                    TYPE cmp_value)                                 \
+    {                                                                                               \
+        return cpnet_detail::wait_until<TYPE>(ctx, ivar, cmp, cmp_value);                           \
+    }                                                                                               \
+    __device__ inline int cpnet_##NAME##_test(cpnet_ctx_t* ctx, TYPE* ivar, int cmp, TYPE cmp_value) \
+    {                                                                                               \
+        return cpnet_detail::test<TYPE>(ctx, ivar, cmp, cmp_value);                                 \
+    }
+CPNET_P2P_TYPES(CPNET_DEFINE_P2P)
+#undef CPNET_DEFINE_P2P
+
+/* ======================================================================== */
+/* Memory ordering (OpenSHMEM 1.5 §9.11) and the barrier (§9.9.1)             */
+/* ======================================================================== */
+
+/**
+ * Complete every operation issued on this context: when it returns, every
+ * earlier put, put-with-signal and AMO is complete and visible at its target,
+ * every non-blocking get has delivered its data (visible to every thread of
+ * the block). OpenSHMEM 1.5 §9.11.2 (shmem_ctx_quiet).
+ *
+ * Collective over the work-group. Sends CPNET_OP_QUIET (so the proxy can
+ * flush), then waits until the queue's completed count reaches the producer's
+ * write index. Returns CPNET_E_OK if no operation since the previous quiet
+ * failed; otherwise, in this order: the quiet's own wait failure (abort code,
+ * CPNET_E_TIMEOUT); the first device-side failure of an earlier call (a full
+ * ring that timed out, an abort); the proxy's error code of the LAST command
+ * it rejected since the previous quiet (ctl.error_seq moved; this includes
+ * errors a blocking call already returned).
+ */
+__device__ inline int cpnet_quiet(cpnet_ctx_t* ctx)
+{
+    return cpnet_detail::collective(ctx, [&]() -> int { return cpnet_detail::drain(ctx, CPNET_OP_QUIET); });
+}
+
+/**
+ * Order delivery: every put, put-with-signal and AMO issued on this context
+ * to a PE before the fence is delivered before any issued to the same PE
+ * after it. Does not wait. OpenSHMEM 1.5 §9.11.1 (shmem_ctx_fence).
+ * Collective over the work-group; an enqueue failure surfaces at quiet.
+ */
+__device__ inline void cpnet_fence(cpnet_ctx_t* ctx)
+{
+    cpnet_cmd_t c = {};
+    c.opcode = CPNET_OP_FENCE;
+    cpnet_detail::enqueue_nbi(ctx, c);
+}
+
+/**
+ * Quiet, then a barrier across all PEs: when it returns on any PE, every PE
+ * has entered it and every operation each of them issued before it is
+ * complete. OpenSHMEM 1.5 §9.9.1 (shmem_barrier_all).
+ *
+ * Collective over the work-group AND a PE-level collective: exactly ONE
+ * work-group per PE calls it, the same number of times on every PE (the
+ * proxy counts one arrival per PE; a second work-group of the same PE would
+ * stand for a second barrier). Other work-groups of the PE are not
+ * synchronized by it; order them against it in the kernel (e.g. a grid
+ * barrier) if needed. One command (CPNET_OP_BARRIER_ALL, which the proxy
+ * executes as quiet + barrier), waited for like cpnet_quiet; returns as
+ * cpnet_quiet.
+ */
+__device__ inline int cpnet_barrier_all(cpnet_ctx_t* ctx)
+{
+    return cpnet_detail::collective(ctx,
+                                    [&]() -> int { return cpnet_detail::drain(ctx, CPNET_OP_BARRIER_ALL); });
+}
+
+/* ======================================================================== */
+/* Atomic memory operations (OpenSHMEM 1.5 §9.7)                              */
+/* ======================================================================== */
+
+/**
+ * Typed AMOs on a symmetric TYPE `dest` at PE `pe`, atomic with respect to
+ * every other cpnet AMO and signal operation on the same word (not to plain
+ * loads/stores or to other libraries' atomics). All collective over the
+ * work-group; the fetched value is the same in every thread.
+ *
+ * Operands travel ZERO-EXTENDED: the low sizeof(TYPE) bytes of the command's
+ * `value` / `cond` hold TYPE's bit pattern, the upper bytes are 0, also for
+ * signed types; the proxy truncates them to `size` = sizeof(TYPE) and
+ * interprets them by `dtype` (CPNET_T_INT32/UINT32/INT64/UINT64; float and
+ * double travel as the unsigned type of their size). Fetched values are the
+ * low sizeof(TYPE) bytes of ctl.result.
+ *
+ * FETCHING forms are blocking and return the old value (0 on failure; see
+ * cpnet_ctx_last_error): atomic_fetch, atomic_swap, atomic_compare_swap,
+ * atomic_fetch_add, atomic_fetch_inc, atomic_fetch_and/or/xor.
+ * NON-FETCHING forms (atomic_set, atomic_add, atomic_inc, atomic_and/or/xor)
+ * are FIRE-AND-FORGET, as OpenSHMEM allows: they return once the command is
+ * queued (the operand is in the command, nothing is left to reuse), complete
+ * in order with the context's other operations, and are complete -- their
+ * errors reported -- at cpnet_quiet.
+ *
+ * For every (NAME, TYPE) of CPNET_AMO_STANDARD_TYPES (int, long, longlong,
+ * uint, ulong, ulonglong, int32, int64, uint32, uint64, size, ptrdiff):
+ *   TYPE cpnet_NAME_atomic_fetch(ctx, const TYPE* source, int pe)           §9.7.2
+ *   void cpnet_NAME_atomic_set(ctx, TYPE* dest, TYPE value, int pe)         §9.7.3
+ *   TYPE cpnet_NAME_atomic_compare_swap(ctx, TYPE* dest, TYPE cond, TYPE value, int pe)
+ *        -- stores value if *dest == cond; returns the old *dest            §9.7.4
+ *   TYPE cpnet_NAME_atomic_swap(ctx, TYPE* dest, TYPE value, int pe)        §9.7.5
+ *   TYPE cpnet_NAME_atomic_fetch_inc(ctx, TYPE* dest, int pe)               §9.7.6
+ *   void cpnet_NAME_atomic_inc(ctx, TYPE* dest, int pe)                     §9.7.7
+ *   TYPE cpnet_NAME_atomic_fetch_add(ctx, TYPE* dest, TYPE value, int pe)   §9.7.8
+ *   void cpnet_NAME_atomic_add(ctx, TYPE* dest, TYPE value, int pe)         §9.7.9
+ * For float and double (CPNET_AMO_EXTENDED_ONLY_TYPES): atomic_fetch,
+ * atomic_set, atomic_swap as above.
+ * For every (NAME, TYPE) of CPNET_AMO_BITWISE_TYPES (uint, ulong, ulonglong,
+ * int32, int64, uint32, uint64):
+ *   TYPE cpnet_NAME_atomic_fetch_and / _fetch_or / _fetch_xor(ctx, TYPE* dest, TYPE value, int pe)
+ *   void cpnet_NAME_atomic_and / _or / _xor(ctx, TYPE* dest, TYPE value, int pe)
+ *                                                                           §9.7.10-15
+ * Errors (from the proxy): CPNET_E_BAD_PE, CPNET_E_BAD_ADDR, CPNET_E_BAD_ALIGN
+ * (dest not aligned to sizeof(TYPE)), CPNET_E_PEER_DEAD, CPNET_E_FABRIC; and
+ * the wait failures (abort code, CPNET_E_TIMEOUT).
+ */
+#define CPNET_DEFINE_AMO_EXTENDED(NAME, TYPE, DT)                                                  \
+    __device__ inline TYPE cpnet_##NAME##_atomic_fetch(cpnet_ctx_t* ctx, const TYPE* source, int pe) \
+    {                                                                                              \
+        return cpnet_detail::from_bits<TYPE>(cpnet_detail::fetch_blocking(                         \
+            ctx, cpnet_detail::amo_cmd<TYPE>(ctx, source, CPNET_AMO_FETCH, DT, (TYPE)0, (TYPE)0, pe))); \
+    }                                                                                              \
+    __device__ inline void cpnet_##NAME##_atomic_set(cpnet_ctx_t* ctx, TYPE* dest, TYPE value, int pe) \
+    {                                                                                              \
+        cpnet_detail::enqueue_nbi(                                                                 \
+            ctx, cpnet_detail::amo_cmd<TYPE>(ctx, dest, CPNET_AMO_SET, DT, value, (TYPE)0, pe));     \
+    }                                                                                              \
+    __device__ inline TYPE cpnet_##NAME##_atomic_swap(cpnet_ctx_t* ctx, TYPE* dest, TYPE value, int pe) \
+    {                                                                                              \
+        return cpnet_detail::from_bits<TYPE>(cpnet_detail::fetch_blocking(                         \
+            ctx, cpnet_detail::amo_cmd<TYPE>(ctx, dest, CPNET_AMO_SWAP, DT, value, (TYPE)0, pe)));   \
+    }
+
+#define CPNET_DEFINE_AMO_STANDARD(NAME, TYPE, DT)                                                  \
+    CPNET_DEFINE_AMO_EXTENDED(NAME, TYPE, DT)                                                      \
+    __device__ inline TYPE cpnet_##NAME##_atomic_compare_swap(cpnet_ctx_t* ctx, TYPE* dest,        \
+                                                              TYPE cond, TYPE value, int pe)       \
+    {                                                                                              \
+        return cpnet_detail::from_bits<TYPE>(cpnet_detail::fetch_blocking(                         \
+            ctx, cpnet_detail::amo_cmd<TYPE>(ctx, dest, CPNET_AMO_COMPARE_SWAP, DT, value, cond, pe))); \
+    }                                                                                              \
+    __device__ inline TYPE cpnet_##NAME##_atomic_fetch_add(cpnet_ctx_t* ctx, TYPE* dest, TYPE value, \
+                                                           int pe)                                 \
+    {                                                                                              \
+        return cpnet_detail::from_bits<TYPE>(cpnet_detail::fetch_blocking(                         \
+            ctx, cpnet_detail::amo_cmd<TYPE>(ctx, dest, CPNET_AMO_FETCH_ADD, DT, value, (TYPE)0, pe))); \
+    }                                                                                              \
+    __device__ inline void cpnet_##NAME##_atomic_add(cpnet_ctx_t* ctx, TYPE* dest, TYPE value, int pe) \
+    {                                                                                              \
+        cpnet_detail::enqueue_nbi(                                                                 \
+            ctx, cpnet_detail::amo_cmd<TYPE>(ctx, dest, CPNET_AMO_ADD, DT, value, (TYPE)0, pe));     \
+    }                                                                                              \
+    __device__ inline TYPE cpnet_##NAME##_atomic_fetch_inc(cpnet_ctx_t* ctx, TYPE* dest, int pe)   \
+    {                                                                                              \
+        return cpnet_detail::from_bits<TYPE>(cpnet_detail::fetch_blocking(                         \
+            ctx, cpnet_detail::amo_cmd<TYPE>(ctx, dest, CPNET_AMO_FETCH_ADD, DT, (TYPE)1, (TYPE)0, pe))); \
+    }                                                                                              \
+    __device__ inline void cpnet_##NAME##_atomic_inc(cpnet_ctx_t* ctx, TYPE* dest, int pe)         \
+    {                                                                                              \
+        cpnet_detail::enqueue_nbi(                                                                 \
+            ctx, cpnet_detail::amo_cmd<TYPE>(ctx, dest, CPNET_AMO_ADD, DT, (TYPE)1, (TYPE)0, pe));   \
+    }
+
+/* OP is "_and", "_or", "_xor": "and", "or", "xor" are C++ alternative tokens. */
+#define CPNET_DEFINE_AMO_BITWISE_OP(NAME, TYPE, DT, OP, FETCH_SUBOP, SUBOP)                        \
+    __device__ inline TYPE cpnet_##NAME##_atomic_fetch##OP(cpnet_ctx_t* ctx, TYPE* dest, TYPE value, \
+                                                            int pe)                                \
+    {                                                                                              \
+        return cpnet_detail::from_bits<TYPE>(cpnet_detail::fetch_blocking(                         \
+            ctx, cpnet_detail::amo_cmd<TYPE>(ctx, dest, FETCH_SUBOP, DT, value, (TYPE)0, pe)));      \
+    }                                                                                              \
+    __device__ inline void cpnet_##NAME##_atomic##OP(cpnet_ctx_t* ctx, TYPE* dest, TYPE value, int pe) \
+    {                                                                                              \
+        cpnet_detail::enqueue_nbi(ctx,                                                             \
+                                  cpnet_detail::amo_cmd<TYPE>(ctx, dest, SUBOP, DT, value, (TYPE)0, pe)); \
+    }
+
+#define CPNET_DEFINE_AMO_BITWISE(NAME, TYPE, DT)                                                   \
+    CPNET_DEFINE_AMO_BITWISE_OP(NAME, TYPE, DT, _and, CPNET_AMO_FETCH_AND, CPNET_AMO_AND)           \
+    CPNET_DEFINE_AMO_BITWISE_OP(NAME, TYPE, DT, _or, CPNET_AMO_FETCH_OR, CPNET_AMO_OR)              \
+    CPNET_DEFINE_AMO_BITWISE_OP(NAME, TYPE, DT, _xor, CPNET_AMO_FETCH_XOR, CPNET_AMO_XOR)
+
+CPNET_AMO_STANDARD_TYPES(CPNET_DEFINE_AMO_STANDARD)
+CPNET_AMO_EXTENDED_ONLY_TYPES(CPNET_DEFINE_AMO_EXTENDED)
+CPNET_AMO_BITWISE_TYPES(CPNET_DEFINE_AMO_BITWISE)
+#undef CPNET_DEFINE_AMO_EXTENDED
+#undef CPNET_DEFINE_AMO_STANDARD
+#undef CPNET_DEFINE_AMO_BITWISE_OP
+#undef CPNET_DEFINE_AMO_BITWISE
+
+#endif /* CPNET_DEVICE_CUH */
