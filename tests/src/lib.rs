@@ -1,0 +1,1 @@
+//! cpnet integration tests live in tests/.
