@@ -186,9 +186,15 @@ impl Compiled {
 }
 
 /// The library names searched for libnvrtc, in order (cudarc's list for
-/// `nvrtc`).
+/// `nvrtc`, without repeats).
 pub fn library_candidates() -> Vec<String> {
-    cudarc::get_lib_name_candidates("nvrtc")
+    let mut names: Vec<String> = Vec::new();
+    for n in cudarc::get_lib_name_candidates("nvrtc") {
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    }
+    names
 }
 
 /// Whether libnvrtc can be loaded here.

@@ -780,6 +780,8 @@ __device__ inline int cpnet_barrier_all(cpnet_ctx_t* ctx)
 #define CPNET_DEFINE_AMO_EXTENDED(NAME, TYPE, DT)                                                  \
     __device__ inline TYPE cpnet_##NAME##_atomic_fetch(cpnet_ctx_t* ctx, const TYPE* source, int pe) \
     {                                                                                              \
+        static_assert(sizeof(TYPE) == (((DT) == CPNET_T_INT32 || (DT) == CPNET_T_UINT32) ? 4 : 8),  \
+                      "cpnet: " #NAME " does not have the size of its AMO type");                 \
         return cpnet_detail::from_bits<TYPE>(cpnet_detail::fetch_blocking(                         \
             ctx, cpnet_detail::amo_cmd<TYPE>(ctx, source, CPNET_AMO_FETCH, DT, (TYPE)0, (TYPE)0, pe))); \
     }                                                                                              \
