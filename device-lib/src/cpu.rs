@@ -461,16 +461,24 @@ impl CpuCtx {
         self.issue_wait(Cmd::nop(), false).map(drop)
     }
 
-    fn put_cmd(&self, dest: SymAddr, source: SymAddr, nbytes: u64, pe: i32) -> Result<Cmd> {
-        if nbytes > 0 && nbytes <= layout::CPNET_INLINE_MAX as u64 {
-            // Small puts travel inline, as on the GPU: read the source now.
-            let mut buf = [0u8; 8];
-            let n = nbytes as usize;
-            self.pe.heap.read_bytes(source, &mut buf[..n]).map_err(|c| self.local_err("putmem", pe, source, c))?;
-            Ok(Cmd::put_inline(pe, dest.0, &buf[..n]).expect("at most 8 bytes"))
-        } else {
-            Ok(Cmd::put(pe, dest.0, source.0, nbytes))
+    /// The source bytes of a put small enough to travel inline (1 to 8
+    /// bytes, as on the GPU), read from the local heap now; `None` for a put
+    /// that references its source by heap offset.
+    fn inline_source(&self, op: &'static str, source: SymAddr, nbytes: u64, pe: i32) -> Result<Option<([u8; 8], usize)>> {
+        if nbytes == 0 || nbytes > layout::CPNET_INLINE_MAX as u64 {
+            return Ok(None);
         }
+        let mut buf = [0u8; 8];
+        let n = nbytes as usize;
+        self.pe.heap.read_bytes(source, &mut buf[..n]).map_err(|c| self.local_err(op, pe, source, c))?;
+        Ok(Some((buf, n)))
+    }
+
+    fn put_cmd(&self, dest: SymAddr, source: SymAddr, nbytes: u64, pe: i32) -> Result<Cmd> {
+        Ok(match self.inline_source("putmem", source, nbytes, pe)? {
+            Some((buf, n)) => Cmd::put_inline(pe, dest.0, &buf[..n]).expect("at most 8 bytes"),
+            None => Cmd::put(pe, dest.0, source.0, nbytes),
+        })
     }
 
     /// Copy `nbytes` bytes from local symmetric `source` to symmetric `dest`
@@ -545,14 +553,12 @@ impl CpuCtx {
         sig_op: SignalOp,
         pe: i32,
     ) -> Result<Cmd> {
-        if nbytes > 0 && nbytes <= layout::CPNET_INLINE_MAX as u64 {
-            let mut buf = [0u8; 8];
-            let n = nbytes as usize;
-            self.pe.heap.read_bytes(source, &mut buf[..n]).map_err(|c| self.local_err("putmem_signal", pe, source, c))?;
-            Ok(Cmd::put_signal_inline(pe, dest.0, &buf[..n], sig_addr.0, signal, sig_op).expect("at most 8 bytes"))
-        } else {
-            Ok(Cmd::put_signal(pe, dest.0, source.0, nbytes, sig_addr.0, signal, sig_op))
-        }
+        Ok(match self.inline_source("putmem_signal", source, nbytes, pe)? {
+            Some((buf, n)) => {
+                Cmd::put_signal_inline(pe, dest.0, &buf[..n], sig_addr.0, signal, sig_op).expect("at most 8 bytes")
+            }
+            None => Cmd::put_signal(pe, dest.0, source.0, nbytes, sig_addr.0, signal, sig_op),
+        })
     }
 
     /// Put `nbytes` from `source` to `dest` on `pe`, then update the 64-bit
