@@ -310,6 +310,24 @@ c_enum!(
 );
 
 impl AmoOp {
+    /// The OpenSHMEM 1.5 routine name (§9.7), e.g. `"atomic_fetch_add"`.
+    pub fn shmem_name(self) -> &'static str {
+        match self {
+            AmoOp::Fetch => "atomic_fetch",
+            AmoOp::Set => "atomic_set",
+            AmoOp::Swap => "atomic_swap",
+            AmoOp::CompareSwap => "atomic_compare_swap",
+            AmoOp::FetchAdd => "atomic_fetch_add",
+            AmoOp::Add => "atomic_add",
+            AmoOp::FetchAnd => "atomic_fetch_and",
+            AmoOp::And => "atomic_and",
+            AmoOp::FetchOr => "atomic_fetch_or",
+            AmoOp::Or => "atomic_or",
+            AmoOp::FetchXor => "atomic_fetch_xor",
+            AmoOp::Xor => "atomic_xor",
+        }
+    }
+
     /// Whether the operation returns the old value.
     pub fn fetches(self) -> bool {
         matches!(

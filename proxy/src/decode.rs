@@ -108,6 +108,42 @@ impl Op {
             Op::Nop | Op::Fence | Op::Quiet | Op::BarrierAll => None,
         }
     }
+
+    /// The operation's name, as error reports print it (`"putmem"`,
+    /// `"getmem"`, `"atomic_fetch_add"`, ...).
+    pub fn name(&self) -> &'static str {
+        match *self {
+            Op::Nop => "nop",
+            Op::Put { src: PutSrc::Inline(_), .. } => "p (inline put)",
+            Op::Put { .. } => "putmem",
+            Op::Get { dst: GetDst::Result, .. } => "g (inline get)",
+            Op::Get { .. } => "getmem",
+            Op::PutSignal { .. } => "putmem_signal",
+            Op::Amo { op, .. } => op.shmem_name(),
+            Op::Fence => "fence",
+            Op::Quiet => "quiet",
+            Op::BarrierAll => "barrier_all",
+        }
+    }
+
+    /// The remote heap offset the operation touches at its target PE (the
+    /// source of a get, the destination otherwise); 0 for ordering ops.
+    pub fn addr(&self) -> u64 {
+        match *self {
+            Op::Put { dst, .. } | Op::PutSignal { dst, .. } | Op::Amo { dst, .. } => dst,
+            Op::Get { src, .. } => src,
+            Op::Nop | Op::Fence | Op::Quiet | Op::BarrierAll => 0,
+        }
+    }
+
+    /// Bytes moved (the element size for an AMO); 0 for ordering ops.
+    pub fn size(&self) -> u64 {
+        match *self {
+            Op::Put { size, .. } | Op::PutSignal { size, .. } | Op::Get { size, .. } => size,
+            Op::Amo { ty, .. } => ty.size(),
+            Op::Nop | Op::Fence | Op::Quiet | Op::BarrierAll => 0,
+        }
+    }
 }
 
 fn range(off: u64, size: u64, lim: &Limits) -> Result<(), ErrorCode> {

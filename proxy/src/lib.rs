@@ -8,10 +8,12 @@
 //! - [`local`]: execution of operations that target this PE's host heap;
 //! - [`service`]: the service loop, the [`service::Transport`] trait and the
 //!   loopback transport;
-//! - [`fabric`]: a safe layer over libfabric (`cpnet-fabric-sys`).
+//! - [`fabric`]: a safe layer over libfabric (`cpnet-fabric-sys`);
+//! - [`transport`]: the libfabric transport (RMA, atomics, ordering, barrier).
 #![warn(missing_docs)]
 
 pub mod decode;
 pub mod fabric;
 pub mod local;
 pub mod service;
+pub mod transport;

@@ -36,15 +36,30 @@ pub enum Submit {
     Busy,
 }
 
+/// An operation a transport finished after posting it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Finished {
+    /// Which command.
+    pub tag: Tag,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// The operation, so a failure report can name it, its PE and address.
+    pub op: Op,
+}
+
 /// Carries validated operations to their target PEs. Implementations never
 /// block: an operation either finishes at once, is posted, or is refused
 /// for now.
-pub trait Transport: Send {
+///
+/// A transport lives on the service thread that created it (libfabric
+/// objects opened with `FI_THREAD_DOMAIN` are used from one thread), so the
+/// trait does not require `Send`: build the transport inside the thread.
+pub trait Transport {
     /// Start `op` (already validated) for `tag`.
     fn submit(&mut self, tag: Tag, op: &Op) -> Submit;
     /// Drive progress (manual-progress providers need it, also for the
     /// operations other PEs target at us); append finished operations to `done`.
-    fn progress(&mut self, done: &mut Vec<(Tag, Outcome)>);
+    fn progress(&mut self, done: &mut Vec<Finished>);
     /// Whether a barrier across all PEs has completed, starting it if
     /// `start` (called repeatedly until it returns true).
     fn barrier(&mut self, start: bool) -> Result<bool, ErrorCode>;
@@ -95,7 +110,7 @@ pub struct Service<T: Transport> {
     transport: T,
     limits: Limits,
     my_pe: i32,
-    done: Vec<(Tag, Outcome)>,
+    done: Vec<Finished>,
     errors: Vec<CommandError>,
 }
 
@@ -151,26 +166,26 @@ impl<T: Transport> Service<T> {
         q.consumer.complete(seq, Outcome::Failed(code));
     }
 
-    fn record_failure(&mut self, tag: Tag, code: ErrorCode) {
+    fn record_failure(&mut self, tag: Tag, op: &Op, code: ErrorCode) {
         let q = &self.queues[tag.queue as usize];
         let e = CommandError {
             my_pe: self.my_pe,
             wg: q.consumer.mem().owner(),
             queue: tag.queue,
             seq: tag.seq,
-            op: "operation",
-            pe: -1,
-            addr: 0,
-            size: 0,
+            op: op.name(),
+            pe: op.pe().unwrap_or(self.my_pe),
+            addr: op.addr(),
+            size: op.size(),
             code,
         };
         tracing::error!("{e}");
         self.errors.push(e);
     }
 
-    fn finish(&mut self, tag: Tag, outcome: Outcome) {
+    fn finish(&mut self, tag: Tag, op: &Op, outcome: Outcome) {
         if let Outcome::Failed(code) = outcome {
-            self.record_failure(tag, code);
+            self.record_failure(tag, op, code);
         }
         self.queues[tag.queue as usize].consumer.complete(tag.seq, outcome);
     }
@@ -179,7 +194,7 @@ impl<T: Transport> Service<T> {
     fn submit(&mut self, qi: usize, seq: u64, op: Op) -> bool {
         let tag = Tag { queue: qi as u32, seq };
         match self.transport.submit(tag, &op) {
-            Submit::Done(o) => self.finish(tag, o),
+            Submit::Done(o) => self.finish(tag, &op, o),
             Submit::Pending => {}
             Submit::Busy => {
                 self.queues[qi].retry = Some((seq, op));
@@ -196,8 +211,8 @@ impl<T: Transport> Service<T> {
         self.transport.progress(&mut self.done);
         let done = std::mem::take(&mut self.done);
         work += done.len();
-        for &(tag, o) in &done {
-            self.finish(tag, o);
+        for f in &done {
+            self.finish(f.tag, &f.op, f.outcome);
         }
         self.done = done;
         self.done.clear();
@@ -305,7 +320,7 @@ impl Transport for LoopbackTransport {
         Submit::Done(crate::local::apply_local(&self.heap, op))
     }
 
-    fn progress(&mut self, _done: &mut Vec<(Tag, Outcome)>) {}
+    fn progress(&mut self, _done: &mut Vec<Finished>) {}
 
     fn barrier(&mut self, _start: bool) -> Result<bool, ErrorCode> {
         Ok(true)

@@ -2,10 +2,17 @@
 //!
 //! The host API of cpnet (init, PE info, symmetric heap, CPU work-groups and
 //! GPU kernels, barrier, finalize), bootstrap and the `cpnet-run` launcher.
-//! Under construction: the foundation (queue, device API, CPU work-group,
-//! proxy service loop) lives in `cpnet-device` and `cpnet-proxy` and is
-//! re-exported here.
+//!
+//! - [`env`]: every environment variable cpnet reads, in one place;
+//! - [`bootstrap`]: the TCP rendezvous (allgather, barrier, peer-failure
+//!   notices) and the server that `cpnet-run` (or PE 0 under mpirun/srun) runs;
+//! - [`pe`]: the host API proper ([`Pe`]).
 #![warn(missing_docs)]
+
+pub mod bootstrap;
+pub mod env;
+pub mod pe;
 
 pub use cpnet_device as device;
 pub use cpnet_proxy as proxy;
+pub use pe::{Pe, WorkGroup};

@@ -1,0 +1,716 @@
+//! The libfabric transport: one RDM endpoint per service thread, carrying
+//! validated operations to other PEs as one-sided RMA and atomics
+//! (fi_rma(3), fi_atomic(3)), and the dissemination barrier.
+//!
+//! # Shape
+//!
+//! Every PE registers one contiguous host region: the symmetric heap
+//! (`heap_size` bytes, what commands may address) followed by
+//! [`INTERNAL_BYTES`] for the proxy itself (barrier flags). Service thread
+//! `t` of every PE opens its own fabric, domain, completion queue, address
+//! vector and endpoint, registers the whole region in its domain, and talks
+//! only to thread `t` of the other PEs ([`PeerCard`]s are exchanged at init
+//! through the bootstrap). So every PE must run the same number of service
+//! threads; the runtime makes that a collective parameter.
+//!
+//! # Ordering (DESIGN.md "Ordering")
+//!
+//! * Every write is posted with `FI_DELIVERY_COMPLETE`, and every atomic
+//!   (non-fetching AMOs, signals, barrier flags included) as a *fetching*
+//!   atomic whose result is discarded: a completion then means "visible at
+//!   the target", not just "local buffer free" (fi_cq(3) "Completion
+//!   semantics"). (Non-fetching `fi_atomicmsg` with `FI_DELIVERY_COMPLETE`
+//!   lost updates on shm 1.17: two back-to-back adds of 5 and 1 added 2.
+//!   A fetching atomic completes only after the target executed it, on
+//!   every provider.) So when
+//!   the service drains a queue for `fence`, `quiet` or `barrier_all`, every
+//!   earlier operation has landed, on providers without write-after-write
+//!   ordering (rxm with atomics) and without `FI_FENCE` alike.
+//! * `putmem_signal` runs in two stages: the data write, and only after its
+//!   delivery completion the signal atomic. A PE that sees the signal sees
+//!   the data.
+//! * Operations whose target is this PE run at once on the local heap
+//!   ([`crate::local::apply_local`]).
+//!
+//! # Atomicity
+//!
+//! Remote AMOs are executed by the provider at the target (rxm emulates
+//! them with messages the target's proxy executes while it polls; shm
+//! executes them in the target's progress), local ones with CPU atomics on
+//! the same words. The multi-PE tests check exact results of all AMOs under
+//! contention from every PE, local and remote mixed.
+//!
+//! # Never blocking
+//!
+//! Posting never waits: `-FI_EAGAIN`, or no free operation slot, makes
+//! [`Transport::submit`] return [`Submit::Busy`] and the service retries
+//! later. The second stage of a put-signal that meets `-FI_EAGAIN` waits in
+//! a deferred list that [`Transport::progress`] retries.
+
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64 as StdAtomicU64;
+
+use cpnet_device::cpu::{HeapView, SymAddr};
+use cpnet_device::layout::{AmoOp, AmoType, ErrorCode, SignalOp};
+use cpnet_device::ring::Outcome;
+use cpnet_device::sync::Ordering;
+use cpnet_fabric_sys as sys;
+
+use crate::decode::{GetDst, Op, PutSrc};
+use crate::fabric::{
+    AddressVector, AtomicOp, AtomicType, CompletionQueue, Domain, Endpoint, Fabric, FabricError, FiAddr, Info,
+    InfoRequest, LocalBuf, LocalBufMut, MemoryRegion, MrKey, Post, RemoteMemory, RemoteTarget,
+};
+use crate::local::apply_local;
+use crate::service::{Finished, Submit, Tag, Transport};
+
+/// Bytes after the symmetric heap that the proxy keeps for itself: the
+/// barrier's flag words (one `u64` per dissemination round, 64 rounds).
+pub const INTERNAL_BYTES: u64 = 4096;
+
+/// Operations one transport keeps in flight at most (fabric operations, not
+/// commands: a put-signal is one). More gives [`Submit::Busy`].
+pub const MAX_INFLIGHT: usize = 1024;
+
+/// Bytes of the region a PE registers for a heap of `heap_size` bytes: the
+/// heap rounded up to 64 bytes, then [`INTERNAL_BYTES`].
+pub fn region_len(heap_size: u64) -> u64 {
+    heap_size.next_multiple_of(64) + INTERNAL_BYTES
+}
+
+/// Which provider to open and where to bind it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FabricConfig {
+    /// libfabric provider, as `FI_PROVIDER` spells it: `"shm"` (one host),
+    /// `"tcp;ofi_rxm"` (any IP network), `"verbs;ofi_rxm"`, `"efa"`, `"cxi"`.
+    pub provider: String,
+    /// Local address to bind (IP providers), e.g. `"127.0.0.1"` for a
+    /// single-host job over tcp. `None`: the provider's choice.
+    pub src_node: Option<String>,
+}
+
+/// What a peer's thread `t` needs to reach this PE's thread `t`: the
+/// endpoint's address (fi_cm(3) `fi_getname`) and the region's key and
+/// base. Exchanged at init; [`PeerCard::to_bytes`] is the wire form.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerCard {
+    /// Endpoint name bytes.
+    pub name: Vec<u8>,
+    /// The registered region, as the provider addresses it.
+    pub mem: RemoteMemory,
+}
+
+impl PeerCard {
+    /// Little-endian: base u64, len u64, key u64, name length u32, name.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(28 + self.name.len());
+        b.extend_from_slice(&self.mem.base.to_le_bytes());
+        b.extend_from_slice(&self.mem.len.to_le_bytes());
+        b.extend_from_slice(&self.mem.key.0.to_le_bytes());
+        b.extend_from_slice(&(self.name.len() as u32).to_le_bytes());
+        b.extend_from_slice(&self.name);
+        b
+    }
+
+    /// Parses [`PeerCard::to_bytes`]; `None` if malformed.
+    pub fn from_bytes(b: &[u8]) -> Option<PeerCard> {
+        let u64_at = |i: usize| Some(u64::from_le_bytes(b.get(i..i + 8)?.try_into().ok()?));
+        let (base, len, key) = (u64_at(0)?, u64_at(8)?, u64_at(16)?);
+        let n = u32::from_le_bytes(b.get(24..28)?.try_into().ok()?) as usize;
+        let name = b.get(28..28 + n)?.to_vec();
+        (b.len() == 28 + n).then_some(PeerCard { name, mem: RemoteMemory { base, len, key: MrKey(key) } })
+    }
+}
+
+/// Fabric errors of [`FabricEndpoint::open`] / [`FabricEndpoint::connect`],
+/// with what was being done.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// A libfabric call failed.
+    #[error("PE {pe}: {what} (provider {provider}): {source}")]
+    Fabric {
+        /// This PE.
+        pe: i32,
+        /// The step.
+        what: &'static str,
+        /// The provider asked for.
+        provider: String,
+        /// The call and its return code.
+        source: FabricError,
+    },
+    /// A peer's card did not parse, or the cards disagree with the job.
+    #[error("PE {pe}: bad peer card from PE {peer}: {why}")]
+    BadCard {
+        /// This PE.
+        pe: i32,
+        /// The peer.
+        peer: i32,
+        /// Why.
+        why: String,
+    },
+}
+
+/// Thread-owned fabric objects before the peers are known: open it on the
+/// service thread, send [`FabricEndpoint::card`] to the other PEs, then
+/// [`FabricEndpoint::connect`] with theirs.
+pub struct FabricEndpoint {
+    // Field order is drop order: regions and the endpoint close before the
+    // arena they point into.
+    heap_mr: MemoryRegion,
+    arena_mr: MemoryRegion,
+    ep: Rc<Endpoint>,
+    av: Rc<AddressVector>,
+    cq: Rc<CompletionQueue>,
+    _domain: Rc<Domain>,
+    provider: String,
+    my_pe: i32,
+    region: HeapView,
+    heap_size: u64,
+    arena: Arena,
+}
+
+/// Per-slot scratch words the fabric reads (operands) and writes (results)
+/// behind Rust's back: reached only through raw pointers.
+struct Arena {
+    ptr: *mut u64,
+    slots: usize,
+}
+
+/// Words per slot: operand, compare, result, spare.
+const SLOT_WORDS: usize = 4;
+
+impl Arena {
+    fn new(slots: usize) -> Arena {
+        let b: Box<[u64]> = vec![0u64; slots * SLOT_WORDS].into_boxed_slice();
+        Arena { ptr: Box::into_raw(b).cast(), slots }
+    }
+    fn word(&self, slot: usize, w: usize) -> *mut u64 {
+        assert!(slot < self.slots && w < SLOT_WORDS);
+        // SAFETY: in bounds of the allocation (checked above).
+        unsafe { self.ptr.add(slot * SLOT_WORDS + w) }
+    }
+    fn bytes(&self) -> usize {
+        self.slots * SLOT_WORDS * 8
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: from Box::into_raw of a boxed slice of this length; every
+        // region over it and the endpoint that could write it closed first
+        // (field order of the owners).
+        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.slots * SLOT_WORDS)) });
+    }
+}
+
+impl FabricEndpoint {
+    /// Open provider `cfg` and register `region` (heap of `heap_size` bytes
+    /// followed by [`INTERNAL_BYTES`]) in a new domain. Call on the thread
+    /// that will use it.
+    ///
+    /// # Errors
+    /// [`TransportError::Fabric`] naming the step (`fi_getinfo` gives
+    /// `-FI_ENODATA` when the provider lacks RMA + atomics on RDM endpoints).
+    ///
+    /// # Panics
+    /// If `region` is shorter than [`region_len`]`(heap_size)`.
+    pub fn open(cfg: &FabricConfig, my_pe: i32, region: HeapView, heap_size: u64) -> Result<FabricEndpoint, TransportError> {
+        assert!(region.size() >= region_len(heap_size), "region too small for the heap and the internal area");
+        let err = |what: &'static str| {
+            let provider = cfg.provider.clone();
+            move |source| TransportError::Fabric { pe: my_pe, what, provider, source }
+        };
+        let mut req = InfoRequest::provider(&cfg.provider);
+        if let Some(n) = &cfg.src_node {
+            req = req.with_src_node(n);
+        }
+        let info = Info::get(&req).map_err(err("fi_getinfo (RMA + atomics, RDM endpoint)"))?;
+        let fabric = Fabric::open(&info).map_err(err("fi_fabric"))?;
+        let domain = Domain::open(&fabric).map_err(err("fi_domain"))?;
+        let cq = CompletionQueue::open(&domain, 2 * MAX_INFLIGHT).map_err(err("fi_cq_open"))?;
+        let av = AddressVector::open(&domain, 64).map_err(err("fi_av_open"))?;
+        let ep = Endpoint::open(&domain, &cq, &av).map_err(err("endpoint"))?;
+        // SAFETY: the runtime keeps the region allocated until every
+        // transport over it is dropped (it joins the service threads
+        // first), and touches it only through HeapView (raw copies and
+        // atomics), per MemoryRegion::register's contract.
+        let heap_mr = unsafe { MemoryRegion::register(&domain, region.base(), region.size() as usize, Some(&ep)) }
+            .map_err(err("fi_mr_reg (symmetric heap)"))?;
+        let arena = Arena::new(MAX_INFLIGHT);
+        // SAFETY: the arena is owned by `self` and dropped after the region
+        // (field order); it is only touched through raw pointers.
+        let arena_mr = unsafe { MemoryRegion::register(&domain, arena.ptr.cast(), arena.bytes(), Some(&ep)) }
+            .map_err(err("fi_mr_reg (operand arena)"))?;
+        tracing::debug!(
+            pe = my_pe,
+            provider = %info.provider_name(),
+            mr_mode = info.mr_mode(),
+            msg_order = info.msg_order(),
+            "fabric endpoint open"
+        );
+        Ok(FabricEndpoint {
+            heap_mr,
+            arena_mr,
+            ep,
+            av,
+            cq,
+            _domain: domain,
+            provider: cfg.provider.clone(),
+            my_pe,
+            region,
+            heap_size,
+            arena,
+        })
+    }
+
+    /// What the peers need to reach us.
+    pub fn card(&self) -> PeerCard {
+        PeerCard { name: self.ep.name().to_vec(), mem: self.heap_mr.remote() }
+    }
+
+    /// Insert every PE's card (index = PE; ours included, unused) and
+    /// become a transport. `barrier_epoch` is shared by every transport of
+    /// this PE (barriers are PE-wide, one at a time).
+    ///
+    /// # Errors
+    /// [`TransportError::BadCard`] for a region of the wrong size;
+    /// `fi_av_insert` failures.
+    pub fn connect(self, cards: &[PeerCard], barrier_epoch: Arc<StdAtomicU64>) -> Result<FabricTransport, TransportError> {
+        let my_pe = self.my_pe;
+        let mut peers = Vec::with_capacity(cards.len());
+        let mut remote = Vec::with_capacity(cards.len());
+        for (pe, card) in cards.iter().enumerate() {
+            if card.mem.len != self.region.size() {
+                return Err(TransportError::BadCard {
+                    pe: my_pe,
+                    peer: pe as i32,
+                    why: format!(
+                        "its region is {} bytes, ours {} (every PE must use the same CPNET_HEAP_SIZE)",
+                        card.mem.len,
+                        self.region.size()
+                    ),
+                });
+            }
+            let addr = if pe as i32 == my_pe {
+                FiAddr(sys::FI_ADDR_NOTAVAIL)
+            } else {
+                self.av.insert(&card.name).map_err(|source| TransportError::Fabric {
+                    pe: my_pe,
+                    what: "fi_av_insert (peer address)",
+                    provider: self.provider.clone(),
+                    source,
+                })?
+            };
+            peers.push(addr);
+            remote.push(card.mem);
+        }
+        let n_pes = cards.len() as i32;
+        let rounds = if n_pes <= 1 { 0 } else { 32 - ((n_pes - 1) as u32).leading_zeros() };
+        Ok(FabricTransport {
+            free: (0..MAX_INFLIGHT as u32).rev().collect(),
+            slots: vec![SlotState::default(); MAX_INFLIGHT],
+            deferred: VecDeque::new(),
+            peers,
+            remote,
+            n_pes,
+            flags: self.heap_size.next_multiple_of(64),
+            barrier: BarrierState { epoch: 0, round: 0, posted: false, failed: None },
+            rounds,
+            barrier_epoch,
+            poll_buf: vec![0; 64],
+            ep: Rc::clone(&self.ep),
+            inner: self,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+enum Stage {
+    #[default]
+    Free,
+    /// One fabric operation; its completion finishes the command.
+    Single,
+    /// The data write of a put-signal; the signal follows.
+    Data,
+    /// The signal atomic of a put-signal.
+    Signal,
+    /// A barrier flag increment (no command).
+    BarrierFlag,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct SlotState {
+    stage: Stage,
+    tag: Option<Tag>,
+    op: Option<Op>,
+}
+
+struct BarrierState {
+    epoch: u64,
+    round: u32,
+    posted: bool,
+    failed: Option<ErrorCode>,
+}
+
+/// The libfabric [`Transport`] of one service thread.
+pub struct FabricTransport {
+    free: Vec<u32>,
+    slots: Vec<SlotState>,
+    deferred: VecDeque<u32>,
+    peers: Vec<FiAddr>,
+    remote: Vec<RemoteMemory>,
+    n_pes: i32,
+    /// Region offset of the barrier flags.
+    flags: u64,
+    barrier: BarrierState,
+    rounds: u32,
+    barrier_epoch: Arc<StdAtomicU64>,
+    poll_buf: Vec<u64>,
+    ep: Rc<Endpoint>,
+    // Last: owns the regions, queues and the arena (see FabricEndpoint).
+    inner: FabricEndpoint,
+}
+
+fn fi_type(ty: AmoType) -> AtomicType {
+    match ty {
+        AmoType::Int32 => AtomicType::I32,
+        AmoType::Uint32 => AtomicType::U32,
+        AmoType::Int64 => AtomicType::I64,
+        AmoType::Uint64 => AtomicType::U64,
+    }
+}
+
+fn fi_op(op: AmoOp) -> AtomicOp {
+    match op {
+        AmoOp::Fetch => AtomicOp::Read,
+        AmoOp::Set | AmoOp::Swap => AtomicOp::Write,
+        AmoOp::CompareSwap => AtomicOp::Cswap,
+        AmoOp::FetchAdd | AmoOp::Add => AtomicOp::Sum,
+        AmoOp::FetchAnd | AmoOp::And => AtomicOp::Band,
+        AmoOp::FetchOr | AmoOp::Or => AtomicOp::Bor,
+        AmoOp::FetchXor | AmoOp::Xor => AtomicOp::Bxor,
+    }
+}
+
+/// The cpnet error for a fabric failure: unreachable peers are `PeerDead`.
+fn fabric_code(e: &FabricError) -> ErrorCode {
+    let c = e.code().saturating_abs();
+    if [sys::FI_ENOTCONN, sys::FI_ECONNREFUSED, sys::FI_ECONNRESET, sys::FI_ECONNABORTED, sys::FI_EHOSTUNREACH]
+        .contains(&c)
+    {
+        ErrorCode::PeerDead
+    } else {
+        ErrorCode::Fabric
+    }
+}
+
+fn mask(v: u64, bytes: u64) -> u64 {
+    if bytes >= 8 { v } else { v & ((1u64 << (8 * bytes)) - 1) }
+}
+
+const DC: u64 = sys::FI_DELIVERY_COMPLETE as u64;
+
+impl FabricTransport {
+    /// The provider in use.
+    pub fn provider(&self) -> &str {
+        &self.inner.provider
+    }
+
+    fn target(&self, pe: i32, off: u64, len: u64) -> RemoteTarget {
+        self.remote[pe as usize]
+            .target(self.peers[pe as usize], off, len)
+            .expect("decoder-checked range inside the peer's region")
+    }
+
+    fn heap_src(&self, off: u64) -> LocalBuf {
+        self.inner.heap_mr.local(off as usize)
+    }
+
+    fn arena_buf(&self, slot: u32, w: usize) -> LocalBufMut {
+        LocalBufMut { ptr: self.inner.arena.word(slot as usize, w).cast(), desc: self.inner.arena_mr.desc() }
+    }
+
+    fn arena_src(&self, slot: u32, w: usize) -> LocalBuf {
+        let b = self.arena_buf(slot, w);
+        LocalBuf { ptr: b.ptr, desc: b.desc }
+    }
+
+    fn set_word(&self, slot: u32, w: usize, v: u64) {
+        // SAFETY: the slot is ours (not posted) so the fabric does not touch
+        // its words now; in bounds (Arena::word).
+        unsafe { self.inner.arena.word(slot as usize, w).write(v) }
+    }
+
+    fn get_word(&self, slot: u32, w: usize) -> u64 {
+        // SAFETY: the slot's operation completed (its completion was read),
+        // so the fabric no longer writes it; in bounds.
+        unsafe { self.inner.arena.word(slot as usize, w).read() }
+    }
+
+    /// Post the fabric operation for `slot`'s current stage.
+    fn post(&mut self, slot: u32) -> Result<Post, FabricError> {
+        let st = self.slots[slot as usize];
+        let ctx = u64::from(slot);
+        let op = st.op;
+        // SAFETY (for every post below): local buffers are inside the heap
+        // region (decoder-checked ranges) or in this slot's arena words,
+        // both registered in this domain and alive until the completion is
+        // read (the slot stays out of the free list until then); remote
+        // targets are built by RemoteMemory::target from the peer's card and
+        // the peer came from our AV.
+        match (st.stage, op) {
+            (Stage::Data, Some(Op::PutSignal { pe, dst, src, size, .. }))
+            | (Stage::Single, Some(Op::Put { pe, dst, src, size })) => {
+                let buf = match src {
+                    PutSrc::Heap(off) => self.heap_src(off),
+                    PutSrc::Inline(bits) => {
+                        self.set_word(slot, 0, bits);
+                        self.arena_src(slot, 0)
+                    }
+                };
+                let t = self.target(pe, dst, size);
+                // SAFETY: see above.
+                unsafe { self.ep.writemsg(buf, size as usize, t, ctx, DC) }
+            }
+            (Stage::Signal, Some(Op::PutSignal { pe, sig, signal, op, .. })) => {
+                self.set_word(slot, 0, signal);
+                let fop = match op {
+                    SignalOp::Set => AtomicOp::Write,
+                    SignalOp::Add => AtomicOp::Sum,
+                };
+                let t = self.target(pe, sig, 8);
+                // SAFETY: see above.
+                unsafe { self.ep.fetch_atomic(fop, AtomicType::U64, self.arena_src(slot, 0), self.arena_buf(slot, 2), 1, t, ctx) }
+            }
+            (Stage::Single, Some(Op::Get { pe, dst, src, size })) => {
+                let buf = match dst {
+                    GetDst::Heap(off) => self.inner.heap_mr.local_mut(off as usize),
+                    GetDst::Result => {
+                        self.set_word(slot, 2, 0);
+                        self.arena_buf(slot, 2)
+                    }
+                };
+                let t = self.target(pe, src, size);
+                // SAFETY: see above.
+                unsafe { self.ep.read(buf, size as usize, t, ctx) }
+            }
+            (Stage::Single, Some(Op::Amo { pe, ty, op, dst, value, cond })) => {
+                self.set_word(slot, 0, value);
+                self.set_word(slot, 1, cond);
+                self.set_word(slot, 2, 0);
+                let t = self.target(pe, dst, ty.size());
+                let (fty, fop) = (fi_type(ty), fi_op(op));
+                let (src, cmp, res) = (self.arena_src(slot, 0), self.arena_src(slot, 1), self.arena_buf(slot, 2));
+                // SAFETY: see above (operands are little-endian words, so a
+                // 4-byte element reads the low half).
+                unsafe {
+                    match op {
+                        AmoOp::CompareSwap => self.ep.compare_atomic(fop, fty, src, cmp, res, 1, t, ctx),
+                        _ => self.ep.fetch_atomic(fop, fty, src, res, 1, t, ctx),
+                    }
+                }
+            }
+            (Stage::BarrierFlag, _) => {
+                let peer = (self.inner.my_pe + (1 << self.barrier.round)) % self.n_pes;
+                self.set_word(slot, 0, 1);
+                let t = self.target(peer, self.flags + 8 * u64::from(self.barrier.round), 8);
+                // SAFETY: see above (the flag word is in the internal area).
+                unsafe {
+                    self.ep.fetch_atomic(AtomicOp::Sum, AtomicType::U64, self.arena_src(slot, 0), self.arena_buf(slot, 2), 1, t, ctx)
+                }
+            }
+            (stage, op) => unreachable!("slot {slot} in stage {stage:?} with {op:?}"),
+        }
+    }
+
+    fn release(&mut self, slot: u32) {
+        self.slots[slot as usize] = SlotState::default();
+        self.free.push(slot);
+    }
+
+    fn fail(&mut self, slot: u32, e: &FabricError, done: &mut Vec<Finished>) {
+        let st = self.slots[slot as usize];
+        let code = fabric_code(e);
+        match (st.tag, st.op) {
+            (Some(tag), Some(op)) => {
+                tracing::error!(
+                    "PE {}: {} to PE {} at heap+{:#x} ({} bytes) failed in the fabric ({}): {e}",
+                    self.inner.my_pe,
+                    op.name(),
+                    op.pe().unwrap_or(-1),
+                    op.addr(),
+                    op.size(),
+                    self.inner.provider
+                );
+                done.push(Finished { tag, outcome: Outcome::Failed(code), op });
+            }
+            _ => {
+                tracing::error!("PE {}: barrier flag update failed ({}): {e}", self.inner.my_pe, self.inner.provider);
+                self.barrier.failed = Some(code);
+            }
+        }
+        self.release(slot);
+    }
+
+    fn completed(&mut self, slot: u32, done: &mut Vec<Finished>) {
+        let st = self.slots[slot as usize];
+        let outcome = match (st.stage, st.op) {
+            (Stage::Data, Some(_)) => {
+                self.slots[slot as usize].stage = Stage::Signal;
+                self.post_or_defer(slot, done);
+                return;
+            }
+            (Stage::Single, Some(Op::Get { dst: GetDst::Result, size, .. })) => {
+                Outcome::Value(mask(self.get_word(slot, 2), size))
+            }
+            (Stage::Single, Some(Op::Amo { ty, op, .. })) if op.fetches() => {
+                Outcome::Value(mask(self.get_word(slot, 2), ty.size()))
+            }
+            _ => Outcome::Done,
+        };
+        if let (Some(tag), Some(op)) = (st.tag, st.op) {
+            done.push(Finished { tag, outcome, op });
+        }
+        self.release(slot);
+    }
+
+    fn post_or_defer(&mut self, slot: u32, done: &mut Vec<Finished>) {
+        match self.post(slot) {
+            Ok(Post::Posted) => {}
+            Ok(Post::Again) => self.deferred.push_back(slot),
+            Err(e) => self.fail(slot, &e, done),
+        }
+    }
+
+    fn load_flag(&self, round: u32) -> u64 {
+        let a = self
+            .inner
+            .region
+            .atomic_u64(SymAddr(self.flags + 8 * u64::from(round)))
+            .expect("barrier flags lie in the internal area");
+        // Acquire: pairs with the provider's application of a peer's
+        // delivery-complete flag increment (made after that peer's earlier
+        // operations completed), so our later reads see its data.
+        a.load(Ordering::Acquire)
+    }
+}
+
+impl Transport for FabricTransport {
+    fn submit(&mut self, tag: Tag, op: &Op) -> Submit {
+        let Some(pe) = op.pe() else { return Submit::Done(apply_local(&self.inner.region, op)) };
+        if pe == self.inner.my_pe {
+            return Submit::Done(apply_local(&self.inner.region, op));
+        }
+        // Zero bytes move nothing (and some providers never complete an
+        // empty delivery-complete write): done at once; a put-signal goes
+        // straight to its signal.
+        let empty = op.size() == 0;
+        if empty && !matches!(op, Op::PutSignal { .. }) {
+            return Submit::Done(Outcome::Done);
+        }
+        let Some(slot) = self.free.pop() else { return Submit::Busy };
+        let stage = match op {
+            Op::PutSignal { .. } if empty => Stage::Signal,
+            Op::PutSignal { .. } => Stage::Data,
+            _ => Stage::Single,
+        };
+        self.slots[slot as usize] = SlotState { stage, tag: Some(tag), op: Some(*op) };
+        match self.post(slot) {
+            Ok(Post::Posted) => Submit::Pending,
+            Ok(Post::Again) => {
+                self.release(slot);
+                Submit::Busy
+            }
+            Err(e) => {
+                tracing::error!(
+                    "PE {}: posting {} to PE {pe} at heap+{:#x} failed ({}): {e}",
+                    self.inner.my_pe,
+                    op.name(),
+                    op.addr(),
+                    self.inner.provider
+                );
+                self.release(slot);
+                Submit::Done(Outcome::Failed(fabric_code(&e)))
+            }
+        }
+    }
+
+    fn progress(&mut self, done: &mut Vec<Finished>) {
+        for _ in 0..4 {
+            let mut buf = std::mem::take(&mut self.poll_buf);
+            let r = self.inner.cq.poll(&mut buf);
+            let n = match r {
+                Ok(n) => n,
+                Err(e) => {
+                    match e.op_context() {
+                        Some(ctx) if (ctx as usize) < self.slots.len() => self.fail(ctx as u32, &e, done),
+                        _ => tracing::error!("PE {}: completion queue: {e}", self.inner.my_pe),
+                    }
+                    self.poll_buf = buf;
+                    continue;
+                }
+            };
+            for &ctx in &buf[..n] {
+                self.completed(ctx as u32, done);
+            }
+            self.poll_buf = buf;
+            if n < 64 {
+                break;
+            }
+        }
+        for _ in 0..self.deferred.len() {
+            let Some(slot) = self.deferred.pop_front() else { break };
+            self.post_or_defer(slot, done);
+        }
+    }
+
+    fn barrier(&mut self, start: bool) -> Result<bool, ErrorCode> {
+        if self.n_pes <= 1 {
+            return Ok(true);
+        }
+        if start {
+            // Relaxed: barriers of one PE are sequential (barrier_all is
+            // called by one work-group at a time), so the counter only needs
+            // atomicity across this PE's service threads.
+            self.barrier.epoch = self.barrier_epoch.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            self.barrier.round = 0;
+            self.barrier.posted = false;
+            self.barrier.failed = None;
+        }
+        loop {
+            if let Some(code) = self.barrier.failed.take() {
+                return Err(code);
+            }
+            if self.barrier.round == self.rounds {
+                return Ok(true);
+            }
+            if !self.barrier.posted {
+                let Some(slot) = self.free.pop() else { return Ok(false) };
+                self.slots[slot as usize] = SlotState { stage: Stage::BarrierFlag, tag: None, op: None };
+                match self.post(slot) {
+                    Ok(Post::Posted) => self.barrier.posted = true,
+                    Ok(Post::Again) => {
+                        self.release(slot);
+                        return Ok(false);
+                    }
+                    Err(e) => {
+                        let mut sink = Vec::new();
+                        self.fail(slot, &e, &mut sink);
+                        continue;
+                    }
+                }
+            }
+            // Dissemination (Hensgen, Finkel, Manber 1988): in round r we
+            // signal PE + 2^r and wait for PE - 2^r's signal. Flags only
+            // grow, one per barrier, so ">= epoch" is this barrier's arrival.
+            if self.load_flag(self.barrier.round) >= self.barrier.epoch {
+                self.barrier.round += 1;
+                self.barrier.posted = false;
+            } else {
+                return Ok(false);
+            }
+        }
+    }
+}

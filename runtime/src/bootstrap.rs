@@ -1,0 +1,1887 @@
+//! The TCP rendezvous: how the PEs of a job find each other, exchange their
+//! fabric addresses (allgather), synchronise (barrier), finalize together,
+//! and learn that one of them died.
+//!
+//! One [`Server`] per job accepts one TCP connection from every PE. The
+//! `cpnet-run` launcher runs it (and knows the exit status of every PE);
+//! under `mpirun`/`srun` PE 0 runs it in-process on `CPNET_BOOTSTRAP_ADDR`.
+//! Each PE process holds one [`Bootstrap`], the client.
+//!
+//! Everything here is plain `std::net`: blocking sockets, one thread per
+//! connection on the server, one reader thread per client. The rendezvous
+//! carries only setup-time traffic (a few small allgathers, barriers, the
+//! finalize handshake and failure notices); data moves over libfabric.
+//!
+//! # Wire format
+//!
+//! Every message is one frame:
+//!
+//! ```text
+//! frame := len:u32 kind:u8 body        len = 1 + body length (>= 1, < 2^32)
+//! ```
+//!
+//! All integers are little-endian; strings are UTF-8 without terminator and
+//! run to the end of the frame; reasons are cut to 4 KiB.
+//!
+//! | kind | name | direction | body |
+//! |---|---|---|---|
+//! | `0x01` | Hello | PE → server | `magic:u32 = 0x43504e42 ("CPNB") version:u16 = 1 pe:i32 n_pes:i32` |
+//! | `0x02` | Gather | PE → server | `round:u64 data:bytes` |
+//! | `0x03` | Bye | PE → server | empty |
+//! | `0x04` | Abort | PE → server | `reason:str` |
+//! | `0x81` | Welcome | server → PE | empty |
+//! | `0x82` | Reject | server → PE | `reason:str`; the server then closes |
+//! | `0x83` | Gathered | server → PE | `round:u64 n:u32 n × (len:u32 data:bytes)`, PEs in order 0..n |
+//! | `0x84` | ByeAck | server → PE | empty; the server then closes |
+//! | `0x85` | Aborted | server → PE | `pe:i32 reason:str` (`pe` = -1: no single PE is to blame) |
+//!
+//! # Protocol
+//!
+//! 1. **Join.** A PE connects (retrying with backoff until its connect
+//!    timeout: the server may not be up yet) and sends Hello. The server
+//!    checks magic and version, that `n_pes` is the job's, that `pe` is in
+//!    `0..n_pes` and that no other connection has claimed it; it answers
+//!    Welcome, or Reject with the reason and closes. If not every PE has
+//!    joined within the server's connect timeout, the server fails the job:
+//!    "PE k never reached the rendezvous at ADDR within Ns".
+//! 2. **Allgather round r** (collective). Every PE sends `Gather{r, data}`;
+//!    when all `n_pes` have, the server sends every PE `Gathered{r, all n
+//!    blobs in PE order}`. Rounds are numbered from 0 by each client; a PE
+//!    sends round `r + 1` only after it received round `r`, so the server
+//!    holds at most one round. A barrier is an allgather of empty blobs.
+//! 3. **Finalize** (collective). Every PE sends Bye; when all have, the
+//!    server sends ByeAck to all and ends. A Gather and a Bye in the same
+//!    phase mean the PEs' collective calls do not match: the server fails
+//!    the job saying which PE called what.
+//! 4. **Failure** (one-sided). When a PE's connection ends (EOF or error)
+//!    before its Bye, when a PE sends Abort, or when the owner of the server
+//!    calls [`ServerHandle::notify_failure`] (cpnet-run does, with the exit
+//!    status), the server sends `Aborted{pe, reason}` to every joined PE
+//!    (the blamed one too: after a collective mismatch it is alive and
+//!    waiting). Only the first failure is broadcast; later ones are logged.
+//!    The server stays up until every joined PE has closed its connection
+//!    (late joiners are answered with the same Aborted meanwhile), then
+//!    ends. A client that gets
+//!    Aborted, or loses its connection to the server, fails every pending
+//!    and future collective with [`BootstrapError::PeerFailed`] and calls
+//!    its failure handler once.
+//!
+//! A server with an owner that knows better ([`Server::with_lost_peer_delay`])
+//! holds an EOF-based notice back briefly, so that the owner's "killed by
+//! signal 9" wins over "connection lost"; clients keep the first notice they
+//! get in any case.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::io::{self, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::env::{self, Launch, Launcher};
+
+/// Why a job is failing: which PE, and what happened to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerFailure {
+    /// The PE that failed; -1 when no single PE is to blame (e.g. the
+    /// launcher's rendezvous went away).
+    pub pe: i32,
+    /// What happened, in words ("killed by signal 9 (SIGKILL)", "connection
+    /// to PE 3 lost (process died?)", or the reason a PE gave to
+    /// [`Bootstrap::abort`]).
+    pub reason: String,
+}
+
+impl fmt::Display for PeerFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&failure_text(self.pe, &self.reason))
+    }
+}
+
+fn failure_text(pe: i32, reason: &str) -> String {
+    if pe >= 0 {
+        format!("PE {pe} failed: {reason}")
+    } else {
+        format!("the job failed: {reason}")
+    }
+}
+
+/// What can go wrong in the bootstrap. Every message names the address or
+/// the PE involved and, where there is one, what to check.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    /// The [`Launch`] cannot be bootstrapped (e.g. no rendezvous address).
+    #[error("bootstrap configuration: {0}")]
+    Config(String),
+    /// A socket operation failed; `what` says which, with the address.
+    #[error("{what}: {source}")]
+    Io {
+        /// The operation and the address, e.g. "PE 2 sending allgather round
+        /// 3 to the rendezvous at 127.0.0.1:4000".
+        what: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// A peer sent something this version of cpnet does not understand.
+    #[error("bootstrap protocol error: {0}")]
+    Protocol(String),
+    /// The server refused this PE's Hello (duplicate PE, wrong job size, ...).
+    #[error("the rendezvous at {addr} rejected this PE: {reason}")]
+    Rejected {
+        /// The rendezvous address.
+        addr: String,
+        /// The server's reason.
+        reason: String,
+    },
+    /// Another PE (or this one, after [`Bootstrap::abort`]) failed; the job
+    /// cannot continue.
+    #[error("{}", failure_text(*pe, reason))]
+    PeerFailed {
+        /// The failed PE (-1: none in particular, see [`PeerFailure::pe`]).
+        pe: i32,
+        /// What happened to it.
+        reason: String,
+    },
+    /// Something took longer than its timeout; `what` says what and what
+    /// to check.
+    #[error("timed out {what}")]
+    Timeout {
+        /// What timed out, e.g. "after 60s reaching the rendezvous at ...".
+        what: String,
+    },
+}
+
+impl From<PeerFailure> for BootstrapError {
+    fn from(f: PeerFailure) -> BootstrapError {
+        BootstrapError::PeerFailed {
+            pe: f.pe,
+            reason: f.reason,
+        }
+    }
+}
+
+/// The failure handler's type; see [`Bootstrap::set_failure_handler`].
+pub type FailureHandler = dyn Fn(&PeerFailure) + Send + Sync;
+
+// ---------------------------------------------------------------------------
+// Wire format
+// ---------------------------------------------------------------------------
+
+mod wire {
+    //! Frames and messages; see the module docs of `bootstrap` for the table.
+
+    use std::io::{self, Read};
+
+    pub const MAGIC: u32 = 0x4350_4e42; // "CPNB"
+    pub const VERSION: u16 = 1;
+    /// Largest frame (`len` field), the `u32` limit.
+    pub const MAX_FRAME: usize = u32::MAX as usize;
+    /// Largest frame accepted before the handshake is done (Hello, Welcome,
+    /// Reject, Aborted); a stray client cannot make the server allocate much.
+    pub const HANDSHAKE_MAX: usize = 8 << 10;
+    /// Reasons are cut to this many bytes.
+    pub const MAX_REASON: usize = 4 << 10;
+
+    pub const HELLO: u8 = 0x01;
+    pub const GATHER: u8 = 0x02;
+    pub const BYE: u8 = 0x03;
+    pub const ABORT: u8 = 0x04;
+    pub const WELCOME: u8 = 0x81;
+    pub const REJECT: u8 = 0x82;
+    pub const GATHERED: u8 = 0x83;
+    pub const BYE_ACK: u8 = 0x84;
+    pub const ABORTED: u8 = 0x85;
+
+    /// A message from a PE to the server.
+    #[derive(Debug)]
+    pub enum ToServer {
+        Hello {
+            magic: u32,
+            version: u16,
+            pe: i32,
+            n_pes: i32,
+        },
+        Gather {
+            round: u64,
+            data: Vec<u8>,
+        },
+        Bye,
+        Abort {
+            reason: String,
+        },
+    }
+
+    /// A message from the server to a PE.
+    #[derive(Debug)]
+    pub enum ToClient {
+        Welcome,
+        Reject { reason: String },
+        Gathered { round: u64, blobs: Vec<Vec<u8>> },
+        ByeAck,
+        Aborted { pe: i32, reason: String },
+    }
+
+    /// A frame with room for `body_len` bytes of body, header filled in.
+    fn frame(kind: u8, body_len: usize) -> io::Result<Vec<u8>> {
+        let len = body_len
+            .checked_add(1)
+            .filter(|&l| l <= MAX_FRAME)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "message of {body_len} bytes exceeds the rendezvous frame limit of {MAX_FRAME} bytes"
+                    ),
+                )
+            })?;
+        let mut f = Vec::with_capacity(4 + len);
+        f.extend_from_slice(&(len as u32).to_le_bytes());
+        f.push(kind);
+        Ok(f)
+    }
+
+    fn cut(reason: &str) -> &str {
+        if reason.len() <= MAX_REASON {
+            return reason;
+        }
+        let mut end = MAX_REASON;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        &reason[..end]
+    }
+
+    fn fixed(kind: u8, body: &[u8]) -> Vec<u8> {
+        let mut f = Vec::with_capacity(5 + body.len());
+        f.extend_from_slice(&(1 + body.len() as u32).to_le_bytes());
+        f.push(kind);
+        f.extend_from_slice(body);
+        f
+    }
+
+    pub fn hello(pe: i32, n_pes: i32) -> Vec<u8> {
+        let mut b = Vec::with_capacity(14);
+        b.extend_from_slice(&MAGIC.to_le_bytes());
+        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&pe.to_le_bytes());
+        b.extend_from_slice(&n_pes.to_le_bytes());
+        fixed(HELLO, &b)
+    }
+
+    pub fn gather(round: u64, data: &[u8]) -> io::Result<Vec<u8>> {
+        let mut f = frame(GATHER, 8 + data.len())?;
+        f.extend_from_slice(&round.to_le_bytes());
+        f.extend_from_slice(data);
+        Ok(f)
+    }
+
+    pub fn bye() -> Vec<u8> {
+        fixed(BYE, &[])
+    }
+
+    pub fn abort(reason: &str) -> Vec<u8> {
+        fixed(ABORT, cut(reason).as_bytes())
+    }
+
+    pub fn welcome() -> Vec<u8> {
+        fixed(WELCOME, &[])
+    }
+
+    pub fn reject(reason: &str) -> Vec<u8> {
+        fixed(REJECT, cut(reason).as_bytes())
+    }
+
+    pub fn gathered(round: u64, blobs: &[Vec<u8>]) -> io::Result<Vec<u8>> {
+        let body = blobs
+            .iter()
+            .try_fold(12usize, |acc, b| acc.checked_add(4 + b.len()))
+            .unwrap_or(usize::MAX);
+        let mut f = frame(GATHERED, body)?;
+        f.extend_from_slice(&round.to_le_bytes());
+        f.extend_from_slice(&(blobs.len() as u32).to_le_bytes());
+        for b in blobs {
+            // Each blob fits: the whole frame does.
+            f.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            f.extend_from_slice(b);
+        }
+        Ok(f)
+    }
+
+    pub fn bye_ack() -> Vec<u8> {
+        fixed(BYE_ACK, &[])
+    }
+
+    pub fn aborted(pe: i32, reason: &str) -> Vec<u8> {
+        let reason = cut(reason).as_bytes();
+        let mut b = Vec::with_capacity(4 + reason.len());
+        b.extend_from_slice(&pe.to_le_bytes());
+        b.extend_from_slice(reason);
+        fixed(ABORTED, &b)
+    }
+
+    /// Reads one frame of at most `max` bytes (`len` field). `Ok(None)` on a
+    /// clean EOF at a frame boundary; `UnexpectedEof` inside a frame;
+    /// `InvalidData` for a `len` of 0 or over `max`.
+    pub fn read_frame(r: &mut impl Read, max: usize) -> io::Result<Option<(u8, Vec<u8>)>> {
+        let mut len = [0u8; 4];
+        let mut got = 0;
+        while got < len.len() {
+            match r.read(&mut len[got..]) {
+                Ok(0) if got == 0 => return Ok(None),
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(k) => got += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let len = u32::from_le_bytes(len) as usize;
+        if len == 0 || len > max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("frame length {len} outside 1..={max} (not a cpnet rendezvous peer?)"),
+            ));
+        }
+        let mut kind = [0u8; 1];
+        r.read_exact(&mut kind)?;
+        let mut body = vec![0u8; len - 1];
+        r.read_exact(&mut body)?;
+        Ok(Some((kind[0], body)))
+    }
+
+    /// A cursor over a body; every take is bounds-checked.
+    struct Body<'a>(&'a [u8]);
+
+    impl<'a> Body<'a> {
+        fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+            if self.0.len() < n {
+                return Err(format!(
+                    "truncated message: needed {n} more bytes, {} left",
+                    self.0.len()
+                ));
+            }
+            let (head, tail) = self.0.split_at(n);
+            self.0 = tail;
+            Ok(head)
+        }
+        fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+            let mut a = [0u8; N];
+            a.copy_from_slice(self.take(N)?);
+            Ok(a)
+        }
+        fn u16(&mut self) -> Result<u16, String> {
+            Ok(u16::from_le_bytes(self.array()?))
+        }
+        fn u32(&mut self) -> Result<u32, String> {
+            Ok(u32::from_le_bytes(self.array()?))
+        }
+        fn i32(&mut self) -> Result<i32, String> {
+            Ok(i32::from_le_bytes(self.array()?))
+        }
+        fn u64(&mut self) -> Result<u64, String> {
+            Ok(u64::from_le_bytes(self.array()?))
+        }
+        fn text(self) -> String {
+            String::from_utf8_lossy(self.0).into_owned()
+        }
+        fn end(self, what: &str) -> Result<(), String> {
+            if self.0.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{} trailing bytes after {what}", self.0.len()))
+            }
+        }
+    }
+
+    pub fn decode_to_server(kind: u8, body: Vec<u8>) -> Result<ToServer, String> {
+        let mut b = Body(&body);
+        Ok(match kind {
+            HELLO => {
+                let m = ToServer::Hello {
+                    magic: b.u32()?,
+                    version: b.u16()?,
+                    pe: b.i32()?,
+                    n_pes: b.i32()?,
+                };
+                b.end("Hello")?;
+                m
+            }
+            GATHER => {
+                let round = b.u64()?;
+                let mut data = body;
+                data.drain(..8);
+                ToServer::Gather { round, data }
+            }
+            BYE => {
+                b.end("Bye")?;
+                ToServer::Bye
+            }
+            ABORT => ToServer::Abort { reason: b.text() },
+            other => return Err(format!("unknown message kind {other:#04x} from a PE")),
+        })
+    }
+
+    pub fn decode_to_client(kind: u8, body: &[u8]) -> Result<ToClient, String> {
+        let mut b = Body(body);
+        Ok(match kind {
+            WELCOME => {
+                b.end("Welcome")?;
+                ToClient::Welcome
+            }
+            REJECT => ToClient::Reject { reason: b.text() },
+            GATHERED => {
+                let round = b.u64()?;
+                let n = b.u32()? as usize;
+                // Each blob takes at least 4 bytes: bound `n` before allocating.
+                if n > b.0.len() / 4 {
+                    return Err(format!("Gathered claims {n} blobs in {} bytes", b.0.len()));
+                }
+                let mut blobs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let len = b.u32()? as usize;
+                    blobs.push(b.take(len)?.to_vec());
+                }
+                b.end("Gathered")?;
+                ToClient::Gathered { round, blobs }
+            }
+            BYE_ACK => {
+                b.end("ByeAck")?;
+                ToClient::ByeAck
+            }
+            ABORTED => ToClient::Aborted {
+                pe: b.i32()?,
+                reason: b.text(),
+            },
+            other => return Err(format!("unknown message kind {other:#04x} from the server")),
+        })
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        fn roundtrip_client(frame: Vec<u8>) -> ToClient {
+            let (kind, body) = read_frame(&mut frame.as_slice(), MAX_FRAME)
+                .unwrap()
+                .unwrap();
+            decode_to_client(kind, &body).unwrap()
+        }
+
+        fn roundtrip_server(frame: Vec<u8>) -> ToServer {
+            let (kind, body) = read_frame(&mut frame.as_slice(), MAX_FRAME)
+                .unwrap()
+                .unwrap();
+            decode_to_server(kind, body).unwrap()
+        }
+
+        #[test]
+        fn hello_layout_is_fixed() {
+            let f = hello(3, 8);
+            assert_eq!(f.len(), 4 + 1 + 14);
+            assert_eq!(&f[..5], &[15, 0, 0, 0, HELLO]);
+            assert_eq!(&f[5..9], b"BNPC"); // MAGIC little-endian
+            match roundtrip_server(f) {
+                ToServer::Hello {
+                    magic,
+                    version,
+                    pe,
+                    n_pes,
+                } => assert_eq!((magic, version, pe, n_pes), (MAGIC, VERSION, 3, 8)),
+                m => panic!("{m:?}"),
+            }
+        }
+
+        #[test]
+        fn gather_zero_length_and_data() {
+            for data in [&b""[..], b"abc"] {
+                match roundtrip_server(gather(7, data).unwrap()) {
+                    ToServer::Gather { round, data: d } => {
+                        assert_eq!((round, d.as_slice()), (7, data));
+                    }
+                    m => panic!("{m:?}"),
+                }
+            }
+        }
+
+        #[test]
+        fn gathered_keeps_order_and_empty_blobs() {
+            let blobs = vec![b"x".to_vec(), vec![], vec![9; 1000]];
+            match roundtrip_client(gathered(2, &blobs).unwrap()) {
+                ToClient::Gathered { round, blobs: b } => assert_eq!((round, b), (2, blobs)),
+                m => panic!("{m:?}"),
+            }
+        }
+
+        #[test]
+        fn aborted_and_reasons_are_cut() {
+            let long = "é".repeat(MAX_REASON); // 2 bytes per char
+            match roundtrip_client(aborted(-1, &long)) {
+                ToClient::Aborted { pe, reason } => {
+                    assert_eq!(pe, -1);
+                    assert_eq!(reason.len(), MAX_REASON);
+                }
+                m => panic!("{m:?}"),
+            }
+        }
+
+        #[test]
+        fn eof_at_boundary_vs_inside_frame() {
+            assert!(read_frame(&mut &[][..], 16).unwrap().is_none());
+            let e = read_frame(&mut &[5u8, 0][..], 16).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+            let e = read_frame(&mut &[5u8, 0, 0, 0, BYE][..], 16).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        }
+
+        #[test]
+        fn bad_lengths_are_refused_before_allocating() {
+            let e = read_frame(&mut &[0u8, 0, 0, 0][..], 16).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+            let e = read_frame(&mut &[17u8, 0, 0, 0][..], 16).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+            // A Gathered that claims more blobs than it can hold.
+            let mut body = 0u64.to_le_bytes().to_vec();
+            body.extend_from_slice(&u32::MAX.to_le_bytes());
+            assert!(decode_to_client(GATHERED, &body).is_err());
+        }
+
+        #[test]
+        fn unknown_kind_and_trailing_bytes() {
+            assert!(decode_to_server(0x7f, vec![]).is_err());
+            assert!(decode_to_server(BYE, vec![1]).is_err());
+            assert!(decode_to_client(0x01, &[]).is_err());
+            assert!(decode_to_client(BYE_ACK, &[0]).is_err());
+        }
+    }
+}
+
+use wire::{ToClient, ToServer};
+
+/// Writes a whole frame; `Interrupted` is retried by `write_all`.
+fn send_frame(stream: &mut TcpStream, frame: &[u8]) -> io::Result<()> {
+    stream.write_all(frame)
+}
+
+fn secs(d: Duration) -> String {
+    format!("{}", d.as_secs_f64())
+}
+
+// ---------------------------------------------------------------------------
+// Server
+// ---------------------------------------------------------------------------
+
+/// How long a stopping server waits for the PEs to close their connections
+/// after it shut down its side (so that a last Aborted is read, not reset).
+const LINGER: Duration = Duration::from_secs(1);
+/// How often the server polls its (non-blocking) listener.
+const ACCEPT_TICK: Duration = Duration::from_millis(10);
+
+/// The rendezvous server, bound but not yet running. See the
+/// [module docs](self) for the protocol.
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// use cpnet::bootstrap::Server;
+/// let server = Server::bind("127.0.0.1:0")?
+///     .with_connect_timeout(Duration::from_secs(60))
+///     .spawn(4)?;
+/// println!("CPNET_BOOTSTRAP_ADDR={}", server.local_addr());
+/// // ... start 4 PEs ...
+/// let outcome = server.join(); // Ok(()) once all 4 finalized
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct Server {
+    listener: TcpListener,
+    addr: SocketAddr,
+    connect_timeout: Duration,
+    lost_peer_delay: Duration,
+}
+
+impl Server {
+    /// Binds the rendezvous to `addr` (`host:port`; port 0 picks a free one,
+    /// see [`Server::local_addr`]). The error names the address.
+    pub fn bind(addr: &str) -> io::Result<Server> {
+        let listener = TcpListener::bind(addr).map_err(|e| {
+            io::Error::new(e.kind(), format!("binding the rendezvous to {addr}: {e}"))
+        })?;
+        let local = listener.local_addr()?;
+        listener.set_nonblocking(true)?;
+        Ok(Server {
+            listener,
+            addr: local,
+            connect_timeout: env::DEFAULT_CONNECT_TIMEOUT,
+            lost_peer_delay: Duration::ZERO,
+        })
+    }
+
+    /// The address the server listens on (with the real port if bound to 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// How long, from [`Server::spawn`], every PE has to join before the
+    /// server fails the job ("PE k never reached the rendezvous ...").
+    /// Default: 60 s (`CPNET_CONNECT_TIMEOUT`'s default).
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Server {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long to hold back the "connection to PE k lost" notice, giving the
+    /// owner time to send a better one with [`ServerHandle::notify_failure`]
+    /// (cpnet-run uses 250 ms). Default: 0 (broadcast at once).
+    pub fn with_lost_peer_delay(mut self, delay: Duration) -> Server {
+        self.lost_peer_delay = delay;
+        self
+    }
+
+    /// Starts serving a job of `n_pes` PEs in a background thread.
+    ///
+    /// The thread ends when every PE has finalized (all sent Bye and got
+    /// ByeAck), or after a failure once every joined PE has closed its
+    /// connection, or on [`ServerHandle::shutdown`].
+    pub fn spawn(self, n_pes: i32) -> io::Result<ServerHandle> {
+        if n_pes < 1 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a rendezvous needs at least 1 PE, not {n_pes}"),
+            ));
+        }
+        let (tx, rx) = mpsc::channel();
+        let n = n_pes as usize;
+        let addr = self.addr;
+        let state = ServerLoop {
+            listener: self.listener,
+            addr,
+            n,
+            connect_deadline: Instant::now() + self.connect_timeout,
+            connect_timeout: self.connect_timeout,
+            lost_peer_delay: self.lost_peer_delay,
+            tx: tx.clone(),
+            rx,
+            conns: HashMap::new(),
+            next_id: 0,
+            readers: Vec::new(),
+            joined: vec![false; n],
+            n_joined: 0,
+            round: 0,
+            blobs: vec![None; n],
+            n_gathered: 0,
+            byes: vec![false; n],
+            n_byes: 0,
+            failure: None,
+            lost: Vec::new(),
+            done: false,
+            stopping: None,
+        };
+        let thread = thread::Builder::new()
+            .name("cpnet-rendezvous".into())
+            .spawn(move || state.run())?;
+        tracing::debug!(%addr, n_pes, "rendezvous server started");
+        Ok(ServerHandle {
+            addr,
+            events: tx,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// A running [`Server`]. Dropping it stops the server (as
+/// [`ServerHandle::shutdown`] does, without waiting).
+pub struct ServerHandle {
+    addr: SocketAddr,
+    events: mpsc::Sender<Event>,
+    thread: Option<JoinHandle<Result<(), PeerFailure>>>,
+}
+
+impl ServerHandle {
+    /// The address the server listens on: what the PEs' `CPNET_BOOTSTRAP_ADDR` must be.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// One-sided: tells every joined PE that `pe` failed, for `reason`
+    /// (e.g. "process (pid 123) killed by signal 9 (SIGKILL)"). Ignored if
+    /// the job already failed (the first failure is the one reported) or the
+    /// server has ended.
+    pub fn notify_failure(&self, pe: i32, reason: impl Into<String>) {
+        let _ = self.events.send(Event::Notify(pe, reason.into()));
+    }
+
+    /// One-sided: tells the server that PE `pe`'s process ended (`how`, e.g.
+    /// "process (pid 123) exited with status 0"), whatever its status. If
+    /// that PE never joined, the job cannot complete: the server fails it
+    /// at once ("... without joining the rendezvous") instead of at the
+    /// connect timeout. Ignored for a PE that joined (its closed connection
+    /// tells), and once the job finished or failed.
+    pub fn notify_exit(&self, pe: i32, how: impl Into<String>) {
+        let _ = self.events.send(Event::Exited(pe, how.into()));
+    }
+
+    /// Whether the server thread has ended.
+    pub fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Waits for the server to end: `Ok` when every PE finalized, else the
+    /// first failure it saw.
+    pub fn join(mut self) -> Result<(), PeerFailure> {
+        self.join_thread()
+    }
+
+    /// Stops the server: shuts down every connection (PEs still connected
+    /// see the rendezvous go away), waits up to 1 s for them to close, ends.
+    /// Returns what [`ServerHandle::join`] would.
+    pub fn shutdown(mut self) -> Result<(), PeerFailure> {
+        let _ = self.events.send(Event::Stop(None));
+        self.join_thread()
+    }
+
+    /// Like [`ServerHandle::shutdown`], but first fails the job with
+    /// `Aborted{pe, reason}` unless it already failed or finished.
+    fn shutdown_failing(mut self, pe: i32, reason: String) -> Result<(), PeerFailure> {
+        let _ = self.events.send(Event::Stop(Some((pe, reason))));
+        self.join_thread()
+    }
+
+    fn join_thread(&mut self) -> Result<(), PeerFailure> {
+        match self.thread.take() {
+            None => Ok(()),
+            Some(t) => t.join().unwrap_or_else(|_| {
+                Err(PeerFailure {
+                    pe: -1,
+                    reason: format!("the rendezvous server at {} panicked", self.addr),
+                })
+            }),
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            let _ = self.events.send(Event::Stop(None));
+        }
+    }
+}
+
+/// What the server's loop reacts to.
+enum Event {
+    /// A message from connection `id`.
+    Msg(u64, ToServer),
+    /// Connection `id` ended (its reader thread is done).
+    Closed(u64, CloseKind),
+    /// The owner reports that a PE failed.
+    Notify(i32, String),
+    /// The owner reports that a PE's process ended.
+    Exited(i32, String),
+    /// The owner stops the server, failing the job first if `Some`.
+    Stop(Option<(i32, String)>),
+}
+
+enum CloseKind {
+    Eof,
+    Error(io::Error),
+    Protocol(String),
+}
+
+/// One accepted connection, seen from the server loop.
+struct Conn {
+    /// The write half (the reader thread owns a clone).
+    stream: TcpStream,
+    peer: SocketAddr,
+    /// The PE, once its Hello was accepted.
+    pe: Option<i32>,
+    /// Rejected (or told the job failed) during its Hello: ignore the rest.
+    rejected: bool,
+}
+
+struct ServerLoop {
+    listener: TcpListener,
+    addr: SocketAddr,
+    n: usize,
+    connect_deadline: Instant,
+    connect_timeout: Duration,
+    lost_peer_delay: Duration,
+    tx: mpsc::Sender<Event>,
+    rx: mpsc::Receiver<Event>,
+    conns: HashMap<u64, Conn>,
+    next_id: u64,
+    readers: Vec<JoinHandle<()>>,
+    /// PE k's Hello was accepted at some point (a second one is a duplicate).
+    joined: Vec<bool>,
+    n_joined: usize,
+    /// The allgather round in progress and the blobs received for it.
+    round: u64,
+    blobs: Vec<Option<Vec<u8>>>,
+    n_gathered: usize,
+    byes: Vec<bool>,
+    n_byes: usize,
+    /// The first failure; once set, collectives are over and it is all the
+    /// server still says.
+    failure: Option<PeerFailure>,
+    /// Connections lost before Bye whose notice is held back until the
+    /// instant (see `lost_peer_delay`).
+    lost: Vec<(i32, Instant, String)>,
+    /// Every PE finalized; ByeAck sent.
+    done: bool,
+    /// Stopping: end when every connection is closed or at this instant.
+    stopping: Option<Instant>,
+}
+
+impl ServerLoop {
+    fn run(mut self) -> Result<(), PeerFailure> {
+        loop {
+            self.accept_pending();
+            let now = Instant::now();
+            let mut wait = ACCEPT_TICK;
+            for &(_, at, _) in &self.lost {
+                wait = wait.min(at.saturating_duration_since(now));
+            }
+            match self.rx.recv_timeout(wait) {
+                Ok(ev) => self.handle(ev),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                // Unreachable: `self.tx` keeps the channel open.
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+            // Handle whatever else queued up before looking at deadlines.
+            while let Ok(ev) = self.rx.try_recv() {
+                self.handle(ev);
+            }
+            self.check_deadlines(Instant::now());
+            if self.finished(Instant::now()) {
+                break;
+            }
+        }
+        self.close_all();
+        match self.failure.take() {
+            Some(f) => Err(f),
+            None => Ok(()),
+        }
+    }
+
+    fn accept_pending(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, peer)) => self.add_conn(stream, peer),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // E.g. EMFILE, or a connection reset before accept: keep serving.
+                    tracing::warn!(addr = %self.addr, "rendezvous accept failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn add_conn(&mut self, stream: TcpStream, peer: SocketAddr) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let setup = (|| {
+            stream.set_nonblocking(false)?;
+            stream.set_nodelay(true)?;
+            let reader = stream.try_clone()?;
+            let tx = self.tx.clone();
+            thread::Builder::new()
+                .name(format!("cpnet-rendezvous-conn{id}"))
+                .spawn(move || conn_reader(id, reader, tx))
+        })();
+        match setup {
+            Ok(handle) => {
+                tracing::debug!(%peer, id, "rendezvous: connection accepted");
+                self.readers.push(handle);
+                self.conns.insert(
+                    id,
+                    Conn {
+                        stream,
+                        peer,
+                        pe: None,
+                        rejected: false,
+                    },
+                );
+            }
+            Err(e) => tracing::warn!(%peer, "rendezvous: dropping a connection: {e}"),
+        }
+    }
+
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Msg(id, msg) => self.on_msg(id, msg),
+            Event::Closed(id, why) => self.on_closed(id, why),
+            Event::Exited(pe, how) => {
+                let never_joined = usize::try_from(pe)
+                    .ok()
+                    .and_then(|p| self.joined.get(p))
+                    .is_some_and(|j| !j);
+                if never_joined && !self.done {
+                    self.fail(pe, format!("{how} without joining the rendezvous"));
+                }
+            }
+            Event::Notify(pe, reason) => {
+                self.lost.retain(|(p, _, _)| *p != pe);
+                self.fail(pe, reason);
+            }
+            Event::Stop(abort) => {
+                if let Some((pe, reason)) = abort
+                    && !self.done
+                {
+                    self.fail(pe, reason);
+                }
+                if self.stopping.is_none() {
+                    tracing::debug!(addr = %self.addr, "rendezvous stopping");
+                    for c in self.conns.values() {
+                        let _ = c.stream.shutdown(Shutdown::Write);
+                    }
+                    self.stopping = Some(Instant::now() + LINGER);
+                }
+            }
+        }
+    }
+
+    fn on_msg(&mut self, id: u64, msg: ToServer) {
+        let Some(conn) = self.conns.get(&id) else {
+            return;
+        };
+        if conn.rejected {
+            return;
+        }
+        let Some(pe) = conn.pe else {
+            return match msg {
+                ToServer::Hello {
+                    magic,
+                    version,
+                    pe,
+                    n_pes,
+                } => self.on_hello(id, magic, version, pe, n_pes),
+                _ => self.reject(id, "the first message must be Hello".into()),
+            };
+        };
+        let p = pe as usize;
+        match msg {
+            ToServer::Hello { .. } => self.fail(pe, format!("PE {pe} sent a second Hello")),
+            ToServer::Abort { reason } => self.fail(pe, reason),
+            _ if self.failure.is_some() || self.done => {}
+            ToServer::Gather { round, data } => {
+                if self.byes[p] {
+                    self.fail(
+                        pe,
+                        format!("PE {pe} called allgather/barrier after finalize"),
+                    );
+                } else if round != self.round {
+                    self.fail(
+                        pe,
+                        format!(
+                            "collective mismatch: PE {pe} entered allgather/barrier round \
+                             {round} while the job is at round {}",
+                            self.round
+                        ),
+                    );
+                } else if let Some(q) = self.byes.iter().position(|&b| b) {
+                    self.fail(
+                        pe,
+                        format!(
+                            "collective mismatch: PE {pe} called allgather/barrier (round \
+                             {round}) while PE {q} called finalize; every PE must make the \
+                             same collective calls in the same order"
+                        ),
+                    );
+                } else if self.blobs[p].is_some() {
+                    self.fail(pe, format!("PE {pe} sent allgather round {round} twice"));
+                } else {
+                    self.blobs[p] = Some(data);
+                    self.n_gathered += 1;
+                    if self.n_gathered == self.n {
+                        self.complete_round();
+                    }
+                }
+            }
+            ToServer::Bye => {
+                if self.byes[p] {
+                    self.fail(pe, format!("PE {pe} called finalize twice"));
+                } else if let Some(q) = self.blobs.iter().position(Option::is_some) {
+                    self.fail(
+                        pe,
+                        format!(
+                            "collective mismatch: PE {pe} called finalize while PE {q} is in \
+                             allgather/barrier round {}; every PE must make the same \
+                             collective calls in the same order",
+                            self.round
+                        ),
+                    );
+                } else {
+                    self.byes[p] = true;
+                    self.n_byes += 1;
+                    tracing::debug!(pe, n_byes = self.n_byes, "rendezvous: Bye");
+                    if self.n_byes == self.n {
+                        self.broadcast(&wire::bye_ack());
+                        for c in self.conns.values() {
+                            let _ = c.stream.shutdown(Shutdown::Write);
+                        }
+                        self.done = true;
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_hello(&mut self, id: u64, magic: u32, version: u16, pe: i32, n_pes: i32) {
+        let n = self.n;
+        let addr = self.addr;
+        let peer = self.conns[&id].peer;
+        let refusal = if magic != wire::MAGIC || version != wire::VERSION {
+            Some(format!(
+                "protocol mismatch: the peer at {peer} speaks magic {magic:#x} version \
+                 {version}, this rendezvous {:#x} version {} (are all PEs and cpnet-run \
+                 built from the same cpnet?)",
+                wire::MAGIC,
+                wire::VERSION
+            ))
+        } else if n_pes as i64 != n as i64 {
+            Some(format!(
+                "this rendezvous at {addr} serves a job of {n} PEs, but PE {pe} (from {peer}) \
+                 believes there are {n_pes} (check -n / CPNET_N_PES / the launcher's job size, \
+                 and that CPNET_BOOTSTRAP_ADDR is not shared by two jobs)"
+            ))
+        } else if pe < 0 || pe as usize >= n {
+            Some(format!(
+                "PE number {pe} (from {peer}) is outside 0..{n} for the job at {addr}"
+            ))
+        } else if self.joined[pe as usize] {
+            let other = self.conns.values().find(|c| c.pe == Some(pe)).map_or_else(
+                || "a connection now closed".to_owned(),
+                |c| c.peer.to_string(),
+            );
+            Some(format!(
+                "PE {pe} has already joined the rendezvous at {addr} (from {other}); two \
+                 processes with the same PE number, or a stale process of an earlier job using \
+                 the same CPNET_BOOTSTRAP_ADDR?"
+            ))
+        } else {
+            None
+        };
+        if let Some(reason) = refusal {
+            tracing::warn!(%peer, "rendezvous: rejecting a PE: {reason}");
+            return self.reject(id, reason);
+        }
+        if let Some(f) = &self.failure {
+            // Too late: tell it why the job is over.
+            let frame = wire::aborted(f.pe, &f.reason);
+            if let Some(c) = self.conns.get_mut(&id) {
+                let _ = send_frame(&mut c.stream, &frame);
+                let _ = c.stream.shutdown(Shutdown::Write);
+                c.rejected = true;
+            }
+            return;
+        }
+        self.joined[pe as usize] = true;
+        self.n_joined += 1;
+        let c = self.conns.get_mut(&id).expect("conn looked up above");
+        c.pe = Some(pe);
+        if let Err(e) = send_frame(&mut c.stream, &wire::welcome()) {
+            // Its reader will report the closed connection.
+            tracing::debug!(pe, "rendezvous: Welcome not sent: {e}");
+        }
+        tracing::debug!(pe, %peer, n_joined = self.n_joined, "rendezvous: PE joined");
+    }
+
+    fn reject(&mut self, id: u64, reason: String) {
+        if let Some(c) = self.conns.get_mut(&id) {
+            let _ = send_frame(&mut c.stream, &wire::reject(&reason));
+            let _ = c.stream.shutdown(Shutdown::Write);
+            c.rejected = true;
+        }
+    }
+
+    fn complete_round(&mut self) {
+        let blobs: Vec<Vec<u8>> = self
+            .blobs
+            .iter_mut()
+            .map(|b| b.take().unwrap_or_default())
+            .collect();
+        self.n_gathered = 0;
+        let round = self.round;
+        self.round += 1;
+        match wire::gathered(round, &blobs) {
+            Ok(frame) => {
+                tracing::debug!(
+                    round,
+                    bytes = frame.len(),
+                    "rendezvous: allgather round complete"
+                );
+                self.broadcast(&frame);
+            }
+            Err(e) => self.fail(-1, format!("allgather round {round}: {e}")),
+        }
+    }
+
+    fn on_closed(&mut self, id: u64, why: CloseKind) {
+        let Some(conn) = self.conns.remove(&id) else {
+            return;
+        };
+        let Some(pe) = conn.pe.filter(|_| !conn.rejected) else {
+            tracing::debug!(peer = %conn.peer, "rendezvous: unjoined connection closed");
+            return;
+        };
+        if self.byes[pe as usize] || self.failure.is_some() || self.done {
+            tracing::debug!(pe, "rendezvous: connection closed");
+            return;
+        }
+        match why {
+            CloseKind::Protocol(msg) => {
+                self.fail(pe, format!("protocol error on PE {pe}'s connection: {msg}"));
+            }
+            CloseKind::Eof => self.lost.push((
+                pe,
+                Instant::now() + self.lost_peer_delay,
+                format!("connection to PE {pe} lost (process died?)"),
+            )),
+            CloseKind::Error(e) => self.lost.push((
+                pe,
+                Instant::now() + self.lost_peer_delay,
+                format!("connection to PE {pe} lost (process died?): {e}"),
+            )),
+        }
+    }
+
+    fn check_deadlines(&mut self, now: Instant) {
+        if let Some(i) = self.lost.iter().position(|&(_, at, _)| at <= now) {
+            let (pe, _, reason) = self.lost.remove(i);
+            self.fail(pe, reason);
+        }
+        if self.n_joined < self.n && self.failure.is_none() && now >= self.connect_deadline {
+            let missing: Vec<usize> = (0..self.n).filter(|&k| !self.joined[k]).collect();
+            let who = if missing.len() == 1 {
+                format!("PE {}", missing[0])
+            } else {
+                let list: Vec<String> = missing.iter().take(16).map(|k| k.to_string()).collect();
+                let more = if missing.len() > 16 { ", ..." } else { "" };
+                format!("{} PEs ({}{more})", missing.len(), list.join(", "))
+            };
+            let reason = format!(
+                "{who} never reached the rendezvous at {} within {}s (did it start? is \
+                 CPNET_BOOTSTRAP_ADDR reachable from its host? raise CPNET_CONNECT_TIMEOUT if \
+                 startup is slow)",
+                self.addr,
+                secs(self.connect_timeout)
+            );
+            self.fail(missing[0] as i32, reason);
+        }
+    }
+
+    /// The first failure is broadcast to every joined PE, the blamed one
+    /// included (it may be alive: a collective mismatch, or an owner's wrong
+    /// guess; a PE that sent Abort keeps its own reason); later ones are only
+    /// logged.
+    fn fail(&mut self, pe: i32, reason: String) {
+        if let Some(first) = &self.failure {
+            tracing::debug!(pe, %reason, first = %first, "rendezvous: later failure not broadcast");
+            return;
+        }
+        tracing::info!(addr = %self.addr, "rendezvous: {}", failure_text(pe, &reason));
+        self.broadcast(&wire::aborted(pe, &reason));
+        self.failure = Some(PeerFailure { pe, reason });
+        self.lost.clear();
+    }
+
+    /// Sends `frame` to every joined connection.
+    fn broadcast(&mut self, frame: &[u8]) {
+        for c in self.conns.values_mut() {
+            if c.rejected || c.pe.is_none() {
+                continue;
+            }
+            if let Err(e) = send_frame(&mut c.stream, frame) {
+                // Its reader thread reports the connection closed.
+                tracing::debug!(pe = ?c.pe, "rendezvous: send failed: {e}");
+            }
+        }
+    }
+
+    fn finished(&self, now: Instant) -> bool {
+        let joined_open = self
+            .conns
+            .values()
+            .filter(|c| c.pe.is_some() && !c.rejected)
+            .count();
+        if self.done {
+            return true;
+        }
+        if let Some(at) = self.stopping {
+            return self.conns.is_empty() || now >= at;
+        }
+        // After a failure, stay while a joined PE is connected, and while a
+        // late PE could still come (to tell it the job is over).
+        self.failure.is_some()
+            && joined_open == 0
+            && (self.n_joined == self.n || now >= self.connect_deadline)
+    }
+
+    fn close_all(&mut self) {
+        for (_, c) in self.conns.drain() {
+            // Wakes the reader thread (its read returns 0).
+            let _ = c.stream.shutdown(Shutdown::Both);
+        }
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        tracing::debug!(addr = %self.addr, "rendezvous server ended");
+    }
+}
+
+/// A server-side connection's reader: forwards every message, then exactly
+/// one `Closed`.
+fn conn_reader(id: u64, mut stream: TcpStream, tx: mpsc::Sender<Event>) {
+    let mut max = wire::HANDSHAKE_MAX;
+    let why = loop {
+        match wire::read_frame(&mut stream, max) {
+            Ok(Some((kind, body))) => match wire::decode_to_server(kind, body) {
+                Ok(msg) => {
+                    max = wire::MAX_FRAME;
+                    if tx.send(Event::Msg(id, msg)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => break CloseKind::Protocol(e),
+            },
+            Ok(None) => break CloseKind::Eof,
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                break CloseKind::Protocol(e.to_string());
+            }
+            Err(e) => break CloseKind::Error(e),
+        }
+    };
+    let _ = tx.send(Event::Closed(id, why));
+}
+
+// ---------------------------------------------------------------------------
+// Client
+// ---------------------------------------------------------------------------
+
+/// A reply to a collective, as the reader thread received it.
+enum Reply {
+    Gathered { round: u64, blobs: Vec<Vec<u8>> },
+    ByeAck,
+}
+
+/// What the reader thread and the callers share.
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled on every change of `state`.
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    replies: VecDeque<Reply>,
+    /// The first failure (from the server, a lost connection, or `abort`).
+    failure: Option<PeerFailure>,
+    handler: Option<Arc<FailureHandler>>,
+    /// The handler was called (or must not be: the failure is our own abort).
+    handler_done: bool,
+    /// The reader thread has ended.
+    reader_done: bool,
+    /// We are closing the connection ourselves: EOF is not a failure.
+    closing: bool,
+}
+
+impl Shared {
+    fn new() -> Arc<Shared> {
+        Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+        })
+    }
+
+    fn failure(&self) -> Option<PeerFailure> {
+        self.state.lock().failure.clone()
+    }
+
+    /// Records `f` unless a failure is already recorded, wakes the waiters,
+    /// and calls the handler (once, outside the lock) if `call_handler`.
+    fn record_failure(&self, f: PeerFailure, call_handler: bool) {
+        let call = {
+            let mut st = self.state.lock();
+            if st.failure.is_some() {
+                tracing::debug!(later = %f, "bootstrap: later failure ignored");
+                return;
+            }
+            tracing::debug!(failure = %f, "bootstrap: failure recorded");
+            st.failure = Some(f.clone());
+            self.changed.notify_all();
+            if !call_handler {
+                st.handler_done = true;
+                None
+            } else {
+                Self::take_handler_call(&mut st)
+            }
+        };
+        if let Some((h, f)) = call {
+            call_handler_guarded(&*h, &f);
+        }
+    }
+
+    fn take_handler_call(st: &mut State) -> Option<(Arc<FailureHandler>, PeerFailure)> {
+        if st.handler_done {
+            return None;
+        }
+        let (Some(h), Some(f)) = (&st.handler, &st.failure) else {
+            return None;
+        };
+        st.handler_done = true;
+        Some((h.clone(), f.clone()))
+    }
+}
+
+/// Calls a user's handler; a panic in it is logged, not propagated into the
+/// reader thread (which must go on to wake the waiters).
+fn call_handler_guarded(h: &FailureHandler, f: &PeerFailure) {
+    if catch_unwind(AssertUnwindSafe(|| h(f))).is_err() {
+        tracing::error!(failure = %f, "bootstrap: the failure handler panicked");
+    }
+}
+
+/// The connection to the server, for a job of more than one PE.
+struct Remote {
+    /// The rendezvous address, as given (for messages).
+    addr: String,
+    /// Write half; locked for the duration of one frame.
+    writer: Mutex<TcpStream>,
+    /// The next allgather round; locked for the duration of one collective,
+    /// so that collectives from several threads run one at a time.
+    collective: Mutex<u64>,
+    reader: Option<JoinHandle<()>>,
+    /// The in-process server (PE 0 under mpirun/srun).
+    server: Option<ServerHandle>,
+}
+
+/// A PE's handle on the rendezvous: allgather, barrier, finalize and failure
+/// notices. One per PE process; `Send + Sync`, and collectives may be called
+/// from any thread, one at a time (concurrent calls are serialised).
+///
+/// Collective calls ([`allgather`](Bootstrap::allgather),
+/// [`barrier`](Bootstrap::barrier), [`finalize`](Bootstrap::finalize)) must
+/// be made by every PE, in the same order. [`abort`](Bootstrap::abort) is
+/// one-sided.
+///
+/// ```no_run
+/// use cpnet::{bootstrap::Bootstrap, env::{Launch, Tuning}};
+/// let launch = Launch::from_env()?;
+/// let tuning = Tuning::from_env()?;
+/// let boot = Bootstrap::connect(&launch, tuning.connect_timeout)?;
+/// boot.set_failure_handler(Box::new(|f| eprintln!("{f}")));
+/// let addrs = boot.allgather(b"my fabric address")?; // one blob per PE
+/// boot.barrier()?;
+/// boot.finalize()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Dropping a `Bootstrap` without [`finalize`](Bootstrap::finalize) closes
+/// the connection, which the others see as this PE's failure.
+pub struct Bootstrap {
+    pe: i32,
+    n_pes: i32,
+    shared: Arc<Shared>,
+    /// `None` for a single PE, and once closed.
+    remote: Option<Remote>,
+}
+
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Bootstrap>();
+    send_sync::<ServerHandle>();
+};
+
+impl Bootstrap {
+    /// Joins the rendezvous described by `launch` (blocking).
+    ///
+    /// With one PE this is local and cannot fail. Otherwise: if the job was
+    /// not started by cpnet-run and this is PE 0, binds
+    /// `launch.bootstrap` and runs the [`Server`] in-process; then connects
+    /// to `launch.bootstrap`, retrying with backoff (10 ms doubling to
+    /// 500 ms) for up to `connect_timeout`, and sends Hello. Returns once the
+    /// server accepted this PE; the others may not have joined yet.
+    pub fn connect(
+        launch: &Launch,
+        connect_timeout: Duration,
+    ) -> Result<Bootstrap, BootstrapError> {
+        let (pe, n_pes) = (launch.pe, launch.n_pes);
+        if n_pes < 1 || !(0..n_pes).contains(&pe) {
+            return Err(BootstrapError::Config(format!(
+                "PE {pe} of {n_pes} is not a valid place in a job"
+            )));
+        }
+        let shared = Shared::new();
+        if n_pes == 1 {
+            return Ok(Bootstrap {
+                pe,
+                n_pes,
+                shared,
+                remote: None,
+            });
+        }
+        let addr = launch.bootstrap.clone().ok_or_else(|| {
+            BootstrapError::Config(format!(
+                "{} is not set, but the job has {n_pes} PEs (started by {})",
+                env::BOOTSTRAP_ADDR,
+                launch.launcher
+            ))
+        })?;
+
+        let hosts_server = launch.launcher != Launcher::CpnetRun && pe == 0;
+        let server = if hosts_server {
+            let server = Server::bind(&addr)
+                .and_then(|s| s.with_connect_timeout(connect_timeout).spawn(n_pes))
+                .map_err(|e| BootstrapError::Io {
+                    what: format!(
+                        "PE 0 starting the rendezvous at {addr} ({}); is the port free, and is \
+                         the address one of PE 0's host?",
+                        env::BOOTSTRAP_ADDR
+                    ),
+                    source: e,
+                })?;
+            Some(server)
+        } else {
+            None
+        };
+        // On error from here, dropping `server` stops it.
+
+        let deadline = Instant::now() + connect_timeout;
+        let mut stream = connect_with_retry(&addr, pe, launch.launcher, deadline, connect_timeout)?;
+        handshake(&mut stream, &addr, pe, n_pes, deadline)?;
+
+        // Who is to blame if the server's connection goes away.
+        let lost = if launch.launcher == Launcher::CpnetRun {
+            PeerFailure {
+                pe: -1,
+                reason: format!(
+                    "lost the connection to cpnet-run's rendezvous at {addr} (did cpnet-run die?)"
+                ),
+            }
+        } else {
+            PeerFailure {
+                pe: 0,
+                reason: format!(
+                    "lost the connection to the rendezvous at {addr} that PE 0 hosts (PE 0 died?)"
+                ),
+            }
+        };
+        let io_err = |what: &str, e| BootstrapError::Io {
+            what: format!("PE {pe} {what} for the rendezvous at {addr}"),
+            source: e,
+        };
+        let read_half = stream
+            .try_clone()
+            .map_err(|e| io_err("cloning the socket", e))?;
+        let reader_shared = shared.clone();
+        let reader = thread::Builder::new()
+            .name("cpnet-bootstrap-reader".into())
+            .spawn(move || client_reader(read_half, reader_shared, lost))
+            .map_err(|e| io_err("starting the reader thread", e))?;
+        tracing::debug!(pe, n_pes, %addr, hosts_server, "bootstrap: joined");
+        Ok(Bootstrap {
+            pe,
+            n_pes,
+            shared,
+            remote: Some(Remote {
+                addr,
+                writer: Mutex::new(stream),
+                collective: Mutex::new(0),
+                reader: Some(reader),
+                server,
+            }),
+        })
+    }
+
+    /// This PE's number.
+    pub fn my_pe(&self) -> i32 {
+        self.pe
+    }
+
+    /// Number of PEs in the job.
+    pub fn n_pes(&self) -> i32 {
+        self.n_pes
+    }
+
+    /// The first failure this PE heard of, if any (one-sided, non-blocking).
+    pub fn failure(&self) -> Option<PeerFailure> {
+        self.shared.failure()
+    }
+
+    /// Sets the function called once, from the bootstrap's reader thread,
+    /// when the first failure of another PE (or of the rendezvous) is heard
+    /// of; the runtime uses it to start its abort grace period. If a failure
+    /// was heard of before, `handler` is called at once, on this thread.
+    /// Replaces any previous handler; not called for this PE's own
+    /// [`abort`](Bootstrap::abort). A panic in it is logged and swallowed.
+    pub fn set_failure_handler(&self, handler: Box<FailureHandler>) {
+        let call = {
+            let mut st = self.shared.state.lock();
+            st.handler = Some(Arc::from(handler));
+            Shared::take_handler_call(&mut st)
+        };
+        if let Some((h, f)) = call {
+            call_handler_guarded(&*h, &f);
+        }
+    }
+
+    /// Collective: every PE contributes `data` (any length, including 0) and
+    /// gets every PE's contribution, indexed by PE. Blocks until all PEs have
+    /// called it, or fails with [`BootstrapError::PeerFailed`] as soon as a
+    /// PE is known to have failed.
+    pub fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
+        let Some(remote) = &self.remote else {
+            return match self.failure() {
+                Some(f) => Err(f.into()),
+                None => Ok(vec![data.to_vec()]),
+            };
+        };
+        let mut round = remote.collective.lock();
+        if let Some(f) = self.failure() {
+            return Err(f.into());
+        }
+        let r = *round;
+        let frame = wire::gather(r, data).map_err(|e| {
+            BootstrapError::Protocol(format!("PE {} allgather round {r}: {e}", self.pe))
+        })?;
+        self.send(remote, &frame, &format!("allgather round {r}"))?;
+        match self.wait_reply(remote)? {
+            Reply::Gathered { round: got, blobs }
+                if got == r && blobs.len() == self.n_pes as usize =>
+            {
+                *round += 1;
+                Ok(blobs)
+            }
+            Reply::Gathered { round: got, blobs } => Err(BootstrapError::Protocol(format!(
+                "PE {} expected allgather round {r} with {} blobs from {}, got round {got} \
+                 with {}",
+                self.pe,
+                self.n_pes,
+                remote.addr,
+                blobs.len()
+            ))),
+            Reply::ByeAck => Err(BootstrapError::Protocol(format!(
+                "PE {} got a finalize acknowledgement from {} during allgather round {r}",
+                self.pe, remote.addr
+            ))),
+        }
+    }
+
+    /// Collective: returns once every PE has called it (an allgather of
+    /// empty contributions); fails like [`allgather`](Bootstrap::allgather).
+    pub fn barrier(&self) -> Result<(), BootstrapError> {
+        self.allgather(&[]).map(drop)
+    }
+
+    /// One-sided: tells every other PE that this one is failing, for
+    /// `reason`; they get [`BootstrapError::PeerFailed`] naming this PE. From
+    /// then on this PE's own collectives fail too (with its own PE number).
+    /// Does not block on the others; a send error is only logged (the
+    /// connection closing tells them as well).
+    pub fn abort(&self, reason: &str) {
+        self.shared.record_failure(
+            PeerFailure {
+                pe: self.pe,
+                reason: reason.to_owned(),
+            },
+            false,
+        );
+        if let Some(remote) = &self.remote {
+            let mut w = remote.writer.lock();
+            if let Err(e) = send_frame(&mut w, &wire::abort(reason)) {
+                tracing::debug!(
+                    pe = self.pe,
+                    "bootstrap: abort not sent to {}: {e}",
+                    remote.addr
+                );
+            }
+        }
+    }
+
+    /// Collective: waits until every PE has called `finalize`, then closes
+    /// the connection and joins the bootstrap's threads (and, on the PE that
+    /// hosts it, the server). Fails with [`BootstrapError::PeerFailed`] if a
+    /// PE failed first; the connection is closed in any case.
+    pub fn finalize(mut self) -> Result<(), BootstrapError> {
+        let result = match &self.remote {
+            None => match self.failure() {
+                Some(f) => Err(f.into()),
+                None => Ok(()),
+            },
+            Some(remote) => self.bye(remote),
+        };
+        self.close(result.is_ok());
+        result
+    }
+
+    fn bye(&self, remote: &Remote) -> Result<(), BootstrapError> {
+        let _round = remote.collective.lock();
+        if let Some(f) = self.failure() {
+            return Err(f.into());
+        }
+        self.send(remote, &wire::bye(), "finalize")?;
+        match self.wait_reply(remote)? {
+            Reply::ByeAck => Ok(()),
+            Reply::Gathered { round, .. } => Err(BootstrapError::Protocol(format!(
+                "PE {} got allgather round {round} from {} while finalizing",
+                self.pe, remote.addr
+            ))),
+        }
+    }
+
+    fn send(&self, remote: &Remote, frame: &[u8], what: &str) -> Result<(), BootstrapError> {
+        let res = send_frame(&mut remote.writer.lock(), frame);
+        res.map_err(|e| match self.failure() {
+            // The connection broke because the job is failing: say why.
+            Some(f) => f.into(),
+            None => BootstrapError::Io {
+                what: format!(
+                    "PE {} sending {what} to the rendezvous at {}",
+                    self.pe, remote.addr
+                ),
+                source: e,
+            },
+        })
+    }
+
+    /// Waits for the reader thread's next reply (a failure wins only when
+    /// no reply is queued: a collective that completed did complete).
+    fn wait_reply(&self, remote: &Remote) -> Result<Reply, BootstrapError> {
+        let mut st = self.shared.state.lock();
+        loop {
+            if let Some(r) = st.replies.pop_front() {
+                return Ok(r);
+            }
+            if let Some(f) = &st.failure {
+                return Err(f.clone().into());
+            }
+            if st.reader_done {
+                return Err(BootstrapError::Protocol(format!(
+                    "PE {}: the connection to the rendezvous at {} closed without a reply",
+                    self.pe, remote.addr
+                )));
+            }
+            self.shared.changed.wait(&mut st);
+        }
+    }
+
+    /// Closes the connection and joins the threads. `graceful`: finalize
+    /// succeeded, so an in-process server is ending by itself.
+    fn close(&mut self, graceful: bool) {
+        let Some(mut remote) = self.remote.take() else {
+            return;
+        };
+        self.shared.state.lock().closing = true;
+        // Wakes the reader (its read returns 0) and tells the server.
+        let _ = remote.writer.lock().shutdown(Shutdown::Both);
+        if let Some(r) = remote.reader.take() {
+            let _ = r.join();
+        }
+        if let Some(server) = remote.server.take() {
+            let outcome = if graceful {
+                server.join()
+            } else {
+                let reason = format!(
+                    "PE {} (which hosts the rendezvous) ended without finalize",
+                    self.pe
+                );
+                server.shutdown_failing(self.pe, reason)
+            };
+            if let Err(f) = outcome {
+                tracing::debug!(failure = %f, "bootstrap: in-process rendezvous ended failing");
+            }
+        }
+        tracing::debug!(pe = self.pe, graceful, "bootstrap: closed");
+    }
+}
+
+impl Drop for Bootstrap {
+    fn drop(&mut self) {
+        self.close(false);
+    }
+}
+
+impl fmt::Debug for Bootstrap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bootstrap")
+            .field("pe", &self.pe)
+            .field("n_pes", &self.n_pes)
+            .field("addr", &self.remote.as_ref().map(|r| r.addr.as_str()))
+            .field("failure", &self.failure())
+            .finish()
+    }
+}
+
+/// Connects to `addr`, retrying (the server may not be up yet) until `deadline`.
+fn connect_with_retry(
+    addr: &str,
+    pe: i32,
+    launcher: Launcher,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<TcpStream, BootstrapError> {
+    let mut backoff = Duration::from_millis(10);
+    let mut last: Option<io::Error> = None;
+    loop {
+        match addr.to_socket_addrs() {
+            Ok(candidates) => {
+                for sa in candidates {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    match TcpStream::connect_timeout(&sa, left.min(Duration::from_secs(5))) {
+                        Ok(s) => return Ok(s),
+                        Err(e) => last = Some(e),
+                    }
+                }
+            }
+            // Name resolution can fail transiently (DNS not up yet): retry.
+            Err(e) => last = Some(e),
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            let hint = match launcher {
+                Launcher::CpnetRun => "is cpnet-run still running?".to_owned(),
+                _ => format!(
+                    "is PE 0 running, and is {}={addr} PE 0's host and reachable from here?",
+                    env::BOOTSTRAP_ADDR
+                ),
+            };
+            let last = last.map_or_else(|| "none".to_owned(), |e| e.to_string());
+            return Err(BootstrapError::Timeout {
+                what: format!(
+                    "after {}s: PE {pe} could not reach the rendezvous at {addr} (last error: \
+                     {last}); {hint}",
+                    secs(timeout)
+                ),
+            });
+        }
+        thread::sleep(backoff.min(left));
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// Sends Hello and waits (until `deadline`) for Welcome.
+fn handshake(
+    stream: &mut TcpStream,
+    addr: &str,
+    pe: i32,
+    n_pes: i32,
+    deadline: Instant,
+) -> Result<(), BootstrapError> {
+    let io_err = |what: &str, e| BootstrapError::Io {
+        what: format!("PE {pe} {what} the rendezvous at {addr}"),
+        source: e,
+    };
+    stream
+        .set_nodelay(true)
+        .map_err(|e| io_err("configuring its socket to", e))?;
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(100));
+    stream
+        .set_read_timeout(Some(left))
+        .map_err(|e| io_err("configuring its socket to", e))?;
+    send_frame(stream, &wire::hello(pe, n_pes)).map_err(|e| io_err("sending Hello to", e))?;
+    let reply = match wire::read_frame(stream, wire::HANDSHAKE_MAX) {
+        Ok(Some((kind, body))) => wire::decode_to_client(kind, &body).map_err(|e| {
+            BootstrapError::Protocol(format!("answer of the rendezvous at {addr}: {e}"))
+        })?,
+        Ok(None) => {
+            return Err(BootstrapError::Protocol(format!(
+                "the rendezvous at {addr} closed the connection during PE {pe}'s handshake (is \
+                 that address really a cpnet rendezvous of this job?)"
+            )));
+        }
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            return Err(BootstrapError::Timeout {
+                what: format!(
+                    "waiting for the rendezvous at {addr} to answer PE {pe}'s Hello (is that \
+                     address really a cpnet rendezvous?)"
+                ),
+            });
+        }
+        Err(e) => return Err(io_err("reading the answer of", e)),
+    };
+    match reply {
+        ToClient::Welcome => {}
+        ToClient::Reject { reason } => {
+            return Err(BootstrapError::Rejected {
+                addr: addr.to_owned(),
+                reason,
+            });
+        }
+        ToClient::Aborted { pe, reason } => return Err(BootstrapError::PeerFailed { pe, reason }),
+        other => {
+            return Err(BootstrapError::Protocol(format!(
+                "the rendezvous at {addr} answered Hello with {other:?}"
+            )));
+        }
+    }
+    stream
+        .set_read_timeout(None)
+        .map_err(|e| io_err("configuring its socket to", e))?;
+    Ok(())
+}
+
+/// The client's reader thread: queues replies, records failures.
+fn client_reader(mut stream: TcpStream, shared: Arc<Shared>, lost: PeerFailure) {
+    loop {
+        let msg = match wire::read_frame(&mut stream, wire::MAX_FRAME) {
+            Ok(Some((kind, body))) => wire::decode_to_client(kind, &body),
+            Ok(None) => Err("connection closed".to_owned()),
+            Err(e) => Err(e.to_string()),
+        };
+        let reply = match msg {
+            Ok(ToClient::Gathered { round, blobs }) => Reply::Gathered { round, blobs },
+            Ok(ToClient::ByeAck) => Reply::ByeAck,
+            Ok(ToClient::Aborted { pe, reason }) => {
+                shared.record_failure(PeerFailure { pe, reason }, true);
+                continue;
+            }
+            Ok(other) => {
+                let reason = format!("{}: unexpected {other:?}", lost.reason);
+                shared.record_failure(
+                    PeerFailure {
+                        pe: lost.pe,
+                        reason,
+                    },
+                    true,
+                );
+                break;
+            }
+            Err(e) => {
+                if !shared.state.lock().closing {
+                    let reason = format!("{} ({e})", lost.reason);
+                    shared.record_failure(
+                        PeerFailure {
+                            pe: lost.pe,
+                            reason,
+                        },
+                        true,
+                    );
+                }
+                break;
+            }
+        };
+        let bye = matches!(reply, Reply::ByeAck);
+        let mut st = shared.state.lock();
+        st.replies.push_back(reply);
+        shared.changed.notify_all();
+        if bye {
+            break;
+        }
+    }
+    shared.state.lock().reader_done = true;
+    shared.changed.notify_all();
+}

@@ -1,0 +1,929 @@
+//! Every environment variable cpnet reads, in one place.
+//!
+//! No other module reads a `CPNET_*` variable: the runtime asks
+//! [`Launch::from_env`] who this process is and [`Tuning::from_env`] how to
+//! size itself. Both are thin wrappers over pure functions
+//! ([`Launch::from_lookup`], [`Tuning::from_lookup`]) that take a lookup
+//! closure, so tests never touch the process environment.
+//!
+//! A variable that is set to the empty string (or only whitespace) counts as
+//! unset. A variable that is set to something that does not parse is an error
+//! ([`EnvError`] names the variable, the value and what was expected); cpnet
+//! never silently falls back to a default for a value it could not read.
+//!
+//! # Who am I: the launch variables
+//!
+//! Read by [`Launch::from_env`], in this order of precedence (the first group
+//! whose rank variable is set wins):
+//!
+//! | Variable | Meaning | Set by |
+//! |---|---|---|
+//! | `CPNET_PE` | this process's PE number, `0..CPNET_N_PES` | `cpnet-run` |
+//! | `CPNET_N_PES` | number of PEs in the job (>= 1) | `cpnet-run` |
+//! | `CPNET_LOCAL_PE` | rank among the PEs on this host, `0..CPNET_LOCAL_SIZE`; default `CPNET_PE` | `cpnet-run` |
+//! | `CPNET_LOCAL_SIZE` | number of PEs on this host; default `CPNET_N_PES` | `cpnet-run` |
+//! | `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`, `OMPI_COMM_WORLD_LOCAL_RANK`, `OMPI_COMM_WORLD_LOCAL_SIZE` | the same, from Open MPI's `mpirun` | `mpirun` (Open MPI) |
+//! | `PMI_RANK`, `PMI_SIZE`, and `MPI_LOCALRANKID`, `MPI_LOCALNRANKS` if present (else local = global) | the same, from a PMI launcher (MPICH/Hydra, Intel MPI) | `mpiexec` (PMI) |
+//! | `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`, and `SLURM_NTASKS_PER_NODE` if it is a plain integer (else local size = `SLURM_NTASKS`) | the same, from Slurm | `srun` |
+//!
+//! If none of these is set the process is a single PE (PE 0 of 1,
+//! [`Launcher::Single`]).
+//!
+//! Where a launcher gives no local information (PMI without `MPI_LOCAL*`,
+//! Slurm with a non-uniform `SLURM_NTASKS_PER_NODE` such as `2(x3),1`) cpnet
+//! assumes every PE is on this host; on several hosts set `CPNET_PROVIDER`
+//! explicitly so the runtime does not pick the shared-memory provider.
+//!
+//! | Variable | Meaning | Default |
+//! |---|---|---|
+//! | `CPNET_BOOTSTRAP_ADDR` | `host:port` of the TCP rendezvous ([`crate::bootstrap`]). `cpnet-run` sets it; under `mpirun`/`srun` the user sets it to an address PE 0 can bind and every PE can reach, and PE 0 runs the rendezvous server in-process. | required when the job has more than one PE |
+//!
+//! Under `mpirun`/`srun` prefer an IP address for `CPNET_BOOTSTRAP_ADDR`, or
+//! check that PE 0's host name does not resolve to a loopback address (as
+//! Debian's `127.0.1.1` entry does): PE 0 binds what the name resolves to.
+//!
+//! # How big: the tuning variables
+//!
+//! Read by [`Tuning::from_env`]:
+//!
+//! | Variable | Meaning | Unit | Default |
+//! |---|---|---|---|
+//! | `CPNET_PROVIDER` | libfabric provider, e.g. `shm`, `tcp;ofi_rxm`, `verbs;ofi_rxm` | name | unset: the runtime picks `shm` when every PE is on this host (`local_size == n_pes`), else `tcp;ofi_rxm` |
+//! | `CPNET_FABRIC_NODE` | local address the provider binds to (tcp) | host name or IP | unset: the runtime uses `127.0.0.1` when every PE is on this host |
+//! | `CPNET_HEAP_SIZE` | symmetric heap per PE | bytes; a `K`, `M` or `G` suffix (also `KiB`, `MiB`, `GiB`) multiplies by 1024, 1024², 1024³ | `64M` |
+//! | `CPNET_PROXY_THREADS` | proxy service threads per PE | count, `1..=64` | `1` |
+//! | `CPNET_QUEUES` | command queues (work-group contexts) per PE | count, >= 1 | `64` |
+//! | `CPNET_QUEUE_DEPTH` | slots per queue | power of two, `2..=65536` | `64` |
+//! | `CPNET_WAIT_TIMEOUT` | how long any wait may take before it reports what it waits for; `0` or `none` waits forever | seconds (decimal) | `60` |
+//! | `CPNET_ABORT_GRACE` | after learning that a peer died, how long a PE lets its program end on its own before the runtime exits the process with status 1 | seconds (decimal) | `5` |
+//! | `CPNET_CONNECT_TIMEOUT` | how long a PE may take to reach the rendezvous, and all PEs to arrive there | seconds (decimal), > 0 | `60` |
+
+//!
+//! # Others
+//!
+//! | Variable | Meaning | Read by |
+//! |---|---|---|
+//! | `RUST_LOG` | `tracing` filter for cpnet's logs (e.g. `cpnet=debug`); default `warn` | the runtime and `cpnet-run` |
+//! | `CPNET_REQUIRE_GPU`, `CPNET_REQUIRE_NVRTC` | `1`: GPU/NVRTC tests fail instead of skipping where no GPU/NVRTC is found | the `cpnet-device` tests only |
+
+use std::fmt;
+use std::time::Duration;
+
+/// `CPNET_PE`: this process's PE number (set by `cpnet-run`).
+pub const PE: &str = "CPNET_PE";
+/// `CPNET_N_PES`: number of PEs in the job (set by `cpnet-run`).
+pub const N_PES: &str = "CPNET_N_PES";
+/// `CPNET_LOCAL_PE`: rank among the PEs on this host (set by `cpnet-run`).
+pub const LOCAL_PE: &str = "CPNET_LOCAL_PE";
+/// `CPNET_LOCAL_SIZE`: number of PEs on this host (set by `cpnet-run`).
+pub const LOCAL_SIZE: &str = "CPNET_LOCAL_SIZE";
+/// `CPNET_BOOTSTRAP_ADDR`: `host:port` of the rendezvous.
+pub const BOOTSTRAP_ADDR: &str = "CPNET_BOOTSTRAP_ADDR";
+/// `CPNET_PROVIDER`: libfabric provider name.
+pub const PROVIDER: &str = "CPNET_PROVIDER";
+/// `CPNET_FABRIC_NODE`: local address the provider binds to.
+pub const FABRIC_NODE: &str = "CPNET_FABRIC_NODE";
+/// `CPNET_HEAP_SIZE`: symmetric heap bytes per PE (`K`/`M`/`G` suffixes).
+pub const HEAP_SIZE: &str = "CPNET_HEAP_SIZE";
+/// `CPNET_PROXY_THREADS`: proxy service threads per PE.
+pub const PROXY_THREADS: &str = "CPNET_PROXY_THREADS";
+/// `CPNET_QUEUES`: command queues (work-group contexts) per PE.
+pub const QUEUES: &str = "CPNET_QUEUES";
+/// `CPNET_QUEUE_DEPTH`: slots per queue (power of two).
+pub const QUEUE_DEPTH: &str = "CPNET_QUEUE_DEPTH";
+/// `CPNET_WAIT_TIMEOUT`: seconds a wait may take before it reports; `0`/`none` = forever.
+pub const WAIT_TIMEOUT: &str = "CPNET_WAIT_TIMEOUT";
+/// `CPNET_ABORT_GRACE`: seconds a PE waits after a peer failure before exiting.
+pub const ABORT_GRACE: &str = "CPNET_ABORT_GRACE";
+/// `CPNET_CONNECT_TIMEOUT`: seconds to reach the rendezvous and for all PEs to arrive.
+pub const CONNECT_TIMEOUT: &str = "CPNET_CONNECT_TIMEOUT";
+
+/// Variables of other launchers that [`Launch`] understands (read only).
+pub mod foreign {
+    /// Open MPI: rank in `MPI_COMM_WORLD`.
+    pub const OMPI_RANK: &str = "OMPI_COMM_WORLD_RANK";
+    /// Open MPI: size of `MPI_COMM_WORLD`.
+    pub const OMPI_SIZE: &str = "OMPI_COMM_WORLD_SIZE";
+    /// Open MPI: rank on this node.
+    pub const OMPI_LOCAL_RANK: &str = "OMPI_COMM_WORLD_LOCAL_RANK";
+    /// Open MPI: ranks on this node.
+    pub const OMPI_LOCAL_SIZE: &str = "OMPI_COMM_WORLD_LOCAL_SIZE";
+    /// PMI (MPICH/Hydra, Intel MPI): rank.
+    pub const PMI_RANK: &str = "PMI_RANK";
+    /// PMI: number of ranks.
+    pub const PMI_SIZE: &str = "PMI_SIZE";
+    /// MPICH/Hydra: rank on this node.
+    pub const MPI_LOCALRANKID: &str = "MPI_LOCALRANKID";
+    /// MPICH/Hydra: ranks on this node.
+    pub const MPI_LOCALNRANKS: &str = "MPI_LOCALNRANKS";
+    /// Slurm: task rank.
+    pub const SLURM_PROCID: &str = "SLURM_PROCID";
+    /// Slurm: number of tasks.
+    pub const SLURM_NTASKS: &str = "SLURM_NTASKS";
+    /// Slurm: task rank on this node.
+    pub const SLURM_LOCALID: &str = "SLURM_LOCALID";
+    /// Slurm: tasks per node (`4`, or `2(x3),1` when not uniform).
+    pub const SLURM_NTASKS_PER_NODE: &str = "SLURM_NTASKS_PER_NODE";
+}
+
+use foreign::*;
+
+/// Default of `CPNET_HEAP_SIZE`: 64 MiB.
+pub const DEFAULT_HEAP_SIZE: u64 = 64 << 20;
+/// Default of `CPNET_PROXY_THREADS`.
+pub const DEFAULT_PROXY_THREADS: usize = 1;
+/// Largest accepted `CPNET_PROXY_THREADS`.
+pub const MAX_PROXY_THREADS: usize = 64;
+/// Default of `CPNET_QUEUES`.
+pub const DEFAULT_QUEUES: usize = 64;
+/// Default of `CPNET_QUEUE_DEPTH`.
+pub const DEFAULT_QUEUE_DEPTH: u32 = 64;
+/// Smallest accepted `CPNET_QUEUE_DEPTH`.
+pub const MIN_QUEUE_DEPTH: u32 = 2;
+/// Largest accepted `CPNET_QUEUE_DEPTH`.
+pub const MAX_QUEUE_DEPTH: u32 = 65536;
+/// Default of `CPNET_WAIT_TIMEOUT`.
+pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default of `CPNET_ABORT_GRACE`.
+pub const DEFAULT_ABORT_GRACE: Duration = Duration::from_secs(5);
+/// Default of `CPNET_CONNECT_TIMEOUT`.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A variable that is set but cannot be used, or one that is missing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvError {
+    /// The variable is set to a value cpnet cannot use.
+    #[error("environment variable {var}={value:?} is not valid: expected {expected}")]
+    Invalid {
+        /// The variable's name.
+        var: &'static str,
+        /// The value it holds.
+        value: String,
+        /// What would have been accepted.
+        expected: String,
+    },
+    /// The variable is needed but not set.
+    #[error("environment variable {var} is not set, but {why}")]
+    Missing {
+        /// The variable's name.
+        var: &'static str,
+        /// Why it is needed and what to set it to.
+        why: String,
+    },
+}
+
+/// Who started this process, i.e. where [`Launch`] found its numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Launcher {
+    /// Nobody: a single PE (no launch variable set).
+    Single,
+    /// `cpnet-run` (`CPNET_PE` ...); it runs the rendezvous server itself.
+    CpnetRun,
+    /// Open MPI's `mpirun` (`OMPI_COMM_WORLD_*`).
+    Mpi,
+    /// A PMI launcher, e.g. MPICH's or Intel MPI's `mpiexec` (`PMI_*`).
+    Pmi,
+    /// Slurm's `srun` (`SLURM_*`).
+    Slurm,
+}
+
+impl fmt::Display for Launcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Launcher::Single => "no launcher (single PE)",
+            Launcher::CpnetRun => "cpnet-run",
+            Launcher::Mpi => "mpirun (Open MPI)",
+            Launcher::Pmi => "a PMI launcher (mpiexec)",
+            Launcher::Slurm => "srun (Slurm)",
+        })
+    }
+}
+
+/// This process's place in the job, from the launcher's variables.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    /// This PE's number, `0..n_pes`.
+    pub pe: i32,
+    /// Number of PEs in the job, >= 1.
+    pub n_pes: i32,
+    /// Rank among the PEs on this host, `0..local_size`.
+    pub local_pe: i32,
+    /// Number of PEs on this host, `1..=n_pes`.
+    pub local_size: i32,
+    /// `host:port` of the rendezvous (`CPNET_BOOTSTRAP_ADDR`); always `Some`
+    /// when `n_pes > 1`. Kept as text: a host name is resolved when
+    /// connecting, not when the environment is read.
+    pub bootstrap: Option<String>,
+    /// Where the numbers came from.
+    pub launcher: Launcher,
+}
+
+impl Launch {
+    /// A single PE: PE 0 of 1, no rendezvous.
+    pub fn single() -> Launch {
+        Launch {
+            pe: 0,
+            n_pes: 1,
+            local_pe: 0,
+            local_size: 1,
+            bootstrap: None,
+            launcher: Launcher::Single,
+        }
+    }
+
+    /// Reads the launch variables of the process environment (see the
+    /// [module docs](self)).
+    pub fn from_env() -> Result<Launch, EnvError> {
+        Launch::from_lookup(process_env)
+    }
+
+    /// Reads the launch variables through `lookup` (name → value; `None` when
+    /// unset). Pure: this is what [`Launch::from_env`] calls.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Launch, EnvError> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let (launcher, pe, n_pes, local_pe, local_size);
+        if let Some(v) = get(PE) {
+            launcher = Launcher::CpnetRun;
+            let n = required(&get, N_PES, PE, Launcher::CpnetRun)?;
+            n_pes = parse_count(N_PES, &n)?;
+            pe = parse_rank(PE, &v, n_pes, N_PES)?;
+            (local_pe, local_size) = local_pair(&get, (LOCAL_PE, LOCAL_SIZE), pe, n_pes, launcher)?;
+        } else if let Some(v) = get(OMPI_RANK) {
+            launcher = Launcher::Mpi;
+            let n = required(&get, OMPI_SIZE, OMPI_RANK, launcher)?;
+            n_pes = parse_count(OMPI_SIZE, &n)?;
+            pe = parse_rank(OMPI_RANK, &v, n_pes, OMPI_SIZE)?;
+            (local_pe, local_size) = local_pair(
+                &get,
+                (OMPI_LOCAL_RANK, OMPI_LOCAL_SIZE),
+                pe,
+                n_pes,
+                launcher,
+            )?;
+        } else if let Some(v) = get(PMI_RANK) {
+            launcher = Launcher::Pmi;
+            let n = required(&get, PMI_SIZE, PMI_RANK, launcher)?;
+            n_pes = parse_count(PMI_SIZE, &n)?;
+            pe = parse_rank(PMI_RANK, &v, n_pes, PMI_SIZE)?;
+            (local_pe, local_size) = local_pair(
+                &get,
+                (MPI_LOCALRANKID, MPI_LOCALNRANKS),
+                pe,
+                n_pes,
+                launcher,
+            )?;
+        } else if let Some(v) = get(SLURM_PROCID) {
+            launcher = Launcher::Slurm;
+            let n = required(&get, SLURM_NTASKS, SLURM_PROCID, launcher)?;
+            n_pes = parse_count(SLURM_NTASKS, &n)?;
+            pe = parse_rank(SLURM_PROCID, &v, n_pes, SLURM_NTASKS)?;
+            // SLURM_NTASKS_PER_NODE is "4" when uniform, "2(x3),1" when not;
+            // only the plain form tells us this node's count.
+            let per_node = get(SLURM_NTASKS_PER_NODE)
+                .and_then(|s| s.trim().parse::<i32>().ok())
+                .filter(|&k| (1..=n_pes).contains(&k));
+            match (get(SLURM_LOCALID), per_node) {
+                (Some(l), Some(k)) => {
+                    local_size = k;
+                    local_pe = parse_rank(SLURM_LOCALID, &l, k, SLURM_NTASKS_PER_NODE)?;
+                }
+                (Some(l), None) => {
+                    local_size = n_pes;
+                    local_pe = parse_rank(SLURM_LOCALID, &l, n_pes, SLURM_NTASKS)?;
+                }
+                (None, _) => {
+                    local_size = n_pes;
+                    local_pe = pe;
+                }
+            }
+        } else {
+            let mut single = Launch::single();
+            single.bootstrap = get(BOOTSTRAP_ADDR).map(|s| s.trim().to_owned());
+            if let Some(addr) = &single.bootstrap {
+                check_host_port(addr)?;
+            }
+            return Ok(single);
+        }
+
+        let bootstrap = match get(BOOTSTRAP_ADDR) {
+            Some(addr) => {
+                let addr = addr.trim().to_owned();
+                check_host_port(&addr)?;
+                Some(addr)
+            }
+            None if n_pes > 1 => {
+                let why = if launcher == Launcher::CpnetRun {
+                    format!(
+                        "this job has {n_pes} PEs ({PE} is set); cpnet-run sets it, so this \
+                         process was probably not started by cpnet-run: start it with \
+                         `cpnet-run -n {n_pes} ...`, or set {BOOTSTRAP_ADDR}=host:port"
+                    )
+                } else {
+                    format!(
+                        "this job has {n_pes} PEs (started by {launcher}); set it to a \
+                         host:port that PE 0's host can bind and every PE can reach, e.g. \
+                         {BOOTSTRAP_ADDR}=$(hostname):29500 exported to all ranks (PE 0 runs \
+                         the rendezvous there)"
+                    )
+                };
+                return Err(EnvError::Missing {
+                    var: BOOTSTRAP_ADDR,
+                    why,
+                });
+            }
+            None => None,
+        };
+
+        Ok(Launch {
+            pe,
+            n_pes,
+            local_pe,
+            local_size,
+            bootstrap,
+            launcher,
+        })
+    }
+}
+
+/// Sizes and timeouts of the runtime, from the `CPNET_*` tuning variables.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tuning {
+    /// `CPNET_PROVIDER`: libfabric provider; `None` lets the runtime choose
+    /// (`shm` when all PEs are local, else `tcp;ofi_rxm`).
+    pub provider: Option<String>,
+    /// `CPNET_FABRIC_NODE`: local address the provider binds to; `None` lets
+    /// the runtime choose (`127.0.0.1` when all PEs are local).
+    pub fabric_node: Option<String>,
+    /// `CPNET_HEAP_SIZE`: symmetric heap per PE, in bytes (> 0).
+    pub heap_size: u64,
+    /// `CPNET_PROXY_THREADS`: proxy service threads per PE, `1..=64`.
+    pub proxy_threads: usize,
+    /// `CPNET_QUEUES`: command queues (work-group contexts) per PE, >= 1.
+    pub queues: usize,
+    /// `CPNET_QUEUE_DEPTH`: slots per queue, a power of two in `2..=65536`.
+    pub queue_depth: u32,
+    /// `CPNET_WAIT_TIMEOUT`: how long a wait may take before it reports what
+    /// it waits for; `None` = forever.
+    pub wait_timeout: Option<Duration>,
+    /// `CPNET_ABORT_GRACE`: after a peer failure, how long the program may
+    /// take to end on its own before the runtime exits the process (status 1).
+    pub abort_grace: Duration,
+    /// `CPNET_CONNECT_TIMEOUT`: how long to reach the rendezvous, and for all
+    /// PEs to arrive there (> 0).
+    pub connect_timeout: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            provider: None,
+            fabric_node: None,
+            heap_size: DEFAULT_HEAP_SIZE,
+            proxy_threads: DEFAULT_PROXY_THREADS,
+            queues: DEFAULT_QUEUES,
+            queue_depth: DEFAULT_QUEUE_DEPTH,
+            wait_timeout: Some(DEFAULT_WAIT_TIMEOUT),
+            abort_grace: DEFAULT_ABORT_GRACE,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+}
+
+impl Tuning {
+    /// Reads the tuning variables of the process environment (see the
+    /// [module docs](self)); unset ones take their defaults.
+    pub fn from_env() -> Result<Tuning, EnvError> {
+        Tuning::from_lookup(process_env)
+    }
+
+    /// Reads the tuning variables through `lookup` (name → value; `None` when
+    /// unset). Pure: this is what [`Tuning::from_env`] calls.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Tuning, EnvError> {
+        let get = |name: &str| {
+            lookup(name)
+                .map(|v| v.trim().to_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let mut t = Tuning {
+            provider: get(PROVIDER),
+            fabric_node: get(FABRIC_NODE),
+            ..Tuning::default()
+        };
+        if let Some(v) = get(HEAP_SIZE) {
+            t.heap_size = parse_bytes(&v).filter(|&b| b > 0).ok_or_else(|| {
+                invalid(
+                    HEAP_SIZE,
+                    &v,
+                    "a positive byte count, optionally with a K, M or G suffix (powers of 1024), e.g. 64M",
+                )
+            })?;
+        }
+        if let Some(v) = get(PROXY_THREADS) {
+            t.proxy_threads = v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=MAX_PROXY_THREADS).contains(n))
+                .ok_or_else(|| {
+                    invalid(
+                        PROXY_THREADS,
+                        &v,
+                        &format!("an integer in 1..={MAX_PROXY_THREADS}"),
+                    )
+                })?;
+        }
+        if let Some(v) = get(QUEUES) {
+            t.queues = v
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| invalid(QUEUES, &v, "an integer >= 1"))?;
+        }
+        if let Some(v) = get(QUEUE_DEPTH) {
+            t.queue_depth = v
+                .parse::<u32>()
+                .ok()
+                .filter(|n| n.is_power_of_two() && (MIN_QUEUE_DEPTH..=MAX_QUEUE_DEPTH).contains(n))
+                .ok_or_else(|| {
+                    invalid(
+                        QUEUE_DEPTH,
+                        &v,
+                        &format!("a power of two in {MIN_QUEUE_DEPTH}..={MAX_QUEUE_DEPTH}"),
+                    )
+                })?;
+        }
+        if let Some(v) = get(WAIT_TIMEOUT) {
+            t.wait_timeout = if v.eq_ignore_ascii_case("none") {
+                None
+            } else {
+                let d = parse_seconds(&v).ok_or_else(|| {
+                    invalid(
+                        WAIT_TIMEOUT,
+                        &v,
+                        "seconds (e.g. 60 or 2.5), or 0 or none to wait forever",
+                    )
+                })?;
+                (!d.is_zero()).then_some(d)
+            };
+        }
+        if let Some(v) = get(ABORT_GRACE) {
+            t.abort_grace = parse_seconds(&v)
+                .ok_or_else(|| invalid(ABORT_GRACE, &v, "seconds >= 0 (e.g. 5 or 0.5)"))?;
+        }
+        if let Some(v) = get(CONNECT_TIMEOUT) {
+            t.connect_timeout = parse_seconds(&v)
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| invalid(CONNECT_TIMEOUT, &v, "seconds > 0 (e.g. 60 or 2.5)"))?;
+        }
+        Ok(t)
+    }
+}
+
+/// Parses a byte count: plain bytes (`4096`), or an integer with a `K`, `M`
+/// or `G` suffix (also `KiB`, `MiB`, `GiB`; case-insensitive), each a power
+/// of 1024. Returns `None` for anything else, and on overflow.
+///
+/// ```
+/// use cpnet::env::parse_bytes;
+/// assert_eq!(parse_bytes("64M"), Some(64 << 20));
+/// assert_eq!(parse_bytes("2GiB"), Some(2 << 30));
+/// assert_eq!(parse_bytes("1.5G"), None);
+/// ```
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, suffix) = s.split_at(split);
+    if digits.is_empty() {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
+        "" => 0,
+        "k" | "kib" => 10,
+        "m" | "mib" => 20,
+        "g" | "gib" => 30,
+        _ => return None,
+    };
+    n.checked_mul(1u64 << shift)
+}
+
+/// Parses a non-negative, finite number of seconds (`5`, `2.5`, `0.01`).
+fn parse_seconds(s: &str) -> Option<Duration> {
+    let secs: f64 = s.trim().parse().ok()?;
+    if !secs.is_finite() || secs < 0.0 {
+        return None;
+    }
+    Duration::try_from_secs_f64(secs).ok()
+}
+
+/// The real environment; a value that is not UTF-8 is passed on lossily so
+/// that it fails to parse (and is reported) rather than counting as unset.
+fn process_env(name: &str) -> Option<String> {
+    std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+}
+
+fn invalid(var: &'static str, value: &str, expected: &str) -> EnvError {
+    EnvError::Invalid {
+        var,
+        value: value.to_owned(),
+        expected: expected.to_owned(),
+    }
+}
+
+/// `var` must be set because `because` is (both belong to `launcher`).
+fn required(
+    get: &impl Fn(&str) -> Option<String>,
+    var: &'static str,
+    because: &'static str,
+    launcher: Launcher,
+) -> Result<String, EnvError> {
+    get(var).ok_or_else(|| EnvError::Missing {
+        var,
+        why: format!("{because} is set (looks like {launcher}); both are needed"),
+    })
+}
+
+/// A job size: an integer >= 1.
+fn parse_count(var: &'static str, v: &str) -> Result<i32, EnvError> {
+    v.trim()
+        .parse::<i32>()
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| invalid(var, v, "an integer >= 1"))
+}
+
+/// A rank: an integer in `0..n`, where `n` came from `n_var`.
+fn parse_rank(var: &'static str, v: &str, n: i32, n_var: &'static str) -> Result<i32, EnvError> {
+    v.trim()
+        .parse::<i32>()
+        .ok()
+        .filter(|r| (0..n).contains(r))
+        .ok_or_else(|| invalid(var, v, &format!("an integer in 0..{n} ({n_var}={n})")))
+}
+
+/// The local rank and size from the pair `(rank_var, size_var)`; when the
+/// launcher does not set them, every PE is taken to be on this host.
+fn local_pair(
+    get: &impl Fn(&str) -> Option<String>,
+    (rank_var, size_var): (&'static str, &'static str),
+    pe: i32,
+    n_pes: i32,
+    launcher: Launcher,
+) -> Result<(i32, i32), EnvError> {
+    match (get(rank_var), get(size_var)) {
+        (None, None) => Ok((pe, n_pes)),
+        (Some(r), Some(s)) => {
+            let size = s
+                .trim()
+                .parse::<i32>()
+                .ok()
+                .filter(|k| (1..=n_pes).contains(k))
+                .ok_or_else(|| {
+                    invalid(
+                        size_var,
+                        &s,
+                        &format!("an integer in 1..={n_pes} (the job size)"),
+                    )
+                })?;
+            let rank = parse_rank(rank_var, &r, size, size_var)?;
+            Ok((rank, size))
+        }
+        (Some(_), None) => Err(EnvError::Missing {
+            var: size_var,
+            why: format!("{rank_var} is set (looks like {launcher}); both are needed"),
+        }),
+        (None, Some(_)) => Err(EnvError::Missing {
+            var: rank_var,
+            why: format!("{size_var} is set (looks like {launcher}); both are needed"),
+        }),
+    }
+}
+
+/// Checks that `addr` has the form `host:port` (or `[v6]:port`) with a
+/// numeric port; the host is resolved later, when connecting.
+fn check_host_port(addr: &str) -> Result<(), EnvError> {
+    let ok = addr
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            BOOTSTRAP_ADDR,
+            addr,
+            "host:port, e.g. 10.0.0.1:29500, node01:29500 or [::1]:29500",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn bytes_plain_and_suffixes() {
+        assert_eq!(parse_bytes("0"), Some(0));
+        assert_eq!(parse_bytes("4096"), Some(4096));
+        assert_eq!(parse_bytes(" 4096 "), Some(4096));
+        assert_eq!(parse_bytes("1K"), Some(1024));
+        assert_eq!(parse_bytes("1k"), Some(1024));
+        assert_eq!(parse_bytes("3KiB"), Some(3 * 1024));
+        assert_eq!(parse_bytes("64M"), Some(64 << 20));
+        assert_eq!(parse_bytes("64 MiB"), Some(64 << 20));
+        assert_eq!(parse_bytes("2G"), Some(2 << 30));
+        assert_eq!(parse_bytes("2gib"), Some(2 << 30));
+    }
+
+    #[test]
+    fn bytes_rejects_garbage_and_overflow() {
+        for bad in [
+            "", " ", "M", "-1", "+1", "1.5G", "1T", "1KB", "1 K B", "12x", "0x10", "1e6",
+        ] {
+            assert_eq!(parse_bytes(bad), None, "{bad:?}");
+        }
+        assert_eq!(parse_bytes("18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_bytes("18446744073709551616"), None);
+        assert_eq!(parse_bytes("17179869184G"), None); // 2^34 GiB = 2^64
+    }
+
+    #[test]
+    fn seconds() {
+        assert_eq!(parse_seconds("5"), Some(Duration::from_secs(5)));
+        assert_eq!(parse_seconds("0.25"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_seconds("0"), Some(Duration::ZERO));
+        for bad in ["-1", "nan", "inf", "1e400", "5s", ""] {
+            assert_eq!(parse_seconds(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn launch_single_when_nothing_set() {
+        assert_eq!(Launch::from_lookup(env(&[])).unwrap(), Launch::single());
+    }
+
+    #[test]
+    fn launch_cpnet_run() {
+        let l = Launch::from_lookup(env(&[
+            (PE, "2"),
+            (N_PES, "4"),
+            (LOCAL_PE, "2"),
+            (LOCAL_SIZE, "4"),
+            (BOOTSTRAP_ADDR, "127.0.0.1:4000"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            l,
+            Launch {
+                pe: 2,
+                n_pes: 4,
+                local_pe: 2,
+                local_size: 4,
+                bootstrap: Some("127.0.0.1:4000".into()),
+                launcher: Launcher::CpnetRun,
+            }
+        );
+    }
+
+    #[test]
+    fn launch_cpnet_wins_over_mpi() {
+        let l = Launch::from_lookup(env(&[
+            (PE, "1"),
+            (N_PES, "2"),
+            (OMPI_RANK, "0"),
+            (OMPI_SIZE, "8"),
+            (BOOTSTRAP_ADDR, "h:1"),
+        ]))
+        .unwrap();
+        assert_eq!((l.pe, l.n_pes, l.launcher), (1, 2, Launcher::CpnetRun));
+        assert_eq!((l.local_pe, l.local_size), (1, 2));
+    }
+
+    #[test]
+    fn launch_open_mpi() {
+        let l = Launch::from_lookup(env(&[
+            (OMPI_RANK, "5"),
+            (OMPI_SIZE, "8"),
+            (OMPI_LOCAL_RANK, "1"),
+            (OMPI_LOCAL_SIZE, "4"),
+            (BOOTSTRAP_ADDR, "node01:29500"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (l.pe, l.n_pes, l.local_pe, l.local_size, l.launcher),
+            (5, 8, 1, 4, Launcher::Mpi)
+        );
+    }
+
+    #[test]
+    fn launch_pmi_with_and_without_local() {
+        let l = Launch::from_lookup(env(&[
+            (PMI_RANK, "3"),
+            (PMI_SIZE, "4"),
+            (BOOTSTRAP_ADDR, "[::1]:29500"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            (l.pe, l.n_pes, l.local_pe, l.local_size, l.launcher),
+            (3, 4, 3, 4, Launcher::Pmi)
+        );
+        let l = Launch::from_lookup(env(&[
+            (PMI_RANK, "3"),
+            (PMI_SIZE, "4"),
+            (MPI_LOCALRANKID, "1"),
+            (MPI_LOCALNRANKS, "2"),
+            (BOOTSTRAP_ADDR, "h:1"),
+        ]))
+        .unwrap();
+        assert_eq!((l.local_pe, l.local_size), (1, 2));
+    }
+
+    #[test]
+    fn launch_slurm_plain_and_nonuniform_per_node() {
+        let base = [
+            (SLURM_PROCID, "6"),
+            (SLURM_NTASKS, "8"),
+            (SLURM_LOCALID, "2"),
+            (BOOTSTRAP_ADDR, "h:1"),
+        ];
+        let mut plain = base.to_vec();
+        plain.push((SLURM_NTASKS_PER_NODE, "4"));
+        let l = Launch::from_lookup(env(&plain)).unwrap();
+        assert_eq!(
+            (l.pe, l.n_pes, l.local_pe, l.local_size, l.launcher),
+            (6, 8, 2, 4, Launcher::Slurm)
+        );
+        let mut odd = base.to_vec();
+        odd.push((SLURM_NTASKS_PER_NODE, "2(x3),2"));
+        let l = Launch::from_lookup(env(&odd)).unwrap();
+        assert_eq!((l.local_pe, l.local_size), (2, 8));
+    }
+
+    #[test]
+    fn launch_errors_name_the_variable() {
+        let e = Launch::from_lookup(env(&[(PE, "4"), (N_PES, "4"), (BOOTSTRAP_ADDR, "h:1")]))
+            .unwrap_err();
+        assert!(
+            matches!(&e, EnvError::Invalid { var, .. } if *var == PE),
+            "{e}"
+        );
+        assert!(e.to_string().contains("0..4"), "{e}");
+
+        let e = Launch::from_lookup(env(&[(PE, "0")])).unwrap_err();
+        assert!(
+            matches!(&e, EnvError::Missing { var, .. } if *var == N_PES),
+            "{e}"
+        );
+
+        let e = Launch::from_lookup(env(&[(N_PES, "two"), (PE, "0")])).unwrap_err();
+        assert!(
+            matches!(&e, EnvError::Invalid { var, .. } if *var == N_PES),
+            "{e}"
+        );
+
+        let e = Launch::from_lookup(env(&[(OMPI_RANK, "0"), (OMPI_SIZE, "2")])).unwrap_err();
+        assert!(
+            matches!(&e, EnvError::Missing { var, .. } if *var == BOOTSTRAP_ADDR),
+            "{e}"
+        );
+        assert!(e.to_string().contains("PE 0"), "{e}");
+
+        let e = Launch::from_lookup(env(&[
+            (OMPI_RANK, "0"),
+            (OMPI_SIZE, "2"),
+            (BOOTSTRAP_ADDR, "no-port"),
+        ]))
+        .unwrap_err();
+        assert!(
+            matches!(&e, EnvError::Invalid { var, .. } if *var == BOOTSTRAP_ADDR),
+            "{e}"
+        );
+
+        let e = Launch::from_lookup(env(&[
+            (PE, "1"),
+            (N_PES, "2"),
+            (LOCAL_PE, "1"),
+            (BOOTSTRAP_ADDR, "h:1"),
+        ]))
+        .unwrap_err();
+        assert!(
+            matches!(&e, EnvError::Missing { var, .. } if *var == LOCAL_SIZE),
+            "{e}"
+        );
+
+        let e = Launch::from_lookup(env(&[
+            (PE, "1"),
+            (N_PES, "2"),
+            (LOCAL_PE, "1"),
+            (LOCAL_SIZE, "3"),
+            (BOOTSTRAP_ADDR, "h:1"),
+        ]))
+        .unwrap_err();
+        assert!(
+            matches!(&e, EnvError::Invalid { var, .. } if *var == LOCAL_SIZE),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn launch_one_pe_needs_no_addr_and_empty_is_unset() {
+        let l =
+            Launch::from_lookup(env(&[(PE, "0"), (N_PES, "1"), (BOOTSTRAP_ADDR, " ")])).unwrap();
+        assert_eq!((l.pe, l.n_pes, l.bootstrap), (0, 1, None));
+        let l = Launch::from_lookup(env(&[(PE, ""), (OMPI_RANK, "")])).unwrap();
+        assert_eq!(l, Launch::single());
+    }
+
+    #[test]
+    fn tuning_defaults() {
+        let t = Tuning::from_lookup(env(&[])).unwrap();
+        assert_eq!(t, Tuning::default());
+        assert_eq!(t.heap_size, 64 << 20);
+        assert_eq!(t.proxy_threads, 1);
+        assert_eq!(t.queues, 64);
+        assert_eq!(t.queue_depth, 64);
+        assert_eq!(t.wait_timeout, Some(Duration::from_secs(60)));
+        assert_eq!(t.abort_grace, Duration::from_secs(5));
+        assert_eq!(t.connect_timeout, Duration::from_secs(60));
+        assert_eq!((t.provider, t.fabric_node), (None, None));
+    }
+
+    #[test]
+    fn tuning_all_set() {
+        let t = Tuning::from_lookup(env(&[
+            (PROVIDER, "tcp;ofi_rxm"),
+            (FABRIC_NODE, "10.0.0.7"),
+            (HEAP_SIZE, "1G"),
+            (PROXY_THREADS, "4"),
+            (QUEUES, "128"),
+            (QUEUE_DEPTH, "1024"),
+            (WAIT_TIMEOUT, "2.5"),
+            (ABORT_GRACE, "0"),
+            (CONNECT_TIMEOUT, "0.5"),
+        ]))
+        .unwrap();
+        assert_eq!(t.provider.as_deref(), Some("tcp;ofi_rxm"));
+        assert_eq!(t.fabric_node.as_deref(), Some("10.0.0.7"));
+        assert_eq!(t.heap_size, 1 << 30);
+        assert_eq!(t.proxy_threads, 4);
+        assert_eq!(t.queues, 128);
+        assert_eq!(t.queue_depth, 1024);
+        assert_eq!(t.wait_timeout, Some(Duration::from_millis(2500)));
+        assert_eq!(t.abort_grace, Duration::ZERO);
+        assert_eq!(t.connect_timeout, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn tuning_wait_forever() {
+        for v in ["0", "none", "NONE", "0.0"] {
+            let t = Tuning::from_lookup(env(&[(WAIT_TIMEOUT, v)])).unwrap();
+            assert_eq!(t.wait_timeout, None, "{v}");
+        }
+    }
+
+    #[test]
+    fn tuning_rejects_out_of_range() {
+        for (var, bad) in [
+            (HEAP_SIZE, "0"),
+            (HEAP_SIZE, "64X"),
+            (PROXY_THREADS, "0"),
+            (PROXY_THREADS, "65"),
+            (QUEUES, "0"),
+            (QUEUES, "-3"),
+            (QUEUE_DEPTH, "1"),
+            (QUEUE_DEPTH, "48"),
+            (QUEUE_DEPTH, "131072"),
+            (WAIT_TIMEOUT, "-1"),
+            (WAIT_TIMEOUT, "forever"),
+            (ABORT_GRACE, "soon"),
+            (CONNECT_TIMEOUT, "0"),
+        ] {
+            let e = Tuning::from_lookup(env(&[(var, bad)])).unwrap_err();
+            match &e {
+                EnvError::Invalid { var: v, value, .. } => {
+                    assert_eq!((*v, value.as_str()), (var, bad));
+                }
+                other => panic!("{var}={bad}: {other}"),
+            }
+            let msg = e.to_string();
+            assert!(msg.contains(var) && msg.contains(bad), "{msg}");
+        }
+    }
+
+    #[test]
+    fn queue_depth_edges() {
+        for ok in ["2", "65536"] {
+            assert!(
+                Tuning::from_lookup(env(&[(QUEUE_DEPTH, ok)])).is_ok(),
+                "{ok}"
+            );
+        }
+    }
+}

@@ -1,0 +1,674 @@
+//! The host API: one [`Pe`] per process (OpenSHMEM 1.5 §9.2 "Library
+//! setup", §9.3 "Memory management"), with CPU work-groups that speak the
+//! same command protocol as GPU work-groups.
+//!
+//! ```no_run
+//! use cpnet::device::cpu::SymAddr;
+//! # fn main() -> Result<(), cpnet::pe::Error> {
+//! let pe = cpnet::Pe::init()?;                 // collective
+//! let buf = pe.shmalloc(8 * 1024)?;            // collective, symmetric
+//! let (me, n) = (pe.my_pe(), pe.n_pes());
+//! pe.run_work_groups(4, |wg| {                 // 4 CPU work-groups on this PE
+//!     let right = (me + 1) % n;
+//!     wg.p::<u64>(SymAddr(buf.0 + 8 * u64::from(wg.wg())), me as u64, right)?;
+//!     wg.quiet()
+//! })?;
+//! pe.barrier_all()?;                           // collective
+//! pe.finalize()?;                              // collective
+//! # Ok(()) }
+//! ```
+//!
+//! # Threads of a PE
+//!
+//! * `CPNET_PROXY_THREADS` service threads (`cpnet-proxy-<t>`), each owning
+//!   the queues `q` with `q % threads == t` and one libfabric endpoint
+//!   ([`cpnet_proxy::transport`]); they poll from init to finalize.
+//! * one thread per CPU work-group while [`Pe::run_work_groups`] runs;
+//! * the bootstrap's reader thread, which learns of failed peers.
+//!
+//! # Failure
+//!
+//! When the bootstrap reports a failed peer (its process died, or it
+//! aborted), the PE logs it, aborts every queue (waits in work-groups return
+//! `PEER_DEAD` at once) and, if the program has not ended by itself within
+//! `CPNET_ABORT_GRACE` seconds, exits the process with status 1.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use cpnet_device::cpu::{CpuCtx, HeapView, HostHeap, PeInfo, SymAddr};
+use cpnet_device::layout::ErrorCode;
+use cpnet_device::ring::{QueueGeometry, QueuePool, RingError};
+use cpnet_proxy::decode::Limits;
+use cpnet_proxy::service::{CommandError, Service};
+use cpnet_proxy::transport::{FabricConfig, FabricEndpoint, PeerCard, region_len};
+use std::sync::Mutex;
+
+use crate::bootstrap::{Bootstrap, BootstrapError, PeerFailure};
+use crate::env::{EnvError, Launch, Tuning};
+
+/// A CPU work-group's context: the same device API as a GPU work-group
+/// (`cpnet_ctx_t`), in Rust. See [`CpuCtx`].
+pub type WorkGroup = CpuCtx;
+
+/// Errors of the host API.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A `CPNET_*` (or launcher) variable is malformed.
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    /// The rendezvous failed, or a peer failed during a collective.
+    #[error("PE {pe}: bootstrap: {source}")]
+    Bootstrap {
+        /// This PE.
+        pe: i32,
+        /// What failed.
+        source: BootstrapError,
+    },
+    /// The fabric could not be opened or connected.
+    #[error(transparent)]
+    Transport(#[from] cpnet_proxy::transport::TransportError),
+    /// A queue pool geometry is invalid (`CPNET_QUEUE_DEPTH`).
+    #[error("PE {pe}: queue geometry: {source}")]
+    Queue {
+        /// This PE.
+        pe: i32,
+        /// Why.
+        source: RingError,
+    },
+    /// A work-group's operation failed; names PE, work-group, op, address.
+    #[error(transparent)]
+    WorkGroup(#[from] cpnet_device::cpu::Error),
+    /// `shmalloc` could not fit the request.
+    #[error(
+        "PE {pe}: shmalloc({requested} bytes): the symmetric heap has no free block that large \
+         ({free} bytes free of {heap} in total; raise CPNET_HEAP_SIZE)"
+    )]
+    OutOfHeap {
+        /// This PE.
+        pe: i32,
+        /// Bytes asked for.
+        requested: u64,
+        /// Bytes free (maybe fragmented).
+        free: u64,
+        /// Heap size.
+        heap: u64,
+    },
+    /// PEs called a collective with different arguments.
+    #[error("PE {pe}: {call} is collective and must get the same arguments on every PE: {detail}")]
+    NotSymmetric {
+        /// This PE.
+        pe: i32,
+        /// The call.
+        call: &'static str,
+        /// What differed.
+        detail: String,
+    },
+    /// `shfree` of an address `shmalloc` did not return.
+    #[error("PE {pe}: shfree(heap+{addr:#x}): not a block returned by shmalloc")]
+    BadFree {
+        /// This PE.
+        pe: i32,
+        /// The address.
+        addr: u64,
+    },
+    /// A service thread died or could not start.
+    #[error("PE {pe}: proxy service thread {thread}: {why}")]
+    Proxy {
+        /// This PE.
+        pe: i32,
+        /// Thread index.
+        thread: usize,
+        /// Why.
+        why: String,
+    },
+}
+
+/// The host API's result type.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// First-fit allocator over the heap's offsets. Every PE performs the same
+/// sequence of collective calls, so every PE gets the same offsets.
+#[derive(Debug)]
+struct SymAlloc {
+    /// Free blocks (offset, bytes), sorted by offset, coalesced.
+    free: Vec<(u64, u64)>,
+    /// Live blocks: offset -> bytes.
+    live: std::collections::BTreeMap<u64, u64>,
+}
+
+/// Alignment of every symmetric allocation (a cache line).
+pub const SHMALLOC_ALIGN: u64 = 64;
+
+impl SymAlloc {
+    fn new(size: u64) -> SymAlloc {
+        SymAlloc { free: vec![(0, size)], live: Default::default() }
+    }
+    fn alloc(&mut self, bytes: u64) -> Option<u64> {
+        let want = bytes.max(1).next_multiple_of(SHMALLOC_ALIGN);
+        let i = self.free.iter().position(|&(_, len)| len >= want)?;
+        let (off, len) = self.free[i];
+        if len == want {
+            self.free.remove(i);
+        } else {
+            self.free[i] = (off + want, len - want);
+        }
+        self.live.insert(off, want);
+        Some(off)
+    }
+    fn release(&mut self, off: u64) -> bool {
+        let Some(len) = self.live.remove(&off) else { return false };
+        let i = self.free.partition_point(|&(o, _)| o < off);
+        self.free.insert(i, (off, len));
+        // Coalesce with the next, then the previous block.
+        if i + 1 < self.free.len() && self.free[i].0 + self.free[i].1 == self.free[i + 1].0 {
+            self.free[i].1 += self.free[i + 1].1;
+            self.free.remove(i + 1);
+        }
+        if i > 0 && self.free[i - 1].0 + self.free[i - 1].1 == self.free[i].0 {
+            self.free[i - 1].1 += self.free[i].1;
+            self.free.remove(i);
+        }
+        true
+    }
+    fn free_bytes(&self) -> u64 {
+        self.free.iter().map(|&(_, l)| l).sum()
+    }
+}
+
+struct ServiceThread {
+    handle: JoinHandle<()>,
+}
+
+/// This process's PE: bootstrap, symmetric heap, queues and proxy threads.
+/// Created by the collective [`Pe::init`], ended by the collective
+/// [`Pe::finalize`] (dropping it without finalize stops the proxy but skips
+/// the closing barrier).
+pub struct Pe {
+    launch: Launch,
+    tuning: Tuning,
+    provider: String,
+    /// `None` only after finalize has handed it back.
+    boot: Option<Bootstrap>,
+    pool: QueuePool,
+    heap: HeapView,
+    alloc: Mutex<SymAlloc>,
+    stop: Arc<AtomicBool>,
+    services: Vec<ServiceThread>,
+    errors: Arc<Mutex<Vec<CommandError>>>,
+    finalized: bool,
+    // Last: freed after the service threads are joined (Drop joins them).
+    _region: Arc<HostHeap>,
+}
+
+impl std::fmt::Debug for Pe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pe")
+            .field("my_pe", &self.launch.pe)
+            .field("n_pes", &self.launch.n_pes)
+            .field("provider", &self.provider)
+            .field("heap_size", &self.heap.size())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Sets up `tracing` output on stderr once per process (`RUST_LOG`, default
+/// `warn`), unless the program installed a subscriber already.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// The provider to use when `CPNET_PROVIDER` is not set: `shm` when every
+/// PE is on this host, `tcp;ofi_rxm` otherwise; and where tcp binds.
+fn default_fabric(launch: &Launch, tuning: &Tuning) -> FabricConfig {
+    let all_local = launch.local_size == launch.n_pes;
+    let provider = tuning
+        .provider
+        .clone()
+        .unwrap_or_else(|| if all_local { "shm".to_owned() } else { "tcp;ofi_rxm".to_owned() });
+    let ip = !provider.starts_with("shm");
+    let src_node = tuning.fabric_node.clone().or_else(|| (ip && all_local).then(|| "127.0.0.1".to_owned()));
+    FabricConfig { provider, src_node: if ip { src_node } else { None } }
+}
+
+impl Pe {
+    /// Start this PE (`shmem_init`, §9.2.1). **Collective**: every PE of the
+    /// job calls it. Reads the launch environment and tuning variables
+    /// ([`crate::env`]), meets the other PEs at the rendezvous, allocates and
+    /// registers the symmetric heap, opens the fabric and starts the proxy.
+    ///
+    /// # Errors
+    /// [`Error::Env`], [`Error::Bootstrap`] (rendezvous unreachable, a peer
+    /// failed), [`Error::Transport`] (provider missing or lacking RMA and
+    /// atomics), [`Error::Queue`].
+    pub fn init() -> Result<Pe> {
+        init_logging();
+        let launch = Launch::from_env()?;
+        let tuning = Tuning::from_env()?;
+        Pe::init_with(launch, tuning)
+    }
+
+    /// [`Pe::init`] with explicit launch facts and tuning. **Collective.**
+    ///
+    /// # Errors
+    /// As [`Pe::init`].
+    pub fn init_with(launch: Launch, tuning: Tuning) -> Result<Pe> {
+        let me = launch.pe;
+        let boot_err = |source| Error::Bootstrap { pe: me, source };
+        let boot = Bootstrap::connect(&launch, tuning.connect_timeout).map_err(boot_err)?;
+        let geom = QueueGeometry::new(tuning.queue_depth).map_err(|source| Error::Queue { pe: me, source })?;
+        let pool = QueuePool::new_host(tuning.queues, geom);
+        let heap_size = tuning.heap_size.next_multiple_of(SHMALLOC_ALIGN);
+        let region = Arc::new(HostHeap::new(region_len(heap_size)));
+        let region_view = region.view();
+        // SAFETY: the user heap is the first `heap_size` bytes of the region,
+        // which `_region` keeps allocated as long as `self` (and the service
+        // threads, joined before it is freed).
+        let heap = unsafe { HeapView::from_raw(region_view.base(), heap_size) };
+        let fabric = default_fabric(&launch, &tuning);
+        let threads = tuning.proxy_threads.min(tuning.queues).max(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let epoch = Arc::new(AtomicU64::new(0));
+        let limits = Limits { n_pes: launch.n_pes, heap_size };
+
+        // Start the service threads; each opens its own endpoint and sends
+        // back its card, then waits for every PE's cards.
+        let (card_tx, card_rx) = mpsc::channel::<(usize, std::result::Result<PeerCard, String>)>();
+        let mut peer_txs = Vec::new();
+        let mut services = Vec::new();
+        let (ready_tx, ready_rx) = mpsc::channel::<(usize, std::result::Result<(), String>)>();
+        for t in 0..threads {
+            let (peer_tx, peer_rx) = mpsc::channel::<Vec<PeerCard>>();
+            peer_txs.push(peer_tx);
+            let queues: Vec<_> = (t..tuning.queues).step_by(threads).map(|q| pool.queue(q)).collect();
+            let (card_tx, ready_tx, stop, errors, epoch, fabric) =
+                (card_tx.clone(), ready_tx.clone(), Arc::clone(&stop), Arc::clone(&errors), Arc::clone(&epoch), fabric.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("cpnet-proxy-{t}"))
+                .spawn(move || {
+                    let ep = match FabricEndpoint::open(&fabric, me, region_view, heap_size) {
+                        Ok(ep) => ep,
+                        Err(e) => {
+                            let _ = card_tx.send((t, Err(e.to_string())));
+                            return;
+                        }
+                    };
+                    let _ = card_tx.send((t, Ok(ep.card())));
+                    let Ok(cards) = peer_rx.recv() else { return };
+                    let transport = match ep.connect(&cards, epoch) {
+                        Ok(tr) => tr,
+                        Err(e) => {
+                            let _ = ready_tx.send((t, Err(e.to_string())));
+                            return;
+                        }
+                    };
+                    let _ = ready_tx.send((t, Ok(())));
+                    let mut service = Service::new(queues, transport, limits, me);
+                    let report = |s: &mut Service<_>| {
+                        let e = s.take_errors();
+                        if !e.is_empty() {
+                            errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(e);
+                        }
+                    };
+                    service.run(|| {
+                        // Acquire: pairs with the Release store in `stop_services`.
+                        stop.load(std::sync::atomic::Ordering::Acquire)
+                    });
+                    // Finish what is in flight; bounded so a dead peer cannot hang finalize.
+                    let until = Instant::now() + Duration::from_secs(5);
+                    service.drain(|| Instant::now() > until);
+                    report(&mut service);
+                })
+                .map_err(|e| Error::Proxy { pe: me, thread: t, why: format!("spawn: {e}") })?;
+            services.push(ServiceThread { handle });
+        }
+        drop(card_tx);
+        drop(ready_tx);
+
+        let pe = Pe {
+            launch,
+            tuning,
+            provider: fabric.provider.clone(),
+            boot: Some(boot),
+            pool,
+            heap,
+            alloc: Mutex::new(SymAlloc::new(heap_size)),
+            stop,
+            services,
+            errors,
+            finalized: false,
+            _region: region,
+        };
+        pe.install_failure_handler();
+
+        // Collect our threads' cards, exchange them, hand every thread the
+        // cards of its counterparts.
+        let mut mine = vec![None; threads];
+        for _ in 0..threads {
+            let (t, card) =
+                card_rx.recv().map_err(|_| Error::Proxy { pe: me, thread: 0, why: "exited during start-up".into() })?;
+            match card {
+                Ok(c) => mine[t] = Some(c),
+                Err(why) => {
+                    pe.boot().abort(&format!("fabric setup failed: {why}"));
+                    return Err(Error::Proxy { pe: me, thread: t, why });
+                }
+            }
+        }
+        let mut blob = Vec::new();
+        blob.extend_from_slice(&(threads as u32).to_le_bytes());
+        for c in mine.iter().flatten() {
+            let b = c.to_bytes();
+            blob.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            blob.extend_from_slice(&b);
+        }
+        let all = pe.boot().allgather(&blob).map_err(boot_err)?;
+        let mut per_thread: Vec<Vec<PeerCard>> = vec![Vec::new(); threads];
+        for (peer, b) in all.iter().enumerate() {
+            let cards = parse_cards(b).ok_or_else(|| Error::NotSymmetric {
+                pe: me,
+                call: "init",
+                detail: format!("PE {peer} sent a malformed fabric card"),
+            })?;
+            if cards.len() != threads {
+                return Err(Error::NotSymmetric {
+                    pe: me,
+                    call: "init",
+                    detail: format!(
+                        "PE {peer} runs {} proxy threads, this PE {threads} (set CPNET_PROXY_THREADS alike)",
+                        cards.len()
+                    ),
+                });
+            }
+            for (t, c) in cards.into_iter().enumerate() {
+                per_thread[t].push(c);
+            }
+        }
+        for (tx, cards) in peer_txs.into_iter().zip(per_thread) {
+            let _ = tx.send(cards);
+        }
+        for _ in 0..threads {
+            let (t, r) =
+                ready_rx.recv().map_err(|_| Error::Proxy { pe: me, thread: 0, why: "exited during start-up".into() })?;
+            if let Err(why) = r {
+                pe.boot().abort(&format!("fabric connect failed: {why}"));
+                return Err(Error::Proxy { pe: me, thread: t, why });
+            }
+        }
+        pe.boot().barrier().map_err(boot_err)?;
+        tracing::debug!(pe = me, n_pes = pe.n_pes(), provider = %pe.provider, threads, "cpnet PE up");
+        Ok(pe)
+    }
+
+    fn boot(&self) -> &Bootstrap {
+        self.boot.as_ref().expect("the bootstrap lives until finalize")
+    }
+
+    fn install_failure_handler(&self) {
+        let queues: Vec<_> = (0..self.pool.len()).map(|q| self.pool.queue(q)).collect();
+        let me = self.launch.pe;
+        let grace = self.tuning.abort_grace;
+        let fired = AtomicBool::new(false);
+        self.boot().set_failure_handler(Box::new(move |f: &PeerFailure| {
+            if fired.swap(true, std::sync::atomic::Ordering::AcqRel) {
+                return;
+            }
+            eprintln!("cpnet: PE {me}: {f}; aborting this PE");
+            for q in &queues {
+                q.set_abort(ErrorCode::PeerDead);
+            }
+            let f = f.clone();
+            let _ = std::thread::Builder::new().name("cpnet-abort".into()).spawn(move || {
+                std::thread::sleep(grace);
+                eprintln!(
+                    "cpnet: PE {me}: the program did not end within {:.1} s of the failure ({f}); exiting with status 1",
+                    grace.as_secs_f64()
+                );
+                std::process::exit(1);
+            });
+        }));
+    }
+
+    /// This PE's number, `0..n_pes` (`shmem_my_pe`, §9.2.3). Local.
+    pub fn my_pe(&self) -> i32 {
+        self.launch.pe
+    }
+
+    /// Number of PEs in the job (`shmem_n_pes`, §9.2.4). Local.
+    pub fn n_pes(&self) -> i32 {
+        self.launch.n_pes
+    }
+
+    /// The libfabric provider in use (`"shm"`, `"tcp;ofi_rxm"`, ...).
+    pub fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    /// This PE's symmetric heap, for host reads and writes of local
+    /// symmetric data (raw copies and atomics; remote PEs may write it at
+    /// any time).
+    pub fn heap(&self) -> &HeapView {
+        &self.heap
+    }
+
+    /// What a work-group needs to know about this PE.
+    pub fn pe_info(&self) -> PeInfo {
+        PeInfo { my_pe: self.launch.pe, n_pes: self.launch.n_pes, heap: self.heap, wait_timeout: self.tuning.wait_timeout }
+    }
+
+    /// Allocate `bytes` of symmetric memory (`shmem_malloc`, §9.3.1):
+    /// returns the same heap offset on every PE, aligned to
+    /// [`SHMALLOC_ALIGN`]; the contents are not cleared. **Collective**
+    /// (includes a barrier), with the same `bytes` on every PE.
+    ///
+    /// # Errors
+    /// [`Error::NotSymmetric`] if PEs asked for different sizes,
+    /// [`Error::OutOfHeap`], [`Error::Bootstrap`].
+    pub fn shmalloc(&self, bytes: u64) -> Result<SymAddr> {
+        self.symmetric("shmalloc", bytes)?;
+        let mut a = self.alloc.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        a.alloc(bytes).map(SymAddr).ok_or(Error::OutOfHeap {
+            pe: self.my_pe(),
+            requested: bytes,
+            free: a.free_bytes(),
+            heap: self.heap.size(),
+        })
+    }
+
+    /// Free a block from [`Pe::shmalloc`] (`shmem_free`, §9.3.2).
+    /// **Collective** (includes a barrier), with the same address on every PE.
+    ///
+    /// # Errors
+    /// [`Error::NotSymmetric`], [`Error::BadFree`], [`Error::Bootstrap`].
+    pub fn shfree(&self, addr: SymAddr) -> Result<()> {
+        self.symmetric("shfree", addr.0)?;
+        if self.alloc.lock().unwrap_or_else(std::sync::PoisonError::into_inner).release(addr.0) { Ok(()) } else { Err(Error::BadFree { pe: self.my_pe(), addr: addr.0 }) }
+    }
+
+    /// Allgather `arg` and check every PE passed the same value (this is
+    /// also the collective's barrier).
+    fn symmetric(&self, call: &'static str, arg: u64) -> Result<()> {
+        let all = self
+            .boot()
+            .allgather(&arg.to_le_bytes())
+            .map_err(|source| Error::Bootstrap { pe: self.my_pe(), source })?;
+        for (peer, b) in all.iter().enumerate() {
+            if b.as_slice() != arg.to_le_bytes() {
+                return Err(Error::NotSymmetric {
+                    pe: self.my_pe(),
+                    call,
+                    detail: format!("this PE passed {arg}, PE {peer} passed {:?}", b),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Run `n` CPU work-groups on this PE, each on its own thread with its
+    /// own context (queue), `f(&mut ctx)` in each; returns when all have
+    /// ended. Each context is quieted and released at the end. One-sided
+    /// (other PEs need not call it at the same time).
+    ///
+    /// # Errors
+    /// The first work-group error (naming PE, work-group, operation and
+    /// address); [`cpnet_device::cpu::Error::NoQueue`] if `n` exceeds the
+    /// free queues (`CPNET_QUEUES`).
+    pub fn run_work_groups<F>(&self, n: u32, f: F) -> Result<()>
+    where
+        F: Fn(&mut WorkGroup) -> std::result::Result<(), cpnet_device::cpu::Error> + Sync,
+    {
+        let info = self.pe_info();
+        let results: Vec<std::result::Result<(), cpnet_device::cpu::Error>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n)
+                .map(|wg| {
+                    let (pool, f) = (&self.pool, &f);
+                    std::thread::Builder::new()
+                        .name(format!("cpnet-wg-{wg}"))
+                        .spawn_scoped(s, move || {
+                            let mut ctx = CpuCtx::create(pool, info, wg)?;
+                            let r = f(&mut ctx);
+                            let d = ctx.destroy();
+                            r.and(d)
+                        })
+                        .expect("spawn a work-group thread")
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+        });
+        for r in results {
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Run `f` with a context on the calling thread (work-group id `wg`),
+    /// quieted and released afterwards: host-issued operations. One-sided.
+    ///
+    /// # Errors
+    /// As [`Pe::run_work_groups`].
+    pub fn with_ctx<R>(
+        &self,
+        wg: u32,
+        f: impl FnOnce(&mut WorkGroup) -> std::result::Result<R, cpnet_device::cpu::Error>,
+    ) -> Result<R> {
+        let mut ctx = CpuCtx::create(&self.pool, self.pe_info(), wg)?;
+        let r = f(&mut ctx);
+        let d = ctx.destroy();
+        let v = r?;
+        d?;
+        Ok(v)
+    }
+
+    /// Wait until every PE has called it (`shmem_barrier_all`, §9.9.1, from
+    /// the host). **Collective.** Work-group operations issued by
+    /// [`Pe::run_work_groups`] are complete when it returns, so after this
+    /// barrier every PE sees them.
+    ///
+    /// # Errors
+    /// [`Error::Bootstrap`] (`PeerFailed` when a peer died).
+    pub fn barrier_all(&self) -> Result<()> {
+        self.boot().barrier().map_err(|source| Error::Bootstrap { pe: self.my_pe(), source })
+    }
+
+    /// Exchange `data` with every PE and return all PEs' data, in PE order,
+    /// through the bootstrap (host-side setup, not a fast path).
+    /// **Collective.**
+    ///
+    /// # Errors
+    /// [`Error::Bootstrap`].
+    pub fn allgather_bytes(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.boot().allgather(data).map_err(|source| Error::Bootstrap { pe: self.my_pe(), source })
+    }
+
+    /// Tell every other PE that this PE is failing (`shmem_global_exit`
+    /// without the exit): they abort with a message naming this PE and
+    /// `reason`. One-sided.
+    pub fn abort_job(&self, reason: &str) {
+        self.boot().abort(reason);
+    }
+
+    /// Command errors the proxy recorded so far (each was also returned to
+    /// the work-group that issued the command, or will be at its next quiet).
+    pub fn command_errors(&self) -> Vec<CommandError> {
+        self.errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    fn stop_services(&mut self) -> Result<()> {
+        // Release: pairs with the service threads' Acquire load of `stop`.
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        let mut first = Ok(());
+        for (t, s) in self.services.drain(..).enumerate() {
+            if s.handle.join().is_err() && first.is_ok() {
+                first = Err(Error::Proxy { pe: self.launch.pe, thread: t, why: "panicked".into() });
+            }
+        }
+        first
+    }
+
+    /// End this PE (`shmem_finalize`, §9.2.2): barrier, stop the proxy
+    /// after it has drained, leave the rendezvous. **Collective.**
+    ///
+    /// # Errors
+    /// [`Error::Bootstrap`] (a peer failed), [`Error::Proxy`].
+    pub fn finalize(mut self) -> Result<()> {
+        let me = self.launch.pe;
+        self.barrier_all()?;
+        self.stop_services()?;
+        self.finalized = true;
+        let n = self.errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len();
+        if n > 0 {
+            tracing::warn!("PE {me}: {n} command(s) failed during the run (each reported to its work-group)");
+        }
+        match self.boot.take() {
+            Some(b) => b.finalize().map_err(|source| Error::Bootstrap { pe: me, source }),
+            None => Ok(()),
+        }
+    }
+}
+
+fn parse_cards(b: &[u8]) -> Option<Vec<PeerCard>> {
+    let n = u32::from_le_bytes(b.get(0..4)?.try_into().ok()?) as usize;
+    let mut at = 4;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?) as usize;
+        at += 4;
+        out.push(PeerCard::from_bytes(b.get(at..at + len)?)?);
+        at += len;
+    }
+    (at == b.len()).then_some(out)
+}
+
+impl Drop for Pe {
+    fn drop(&mut self) {
+        if !self.finalized {
+            let _ = self.stop_services();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symmetric_allocator_is_first_fit_and_coalesces() {
+        let mut a = SymAlloc::new(1024);
+        let x = a.alloc(1).unwrap();
+        let y = a.alloc(100).unwrap();
+        let z = a.alloc(64).unwrap();
+        assert_eq!((x, y, z), (0, 64, 192));
+        assert!(a.alloc(1024).is_none());
+        assert!(a.release(y));
+        assert!(!a.release(y), "double free is refused");
+        assert_eq!(a.alloc(128), Some(64), "the hole is reused");
+        assert!(a.release(64) && a.release(x) && a.release(z));
+        assert_eq!(a.free, vec![(0, 1024)], "everything coalesces back");
+    }
+}

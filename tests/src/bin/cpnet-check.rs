@@ -1,0 +1,717 @@
+//! `cpnet-check`: multi-PE scenarios for the integration tests, run under
+//! `cpnet-run -n N` (or mpirun). Each scenario checks its own results and
+//! exits non-zero with a message naming PE, work-group and what differed.
+//!
+//! ```text
+//! cpnet-run -n 2 -- cpnet-check ops
+//! CPNET_PROVIDER='tcp;ofi_rxm' cpnet-run -n 4 -- cpnet-check stress --ops 1000000
+//! ```
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail, ensure};
+use clap::{Parser, Subcommand};
+use cpnet::Pe;
+use cpnet::device::cpu::{AmoType, SymAddr};
+use cpnet::device::layout::{Cmp, ErrorCode, SignalOp};
+use cpnet_tests::{Rng, check_eq};
+
+/// `Ok(())` if `$ok`, else a check error naming the work-group (the
+/// condition is evaluated before the work-group is borrowed).
+macro_rules! ensure_wg {
+    ($wg:expr, $ok:expr, $what:expr) => {{
+        let ok: bool = $ok;
+        if ok { Ok(()) } else { Err(op_err($wg, format!("check failed: {}", $what))) }
+    }};
+}
+
+/// `Ok(())` if `$got == $want`, else a check error with both values.
+macro_rules! eq_wg {
+    ($wg:expr, $got:expr, $want:expr, $what:expr) => {{
+        let (got, want) = ($got, $want);
+        if got == want { Ok(()) } else { Err(op_err($wg, format!("check failed: {}: got {got}, expected {want}", $what))) }
+    }};
+}
+
+#[derive(Parser)]
+#[command(about = "cpnet multi-PE checks (run under cpnet-run)")]
+struct Cli {
+    /// CPU work-groups per PE.
+    #[arg(long, default_value_t = 2)]
+    wgs: u32,
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+#[derive(Subcommand)]
+enum Scenario {
+    /// Every operation of the device API, from every work-group, to the
+    /// right neighbour and to this PE.
+    Ops,
+    /// All AMOs under contention from every PE and work-group; exact results.
+    Amo {
+        /// Iterations per work-group.
+        #[arg(long, default_value_t = 200)]
+        iters: u64,
+    },
+    /// putmem_signal(_nbi) pipelines with signal_wait_until at the receiver.
+    Signal {
+        /// Messages per work-group.
+        #[arg(long, default_value_t = 200)]
+        msgs: u64,
+    },
+    /// fence and quiet ordering: data before flag.
+    Order {
+        /// Rounds.
+        #[arg(long, default_value_t = 100)]
+        rounds: u64,
+    },
+    /// barrier_all from a work-group and from the host.
+    Barrier {
+        /// Rounds.
+        #[arg(long, default_value_t = 50)]
+        rounds: u64,
+    },
+    /// Random mixed operations checked against a reference model.
+    Stress {
+        /// Operations in total over all PEs and work-groups.
+        #[arg(long, default_value_t = 100_000)]
+        ops: u64,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Bad PE, address outside the heap, misaligned atomic, size past the
+    /// end: each a clear error, nothing else corrupted.
+    BadInput,
+    /// A wait nobody satisfies must time out with a report (set
+    /// CPNET_WAIT_TIMEOUT small).
+    StuckWait,
+    /// PE `victim` kills itself mid-run; the others must notice.
+    PeerDeath {
+        /// The PE that dies.
+        #[arg(long, default_value_t = 1)]
+        victim: i32,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let pe = match Pe::init() {
+        Ok(pe) => pe,
+        Err(e) => {
+            eprintln!("cpnet-check: init failed: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let me = pe.my_pe();
+    let t = Instant::now();
+    let r = match cli.scenario {
+        Scenario::Ops => ops(&pe, cli.wgs),
+        Scenario::Amo { iters } => amo(&pe, cli.wgs, iters),
+        Scenario::Signal { msgs } => signal(&pe, cli.wgs, msgs),
+        Scenario::Order { rounds } => order(&pe, cli.wgs, rounds),
+        Scenario::Barrier { rounds } => barrier(&pe, cli.wgs, rounds),
+        Scenario::Stress { ops, seed } => stress(&pe, cli.wgs, ops, seed),
+        Scenario::BadInput => bad_input(&pe, cli.wgs),
+        Scenario::StuckWait => stuck_wait(&pe),
+        Scenario::PeerDeath { victim } => peer_death(&pe, victim),
+    };
+    match r.and_then(|()| pe.finalize().context("finalize")) {
+        Ok(()) => {
+            println!("PE {me}: OK ({:.3} s)", t.elapsed().as_secs_f64());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("cpnet-check: PE {me}: FAILED: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Every operation, from every work-group `w` of every PE, to the right
+/// neighbour and to itself, each work-group in its own lane.
+fn ops(pe: &Pe, wgs: u32) -> Result<()> {
+    const LANE: u64 = 16 * 1024;
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let src = pe.shmalloc(LANE * u64::from(wgs))?;
+    let dst = pe.shmalloc(LANE * u64::from(wgs))?;
+    let words = pe.shmalloc(4096 * u64::from(wgs))?;
+    let right = (me + 1) % n;
+    let left = (me + n - 1) % n;
+    let heap = *pe.heap();
+    pe.run_work_groups(wgs, |wg| {
+        let w = u64::from(wg.wg());
+        let (s, d, a) = (SymAddr(src.0 + w * LANE), SymAddr(dst.0 + w * LANE), SymAddr(words.0 + w * 4096));
+        let pattern: Vec<u8> = (0..LANE).map(|i| (i as u8) ^ (me as u8).wrapping_mul(31) ^ (w as u8)).collect();
+        heap.write_bytes(s, &pattern).expect("local write");
+        for target in [right, me] {
+            // putmem: sizes 0, 1, 7, 8, 9, 4096, whole lane; blocking and nbi.
+            for (k, &size) in [0u64, 1, 7, 8, 9, 4096, LANE].iter().enumerate() {
+                if k % 2 == 0 {
+                    wg.putmem(d, s, size, target)?;
+                } else {
+                    wg.putmem_nbi(d, s, size, target)?;
+                    wg.quiet()?;
+                }
+                // getmem it back into our source's tail and compare.
+                let mut back = vec![0u8; size as usize];
+                let tmp = SymAddr(a.0 + 2048);
+                for chunk in (0..size).step_by(1024) {
+                    let c = (size - chunk).min(1024);
+                    if chunk % 2048 == 0 {
+                        wg.getmem(tmp, SymAddr(d.0 + chunk), c, target)?;
+                    } else {
+                        wg.getmem_nbi(tmp, SymAddr(d.0 + chunk), c, target)?;
+                        wg.quiet()?;
+                    }
+                    heap.read_bytes(tmp, &mut back[chunk as usize..(chunk + c) as usize]).expect("local read");
+                }
+                check_eq(&back[..], &pattern[..size as usize], || format!("PE {me} wg {w}: putmem/getmem {size} B to PE {target}"))
+                    .map_err(|e| op_err(wg, e))?;
+            }
+            // p / g for each element type.
+            wg.p::<u8>(a, 0xab, target)?;
+            ensure_wg!(wg, wg.g::<u8>(a, target)? == 0xab, "p/g u8")?;
+            wg.p::<i16>(a, -1234, target)?;
+            ensure_wg!(wg, wg.g::<i16>(a, target)? == -1234, "p/g i16")?;
+            wg.p::<u32>(a, 0xdead_beef, target)?;
+            ensure_wg!(wg, wg.g::<u32>(a, target)? == 0xdead_beef, "p/g u32")?;
+            wg.p::<f32>(a, 1.5, target)?;
+            ensure_wg!(wg, wg.g::<f32>(a, target)? == 1.5, "p/g f32")?;
+            wg.p::<i64>(a, -(1 << 40), target)?;
+            ensure_wg!(wg, wg.g::<i64>(a, target)? == -(1 << 40), "p/g i64")?;
+            wg.p::<f64>(a, std::f64::consts::PI, target)?;
+            ensure_wg!(wg, wg.g::<f64>(a, target)? == std::f64::consts::PI, "p/g f64")?;
+            // Atomics, every op and type, on words a+64.. (own lane: exact).
+            amo_sequence::<i32>(wg, SymAddr(a.0 + 64), target)?;
+            amo_sequence::<u32>(wg, SymAddr(a.0 + 128), target)?;
+            amo_sequence::<i64>(wg, SymAddr(a.0 + 192), target)?;
+            amo_sequence::<u64>(wg, SymAddr(a.0 + 256), target)?;
+        }
+        // put_signal to the right neighbour: SET then ADD; the neighbour's
+        // work-group w waits for them below (after the barrier).
+        let sig = SymAddr(a.0 + 512);
+        wg.putmem_signal(SymAddr(d.0 + 8192), s, 1000, sig, 7, SignalOp::Set, right)?;
+        wg.putmem_signal_nbi(SymAddr(d.0 + 9216), SymAddr(s.0 + 1000), 8, sig, 5, SignalOp::Add, right)?;
+        wg.quiet()?;
+        // Receive from the left neighbour (same work-group index).
+        let v = wg.signal_wait_until(sig, Cmp::Ge, 12)?;
+        ensure_wg!(wg, v == 12, &format!("signal from PE {left}: {v}, expected 12"))?;
+        let mut got = vec![0u8; 1008];
+        heap.read_bytes(SymAddr(d.0 + 8192), &mut got[..1000]).expect("read");
+        heap.read_bytes(SymAddr(d.0 + 9216), &mut got[1000..]).expect("read");
+        let want: Vec<u8> = (0..1008u64).map(|i| (i as u8) ^ (left as u8).wrapping_mul(31) ^ (w as u8)).collect();
+        check_eq(&got[..], &want[..], || format!("PE {me} wg {w}: put_signal data from PE {left}")).map_err(|e| op_err(wg, e))?;
+        wg.fence()?;
+        wg.nop()?;
+        Ok(())
+    })?;
+    pe.barrier_all()?;
+    Ok(())
+}
+
+fn op_err(wg: &cpnet::WorkGroup, what: String) -> cpnet::device::cpu::Error {
+    eprintln!("cpnet-check: PE {} wg {}: {what}", wg.my_pe(), wg.wg());
+    cpnet::device::cpu::Error::Op { my_pe: wg.my_pe(), wg: wg.wg(), op: "check", pe: wg.my_pe(), addr: SymAddr(0), code: ErrorCode::BadOp }
+}
+
+/// Every AMO on one word of `target`, with each fetched value checked.
+fn amo_sequence<T>(wg: &mut cpnet::WorkGroup, a: SymAddr, target: i32) -> cpnet::device::cpu::Result<()>
+where
+    T: AmoType + From<u8> + std::ops::BitAnd<Output = T> + std::ops::BitOr<Output = T> + std::ops::BitXor<Output = T>,
+{
+    let v = |x: u8| T::from(x);
+    let name = format!("{} at PE {target}", std::any::type_name::<T>());
+    wg.atomic_set::<T>(a, v(10), target)?;
+    wg.fence()?;
+    eq_wg!(wg, wg.atomic_fetch::<T>(a, target)?, v(10), &format!("{name} set/fetch"))?;
+    eq_wg!(wg, wg.atomic_swap::<T>(a, v(20), target)?, v(10), &format!("{name} swap"))?;
+    eq_wg!(wg, wg.atomic_compare_swap::<T>(a, v(99), v(30), target)?, v(20), &format!("{name} cswap miss"))?;
+    eq_wg!(wg, wg.atomic_compare_swap::<T>(a, v(20), v(30), target)?, v(20), &format!("{name} cswap hit"))?;
+    eq_wg!(wg, wg.atomic_fetch_add::<T>(a, v(5), target)?, v(30), &format!("{name} fetch_add"))?;
+    wg.atomic_add::<T>(a, v(5), target)?;
+    wg.atomic_inc::<T>(a, target)?;
+    wg.fence()?; // non-fetching AMOs are ordered before later ones by fence (like nbi puts)
+    eq_wg!(wg, wg.atomic_fetch_inc::<T>(a, target)?, v(41), &format!("{name} add/inc/fetch_inc"))?;
+    eq_wg!(wg, wg.atomic_fetch_and::<T>(a, v(0x0f), target)?, v(42), &format!("{name} fetch_and"))?;
+    wg.atomic_and::<T>(a, v(0x0e), target)?;
+    wg.fence()?; // non-fetching AMOs are ordered before later ones by fence (like nbi puts)
+    eq_wg!(wg, wg.atomic_fetch_or::<T>(a, v(0x30), target)?, v(42 & 0x0f & 0x0e), &format!("{name} and/fetch_or"))?;
+    wg.atomic_or::<T>(a, v(0x40), target)?;
+    wg.fence()?; // non-fetching AMOs are ordered before later ones by fence (like nbi puts)
+    eq_wg!(wg, wg.atomic_fetch_xor::<T>(a, v(0xff), target)?, v(0x0a | 0x30 | 0x40), &format!("{name} or/fetch_xor"))?;
+    wg.atomic_xor::<T>(a, v(0xff), target)?;
+    wg.fence()?; // non-fetching AMOs are ordered before later ones by fence (like nbi puts)
+    eq_wg!(wg, wg.atomic_fetch::<T>(a, target)?, v(0x7a), &format!("{name} xor/fetch"))?;
+    Ok(())
+}
+
+/// All AMOs under contention: every work-group of every PE hits the same
+/// words on every PE (local and remote mixed).
+fn amo(pe: &Pe, wgs: u32, iters: u64) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let words = pe.shmalloc(4096)?;
+    let heap = *pe.heap();
+    heap.write_bytes(words, &[0u8; 4096]).ok();
+    pe.barrier_all()?;
+    let total = u64::from(wgs) * n as u64;
+    ensure!(total <= 32, "at most 32 work-groups in total (bit per work-group)");
+    // Offsets: 0 fetch_add u64, 8 add i64, 16 inc u32 (+4 pad), 24 fetch_add i32,
+    // 32 fetch_or u64 bits, 40 or u32 bits, 48 xor toggles, 56 cswap counter,
+    // 64 swap chain, 72 and mask.
+    pe.run_work_groups(wgs, |wg| {
+        let id = me as u64 * u64::from(wgs) + u64::from(wg.wg());
+        for i in 0..iters {
+            for t in 0..n {
+                let fa = wg.atomic_fetch_add::<u64>(words, 1, t)?;
+                ensure_wg!(wg, fa < total * iters, "fetch_add result in range")?;
+                wg.atomic_add::<i64>(SymAddr(words.0 + 8), -2, t)?;
+                wg.atomic_inc::<u32>(SymAddr(words.0 + 16), t)?;
+                wg.atomic_fetch_add::<i32>(SymAddr(words.0 + 24), 3, t)?;
+                if i == 0 {
+                    wg.atomic_fetch_or::<u64>(SymAddr(words.0 + 32), 1 << id, t)?;
+                    wg.atomic_or::<u32>(SymAddr(words.0 + 40), 1 << id, t)?;
+                    wg.atomic_and::<u64>(SymAddr(words.0 + 72), !(1u64 << id), t)?;
+                }
+                wg.atomic_xor::<u64>(SymAddr(words.0 + 48), 1 << id, t)?;
+                // CAS increment loop.
+                let c = SymAddr(words.0 + 56);
+                let mut cur = wg.atomic_fetch::<u64>(c, t)?;
+                loop {
+                    let old = wg.atomic_compare_swap::<u64>(c, cur, cur + 1, t)?;
+                    if old == cur {
+                        break;
+                    }
+                    cur = old;
+                }
+                // Swap chain: unique values in, every value comes out once.
+                let _ = wg.atomic_swap::<u64>(SymAddr(words.0 + 64), (id << 32) | (i + 1), t)?;
+            }
+        }
+        wg.quiet()
+    })?;
+    pe.barrier_all()?;
+    let r64 = |o: u64| heap.atomic_u64(SymAddr(words.0 + o)).map(|a| a.load(std::sync::atomic::Ordering::Acquire));
+    let r32 = |o: u64| heap.atomic_u32(SymAddr(words.0 + o)).map(|a| a.load(std::sync::atomic::Ordering::Acquire));
+    let k = total * iters;
+    let all_bits = if total == 64 { u64::MAX } else { (1u64 << total) - 1 };
+    let xor_want = if iters % 2 == 1 { all_bits } else { 0 };
+    let checks: [(&str, u64, u64); 9] = [
+        ("fetch_add u64", r64(0)?, k),
+        ("add i64", r64(8)?, (-2i64 * k as i64) as u64),
+        ("inc u32", u64::from(r32(16)?), k),
+        ("fetch_add i32", u64::from(r32(24)?), 3 * k),
+        ("fetch_or u64", r64(32)?, all_bits),
+        ("or u32", u64::from(r32(40)?), all_bits & 0xffff_ffff),
+        ("xor u64", r64(48)?, xor_want),
+        ("cswap counter", r64(56)?, k),
+        ("and u64", r64(72)?, 0),
+    ];
+    for (what, got, want) in checks {
+        ensure!(got == want, "PE {me}: {what} after contention: {got:#x}, expected {want:#x}");
+    }
+    let last = r64(64)?;
+    ensure!(last & 0xffff_ffff == iters, "PE {me}: swap chain ends with {last:#x}, expected a last value (iteration {iters})");
+    Ok(())
+}
+
+/// putmem_signal pipelines: each work-group streams `msgs` messages to the
+/// same work-group of the right neighbour, each announced by a signal ADD;
+/// the receiver checks each message when its signal arrives.
+fn signal(pe: &Pe, wgs: u32, msgs: u64) -> Result<()> {
+    const MSG: u64 = 512;
+    const SLOTS: u64 = 8;
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let right = (me + 1) % n;
+    let left = (me + n - 1) % n;
+    let per_wg = MSG * SLOTS + 64;
+    let buf = pe.shmalloc(per_wg * u64::from(wgs))?;
+    let src = pe.shmalloc(MSG * u64::from(wgs))?;
+    let acks = pe.shmalloc(64 * u64::from(wgs))?;
+    let heap = *pe.heap();
+    heap.write_bytes(buf, &vec![0; (per_wg * u64::from(wgs)) as usize]).ok();
+    heap.write_bytes(acks, &vec![0; (64 * u64::from(wgs)) as usize]).ok();
+    pe.barrier_all()?;
+    pe.run_work_groups(wgs, |wg| {
+        let w = u64::from(wg.wg());
+        let base = buf.0 + w * per_wg;
+        let sig = SymAddr(base + MSG * SLOTS);
+        let ack = SymAddr(acks.0 + 64 * w);
+        let s = SymAddr(src.0 + w * MSG);
+        let mut recv = 0u64;
+        for m in 0..msgs {
+            // Flow control: at most SLOTS messages ahead of the receiver's ack.
+            if m >= SLOTS {
+                wg.signal_wait_until(ack, Cmp::Ge, m - SLOTS + 1)?;
+            }
+            let data: Vec<u8> = (0..MSG).map(|i| (i ^ m ^ (me as u64) << 4) as u8).collect();
+            heap.write_bytes(s, &data).expect("write");
+            let slot = SymAddr(base + (m % SLOTS) * MSG);
+            if m % 2 == 0 {
+                wg.putmem_signal(slot, s, MSG, sig, 1, SignalOp::Add, right)?;
+            } else {
+                wg.putmem_signal_nbi(slot, s, MSG, sig, 1, SignalOp::Add, right)?;
+                wg.quiet()?; // the source buffer is reused next
+            }
+            // Drain what has arrived from the left.
+            while recv < msgs && wg.test::<u64>(sig, Cmp::Ge, recv + 1)? {
+                recv = check_msg(wg, &heap, base, recv, left, sig, ack)?;
+            }
+        }
+        while recv < msgs {
+            wg.signal_wait_until(sig, Cmp::Ge, recv + 1)?;
+            recv = check_msg(wg, &heap, base, recv, left, sig, ack)?;
+        }
+        Ok(())
+    })?;
+    pe.barrier_all()?;
+    Ok(())
+}
+
+fn check_msg(
+    wg: &mut cpnet::WorkGroup,
+    heap: &cpnet::device::cpu::HeapView,
+    base: u64,
+    m: u64,
+    left: i32,
+    _sig: SymAddr,
+    ack: SymAddr,
+) -> cpnet::device::cpu::Result<u64> {
+    const MSG: u64 = 512;
+    let mut got = vec![0u8; MSG as usize];
+    heap.read_bytes(SymAddr(base + (m % 8) * MSG), &mut got).expect("read");
+    let want: Vec<u8> = (0..MSG).map(|i| (i ^ m ^ (left as u64) << 4) as u8).collect();
+    check_eq(&got[..], &want[..], || format!("message {m} from PE {left}")).map_err(|e| op_err(wg, e))?;
+    // Ack to the sender (it is our left neighbour): its ack word for this wg.
+    wg.atomic_set::<u64>(ack, m + 1, left)?;
+    Ok(m + 1)
+}
+
+/// Ordering: nbi puts, then fence (or quiet), then a flag put; whoever sees
+/// the flag must see all the data. Also put-fence-put to one address.
+fn order(pe: &Pe, wgs: u32, rounds: u64) -> Result<()> {
+    const N: u64 = 64;
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let right = (me + 1) % n;
+    let left = (me + n - 1) % n;
+    let per = N * 64 + 128;
+    let area = pe.shmalloc(per * u64::from(wgs))?;
+    let heap = *pe.heap();
+    heap.write_bytes(area, &vec![0; (per * u64::from(wgs)) as usize]).ok();
+    pe.barrier_all()?;
+    pe.run_work_groups(wgs, |wg| {
+        let base = area.0 + per * u64::from(wg.wg());
+        let flag = SymAddr(base + N * 64);
+        let same = SymAddr(base + N * 64 + 64);
+        for r in 1..=rounds {
+            for i in 0..N {
+                wg.putmem_nbi(SymAddr(base + i * 64), SymAddr(0), 0, right)?; // zero-length in the mix
+                wg.p::<u64>(SymAddr(base + i * 64), r * 1000 + i, right)?;
+            }
+            // Same address, fenced: the later value must win.
+            wg.atomic_set::<u64>(same, 2 * r, right)?;
+            wg.fence()?;
+            wg.atomic_set::<u64>(same, 2 * r + 1, right)?;
+            if r % 2 == 0 { wg.fence()? } else { wg.quiet()? }
+            wg.atomic_set::<u64>(flag, r, right)?;
+            // Receiver side: wait for the left's flag of round r.
+            wg.wait_until::<u64>(flag, Cmp::Ge, r)?;
+            for i in 0..N {
+                let a = heap.atomic_u64(SymAddr(base + i * 64)).expect("word");
+                let v = a.load(std::sync::atomic::Ordering::Acquire);
+                ensure_wg!(wg, v >= r * 1000 + i, &format!("round {r}: word {i} from PE {left} is {v} after its flag"))?;
+            }
+            let v = heap.atomic_u64(same).expect("word").load(std::sync::atomic::Ordering::Acquire);
+            ensure_wg!(wg, v >= 2 * r + 1, &format!("round {r}: fenced same-address puts from PE {left} ended at {v}"))?;
+            wg.quiet()?;
+        }
+        Ok(())
+    })?;
+    pe.barrier_all()?;
+    Ok(())
+}
+
+/// barrier_all issued by work-group 0 of every PE, and from the host.
+fn barrier(pe: &Pe, _wgs: u32, rounds: u64) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let ctr = pe.shmalloc(64)?;
+    let heap = *pe.heap();
+    heap.write_bytes(ctr, &[0; 8]).ok();
+    pe.barrier_all()?;
+    pe.run_work_groups(1, |wg| {
+        for r in 1..=rounds {
+            for t in 0..n {
+                wg.atomic_add::<u64>(ctr, 1, t)?;
+            }
+            wg.barrier_all()?;
+            let v = heap.atomic_u64(ctr).expect("word").load(std::sync::atomic::Ordering::Acquire);
+            ensure_wg!(wg, v == r * n as u64, &format!("after barrier {r}: counter {v}, expected {}", r * n as u64))?;
+            wg.barrier_all()?; // nobody adds for round r+1 before everyone checked round r
+        }
+        Ok(())
+    })?;
+    for _ in 0..rounds {
+        pe.barrier_all()?;
+    }
+    let v = heap.atomic_u64(ctr)?.load(std::sync::atomic::Ordering::Acquire);
+    ensure!(v == rounds * n as u64, "PE {me}: counter {v} after {rounds} rounds");
+    Ok(())
+}
+
+/// Random mixed operations per work-group, each in its own lane at every
+/// target PE, checked against a local model of every lane.
+fn stress(pe: &Pe, wgs: u32, total_ops: u64, seed: u64) -> Result<()> {
+    const LANE: u64 = 8192;
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let lanes = pe.shmalloc(LANE * u64::from(wgs) * n as u64)?;
+    let scratch = pe.shmalloc(LANE * u64::from(wgs))?;
+    let shared = pe.shmalloc(64)?;
+    let heap = *pe.heap();
+    heap.write_bytes(lanes, &vec![0; (LANE * u64::from(wgs) * n as u64) as usize]).ok();
+    heap.write_bytes(shared, &[0; 64]).ok();
+    pe.barrier_all()?;
+    let per_wg = total_ops.div_ceil(u64::from(wgs) * n as u64);
+    let counted = std::sync::atomic::AtomicU64::new(0);
+    pe.run_work_groups(wgs, |wg| {
+        let w = u64::from(wg.wg());
+        // Our lane at every PE: index (me, w).
+        let lane = lanes.0 + LANE * (me as u64 * u64::from(wgs) + w);
+        let scr = scratch.0 + LANE * w;
+        let mut model = vec![vec![0u8; LANE as usize]; n as usize];
+        let mut rng = Rng::new(seed ^ ((me as u64) << 32) ^ w);
+        let mut dirty = vec![false; n as usize];
+        let mut adds = 0u64;
+        let mut done = 0u64;
+        while done < per_wg {
+            let t = rng.below(n as u64) as i32;
+            let m = &mut model[t as usize];
+            match rng.below(100) {
+                // nbi put of 1..=512 bytes (heap source or inline p)
+                0..=39 => {
+                    let size = 1 + rng.below(512);
+                    let off = rng.below(LANE - 64 - size + 1);
+                    let bytes: Vec<u8> = (0..size).map(|_| rng.next() as u8).collect();
+                    heap.write_bytes(SymAddr(scr), &bytes).expect("write");
+                    if size <= 8 && rng.below(2) == 0 {
+                        let mut b = [0u8; 8];
+                        b[..size as usize].copy_from_slice(&bytes);
+                        match size {
+                            1 => wg.p::<u8>(SymAddr(lane + off), b[0], t)?,
+                            2 => wg.p::<u16>(SymAddr(lane + off), u16::from_le_bytes([b[0], b[1]]), t)?,
+                            _ => wg.putmem(SymAddr(lane + off), SymAddr(scr), size, t)?,
+                        }
+                    } else {
+                        wg.putmem_nbi(SymAddr(lane + off), SymAddr(scr), size, t)?;
+                        // The source is reused by the next op: quiet when
+                        // we overwrite it (every op writes scratch), unless
+                        // it is an inline-size put (copied into the slot).
+                        if size > 8 {
+                            wg.quiet()?;
+                            dirty.iter_mut().for_each(|d| *d = false);
+                        } else {
+                            dirty[t as usize] = true;
+                        }
+                    }
+                    m[off as usize..(off + size) as usize].copy_from_slice(&bytes);
+                }
+                // get and compare
+                40..=59 => {
+                    if dirty[t as usize] {
+                        wg.quiet()?;
+                        dirty.iter_mut().for_each(|d| *d = false);
+                    }
+                    let size = 1 + rng.below(1024);
+                    let off = rng.below(LANE - 64 - size + 1);
+                    let inline_get = size <= 8 && rng.below(2) == 0;
+                    let got = if inline_get {
+                        wg.g::<u64>(SymAddr(lane + (off & !7)), t)?.to_le_bytes()[..].to_vec()
+                    } else {
+                        wg.getmem(SymAddr(scr), SymAddr(lane + off), size, t)?;
+                        let mut v = vec![0u8; size as usize];
+                        heap.read_bytes(SymAddr(scr), &mut v).expect("read");
+                        v
+                    };
+                    let (o, l) = if inline_get { (off & !7, 8) } else { (off, size) };
+                    check_eq(&got[..], &m[o as usize..(o + l) as usize], || {
+                        format!("PE {me} wg {w}: get {l} B at lane+{o} of PE {t} (op {done})")
+                    })
+                    .map_err(|e| op_err(wg, e))?;
+                }
+                // fetching AMO on the lane's last 64 bytes, checked
+                60..=79 => {
+                    if dirty[t as usize] {
+                        wg.quiet()?;
+                        dirty.iter_mut().for_each(|d| *d = false);
+                    }
+                    let word = LANE - 64 + 8 * rng.below(8);
+                    let cur = u64::from_le_bytes(m[word as usize..word as usize + 8].try_into().unwrap());
+                    let a = SymAddr(lane + word);
+                    let x = rng.next();
+                    let (old, new) = match rng.below(4) {
+                        0 => (wg.atomic_fetch_add::<u64>(a, x, t)?, cur.wrapping_add(x)),
+                        1 => (wg.atomic_fetch_xor::<u64>(a, x, t)?, cur ^ x),
+                        2 => (wg.atomic_swap::<u64>(a, x, t)?, x),
+                        _ => {
+                            let c = if rng.below(2) == 0 { cur } else { x };
+                            (wg.atomic_compare_swap::<u64>(a, c, x, t)?, if c == cur { x } else { cur })
+                        }
+                    };
+                    ensure_wg!(wg, old == cur, &format!("PE {me} wg {w}: AMO at lane+{word} of PE {t}: old {old:#x}, model {cur:#x}"))?;
+                    m[word as usize..word as usize + 8].copy_from_slice(&new.to_le_bytes());
+                }
+                // non-fetching AMO (nbi-like)
+                80..=89 => {
+                    let word = LANE - 64 + 8 * rng.below(8);
+                    let cur = u64::from_le_bytes(m[word as usize..word as usize + 8].try_into().unwrap());
+                    let x = rng.next();
+                    let new = if rng.below(2) == 0 {
+                        wg.atomic_add::<u64>(SymAddr(lane + word), x, t)?;
+                        cur.wrapping_add(x)
+                    } else {
+                        wg.atomic_xor::<u64>(SymAddr(lane + word), x, t)?;
+                        cur ^ x
+                    };
+                    m[word as usize..word as usize + 8].copy_from_slice(&new.to_le_bytes());
+                    dirty[t as usize] = true;
+                }
+                // shared counter, contended by everyone
+                90..=94 => {
+                    wg.atomic_add::<u64>(shared, 1, t)?;
+                    adds += 1;
+                    dirty[t as usize] = true;
+                }
+                // fence / quiet
+                _ => {
+                    if rng.below(2) == 0 {
+                        wg.fence()?;
+                    } else {
+                        wg.quiet()?;
+                        dirty.iter_mut().for_each(|d| *d = false);
+                    }
+                }
+            }
+            done += 1;
+        }
+        wg.quiet()?;
+        // Final sweep: every lane at every PE equals the model.
+        for t in 0..n {
+            wg.getmem(SymAddr(scr), SymAddr(lane), LANE, t)?;
+            let mut v = vec![0u8; LANE as usize];
+            heap.read_bytes(SymAddr(scr), &mut v).expect("read");
+            check_eq(&v[..], &model[t as usize][..], || format!("PE {me} wg {w}: final lane at PE {t}"))
+                .map_err(|e| op_err(wg, e))?;
+        }
+        counted.fetch_add(adds, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    })?;
+    pe.barrier_all()?;
+    // Shared counters: the sum over all PEs equals all adds.
+    let mine = heap.atomic_u64(shared)?.load(std::sync::atomic::Ordering::Acquire);
+    let adds = counted.load(std::sync::atomic::Ordering::Relaxed);
+    let all = pe.allgather_bytes(&[mine.to_le_bytes(), adds.to_le_bytes()].concat())?;
+    let (sum_ctr, sum_adds) = all.iter().fold((0u64, 0u64), |(c, a), b| {
+        (c + u64::from_le_bytes(b[..8].try_into().unwrap()), a + u64::from_le_bytes(b[8..].try_into().unwrap()))
+    });
+    ensure!(sum_ctr == sum_adds, "shared counters sum to {sum_ctr}, expected {sum_adds}");
+    if me == 0 {
+        println!("stress: {} ops over {n} PEs x {wgs} work-groups checked against the model", per_wg * u64::from(wgs) * n as u64);
+    }
+    Ok(())
+}
+
+/// Each bad input gives a clear error naming PE, work-group, op and address;
+/// nothing else is corrupted; the context keeps working.
+fn bad_input(pe: &Pe, wgs: u32) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let heap_size = pe.heap().size();
+    let guard = pe.shmalloc(4096)?;
+    let heap = *pe.heap();
+    let pattern: Vec<u8> = (0..4096u32).map(|i| (i * 7 + me as u32) as u8).collect();
+    heap.write_bytes(guard, &pattern).ok();
+    pe.barrier_all()?;
+    let right = (me + 1) % n;
+    pe.run_work_groups(wgs, |wg| {
+        let cases: Vec<(&str, Box<dyn Fn(&mut cpnet::WorkGroup) -> cpnet::device::cpu::Result<()>>, ErrorCode)> = vec![
+            ("PE out of range", Box::new(move |wg| wg.putmem(guard, guard, 8, n)), ErrorCode::BadPe),
+            ("negative PE", Box::new(move |wg| wg.p::<u64>(guard, 1, -1)), ErrorCode::BadPe),
+            ("address outside the heap", Box::new(move |wg| wg.p::<u64>(SymAddr(heap_size + 64), 1, right)), ErrorCode::BadAddr),
+            ("get outside the heap", Box::new(move |wg| wg.getmem(guard, SymAddr(heap_size), 8, right)), ErrorCode::BadAddr),
+            ("misaligned atomic", Box::new(move |wg| wg.atomic_add::<u64>(SymAddr(guard.0 + 4), 1, right).and_then(|_| wg.quiet())), ErrorCode::BadAlign),
+            ("size past the end", Box::new(move |wg| wg.putmem(SymAddr(heap_size - 8), guard, 64, right)), ErrorCode::BadAddr),
+            ("nbi past the end", Box::new(move |wg| wg.putmem_nbi(SymAddr(heap_size - 8), guard, 64, right).and_then(|_| wg.quiet())), ErrorCode::BadAddr),
+        ];
+        for (what, f, code) in &cases {
+            match f(wg) {
+                Ok(()) => return Err(op_err(wg, format!("{what}: accepted"))),
+                Err(e) => {
+                    let msg = e.to_string();
+                    let names = msg.contains(&format!("PE {me}")) && msg.contains(&format!("work-group {}", wg.wg()));
+                    if e.code() != *code || !names {
+                        return Err(op_err(wg, format!("{what}: wrong error {e:?}")));
+                    }
+                    println!("bad-input PE {me} wg {}: {what}: {msg}", wg.wg());
+                }
+            }
+            // The context still works afterwards.
+            wg.p::<u64>(SymAddr(guard.0 + 4096 - 8 * (1 + u64::from(wg.wg()))), 0, right)?;
+        }
+        Ok(())
+    })?;
+    pe.barrier_all()?;
+    let mut now = vec![0u8; 4096 - 64];
+    heap.read_bytes(guard, &mut now)?;
+    check_eq(&now[..], &pattern[..4096 - 64], || format!("PE {me}: guard region after bad input")).map_err(anyhow::Error::msg)?;
+    Ok(())
+}
+
+/// A wait_until nobody satisfies: must end with a timeout report.
+fn stuck_wait(pe: &Pe) -> Result<()> {
+    let me = pe.my_pe();
+    let w = pe.shmalloc(64)?;
+    pe.heap().write_bytes(w, &7u64.to_le_bytes())?;
+    pe.barrier_all()?;
+    let r = pe.run_work_groups(1, |wg| wg.wait_until::<u64>(w, Cmp::Eq, 42));
+    match r {
+        Err(cpnet::pe::Error::WorkGroup(e)) if e.code() == ErrorCode::Timeout => {
+            println!("stuck-wait PE {me}: {e}");
+            let s = e.to_string();
+            ensure!(s.contains("42") && s.contains('7') && s.contains(&format!("PE {me}")), "report lacks detail: {s}");
+            Ok(())
+        }
+        Err(e) => bail!("wrong error: {e}"),
+        Ok(()) => bail!("the wait returned although nobody wrote the word"),
+    }
+}
+
+/// The victim kills itself with SIGKILL while the others wait for data from
+/// it; the others must fail (non-zero) promptly, naming the victim.
+fn peer_death(pe: &Pe, victim: i32) -> Result<()> {
+    let me = pe.my_pe();
+    let w = pe.shmalloc(64)?;
+    pe.heap().write_bytes(w, &0u64.to_le_bytes())?;
+    pe.barrier_all()?;
+    if me == victim {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        kill_self();
+    }
+    // Everyone else waits for a value the victim would have sent.
+    pe.run_work_groups(1, |wg| {
+        loop {
+            wg.p::<u64>(SymAddr(w.0 + 8), 1, victim)?;
+            if wg.test::<u64>(w, Cmp::Eq, 1)? {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    })?;
+    bail!("PE {me}: the victim never died?")
+}
+
+/// Ends the process with SIGKILL, as a crash or the OOM killer would.
+fn kill_self() -> ! {
+    // SAFETY: getpid and kill have no preconditions and touch no memory.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    unreachable!("SIGKILL cannot be caught")
+}
