@@ -3,7 +3,7 @@
 //! The host API of cpnet (init, PE info, symmetric heap, CPU work-groups and
 //! GPU kernels, barrier, finalize), bootstrap and the `cpnet-run` launcher.
 //!
-//! - [`env`]: every environment variable cpnet reads, in one place;
+//! - [`env`](mod@env): every environment variable cpnet reads, in one place;
 //! - [`bootstrap`]: the TCP rendezvous (allgather, barrier, peer-failure
 //!   notices) and the server that `cpnet-run` (or PE 0 under mpirun/srun) runs;
 //! - [`pe`]: the host API proper ([`Pe`]).

@@ -1,0 +1,201 @@
+//! Multi-PE integration tests: each runs `cpnet-check <scenario>` as N real
+//! processes under `cpnet-run`, over a real libfabric provider (`shm` and
+//! `tcp;ofi_rxm` on loopback), and checks the exit status and output.
+//!
+//! Runs are serialized (one job at a time) so that timing-sensitive checks
+//! (a dead peer noticed within 30 s) do not compete with each other on a
+//! small CI machine.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const SHM: &str = "shm";
+const TCP: &str = "tcp;ofi_rxm";
+
+/// The launcher binary (built by the `cpnet` package; built here if this
+/// package's tests run alone).
+fn cpnet_run() -> PathBuf {
+    let check = PathBuf::from(env!("CARGO_BIN_EXE_cpnet-check"));
+    let dir = check.parent().expect("bin dir");
+    let run = dir.join("cpnet-run");
+    if !run.exists() {
+        let profile = if dir.ends_with("release") { vec!["--release"] } else { vec![] };
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "-q", "-p", "cpnet", "--bin", "cpnet-run"])
+            .args(profile)
+            .status()
+            .expect("run cargo to build cpnet-run");
+        assert!(st.success(), "building cpnet-run failed");
+    }
+    run
+}
+
+struct Job {
+    status: std::process::ExitStatus,
+    out: String,
+    elapsed: Duration,
+}
+
+/// Run `cpnet-run -n n -- cpnet-check args` with `provider`; kill it after
+/// `limit`.
+fn job(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Job {
+    let _one = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut cmd = Command::new(cpnet_run());
+    cmd.args(["-n", &n.to_string(), "--grace", "25", "--"])
+        .arg(env!("CARGO_BIN_EXE_cpnet-check"))
+        .args(args)
+        .env("CPNET_PROVIDER", provider)
+        .env("CPNET_WAIT_TIMEOUT", "60")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let t = Instant::now();
+    let child = cmd.spawn().expect("start cpnet-run");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(limit) {
+        Ok(r) => r.expect("wait for cpnet-run"),
+        Err(_) => {
+            // SAFETY: kill(2) on the launcher's pid, which we started; it
+            // kills its PEs when it gets SIGTERM.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            panic!("cpnet-run -n {n} {args:?} over {provider} did not finish within {limit:?}");
+        }
+    };
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    Job { status: out.status, out: text, elapsed: t.elapsed() }
+}
+
+fn ok(n: u32, provider: &str, args: &[&str]) -> String {
+    let j = job(n, provider, args, &[], Duration::from_secs(600));
+    assert!(
+        j.status.success(),
+        "cpnet-run -n {n} cpnet-check {args:?} over {provider} failed ({}):\n{}",
+        j.status,
+        j.out
+    );
+    for pe in 0..n {
+        assert!(j.out.contains(&format!("PE {pe}: OK")), "PE {pe} did not report OK:\n{}", j.out);
+    }
+    j.out
+}
+
+macro_rules! matrix {
+    ($($name:ident: $args:expr;)*) => {$(
+        mod $name {
+            use super::*;
+            #[test] fn shm_2_pes() { ok(2, SHM, $args); }
+            #[test] fn shm_4_pes() { ok(4, SHM, $args); }
+            #[test] fn tcp_2_pes() { ok(2, TCP, $args); }
+            #[test] fn tcp_4_pes() { ok(4, TCP, $args); }
+        }
+    )*};
+}
+
+matrix! {
+    every_operation: &["ops"];
+    amo_contention_exact: &["--wgs", "4", "amo", "--iters", "100"];
+    put_signal_pipeline: &["signal", "--msgs", "300"];
+    fence_and_quiet_order: &["order", "--rounds", "100"];
+    barrier_all: &["barrier", "--rounds", "50"];
+    stress_small: &["stress", "--ops", "40000"];
+}
+
+/// At least 10^6 random mixed operations, each checked against the model.
+#[test]
+fn stress_million_ops_shm() {
+    let out = ok(2, SHM, &["--wgs", "4", "stress", "--ops", "1000000", "--seed", "7"]);
+    assert!(out.contains("1000000 ops"), "{out}");
+}
+
+/// The same over tcp;ofi_rxm.
+#[test]
+fn stress_million_ops_tcp() {
+    let out = ok(2, TCP, &["--wgs", "4", "stress", "--ops", "1000000", "--seed", "11"]);
+    assert!(out.contains("1000000 ops"), "{out}");
+}
+
+fn bad_input(provider: &str) {
+    let out = ok(2, provider, &["bad-input"]);
+    for what in ["PE out of range", "address outside the heap", "misaligned atomic", "size past the end"] {
+        for pe in 0..2 {
+            let line = out
+                .lines()
+                .find(|l| l.starts_with(&format!("bad-input PE {pe} wg 0: {what}")))
+                .unwrap_or_else(|| panic!("no report of '{what}' on PE {pe}:\n{out}"));
+            // The message names the PE, the work-group, the operation and the address.
+            assert!(line.contains(&format!("PE {pe} work-group 0")), "{line}");
+            assert!(line.contains("heap+0x"), "no address in: {line}");
+        }
+    }
+}
+
+#[test]
+fn bad_input_is_reported_and_corrupts_nothing_shm() {
+    bad_input(SHM);
+}
+
+#[test]
+fn bad_input_is_reported_and_corrupts_nothing_tcp() {
+    bad_input(TCP);
+}
+
+#[test]
+fn stuck_wait_times_out_with_a_report() {
+    let j = job(2, SHM, &["stuck-wait"], &[("CPNET_WAIT_TIMEOUT", "1")], Duration::from_secs(60));
+    assert!(j.status.success(), "{}", j.out);
+    for pe in 0..2 {
+        let line = j.out.lines().find(|l| l.starts_with(&format!("stuck-wait PE {pe}:"))).unwrap_or_else(|| panic!("{}", j.out));
+        assert!(line.contains("42") && line.contains('7'), "expected and found values in: {line}");
+    }
+}
+
+fn peer_death(provider: &str) {
+    let j = job(3, provider, &["peer-death", "--victim", "1"], &[], Duration::from_secs(120));
+    assert!(!j.status.success(), "the job must fail when a PE dies:\n{}", j.out);
+    assert!(j.elapsed < Duration::from_secs(30), "took {:?} to end:\n{}", j.elapsed, j.out);
+    for pe in [0, 2] {
+        assert!(
+            j.out.contains(&format!("cpnet: PE {pe}: PE 1 failed")),
+            "PE {pe} did not report the dead PE 1:\n{}",
+            j.out
+        );
+    }
+    assert!(!j.out.contains("killing PEs"), "the launcher had to kill survivors:\n{}", j.out);
+    let left = leftover_pes("peer-death");
+    assert!(left.is_empty(), "processes left behind: {left:?}");
+}
+
+/// Pids of `cpnet-check` processes still running `scenario`.
+fn leftover_pes(scenario: &str) -> Vec<u32> {
+    let mut left = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd);
+        if cmd.contains("cpnet-check") && cmd.contains(scenario) && !cmd.contains("cpnet-run") {
+            left.push(pid);
+        }
+    }
+    left
+}
+
+#[test]
+fn dead_peer_ends_every_pe_shm() {
+    peer_death(SHM);
+}
+
+#[test]
+fn dead_peer_ends_every_pe_tcp() {
+    peer_death(TCP);
+}
