@@ -16,6 +16,12 @@ use cpnet_device::sync::Spin;
 
 use crate::decode::{Limits, Op, decode};
 
+/// Idle time after which [`Service::run`] starts sleeping between passes.
+pub const IDLE_SLEEP_AFTER: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// The sleep per idle pass once [`IDLE_SLEEP_AFTER`] has passed.
+pub const IDLE_SLEEP: std::time::Duration = std::time::Duration::from_micros(50);
+
 /// Which command an outcome belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Tag {
@@ -279,14 +285,24 @@ impl<T: Transport> Service<T> {
         work
     }
 
-    /// Poll until `stop()` is true, backing off (spin, then yield) while idle.
+    /// Poll until `stop()` is true, backing off while idle: spin, then
+    /// yield, and after [`IDLE_SLEEP_AFTER`] without work sleep
+    /// [`IDLE_SLEEP`] per pass (so an idle proxy costs little CPU; the
+    /// first command after a long idle period waits up to one sleep).
     pub fn run(&mut self, mut stop: impl FnMut() -> bool) {
         let spin = Spin::new();
+        let mut idle_since: Option<std::time::Instant> = None;
         while !stop() {
             if self.poll_once() > 0 {
                 spin.reset();
+                idle_since = None;
             } else {
-                spin.step();
+                let since = *idle_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() > IDLE_SLEEP_AFTER {
+                    std::thread::sleep(IDLE_SLEEP);
+                } else {
+                    spin.step();
+                }
             }
         }
     }

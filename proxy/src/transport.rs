@@ -397,9 +397,17 @@ fn fi_op(op: AmoOp) -> AtomicOp {
 /// The cpnet error for a fabric failure: unreachable peers are `PeerDead`.
 fn fabric_code(e: &FabricError) -> ErrorCode {
     let c = e.code().saturating_abs();
-    if [sys::FI_ENOTCONN, sys::FI_ECONNREFUSED, sys::FI_ECONNRESET, sys::FI_ECONNABORTED, sys::FI_EHOSTUNREACH]
-        .contains(&c)
-    {
+    let unreachable =
+        [sys::FI_ENOTCONN, sys::FI_ECONNREFUSED, sys::FI_ECONNRESET, sys::FI_ECONNABORTED, sys::FI_EHOSTUNREACH];
+    // rxm cancels operations on a lost connection: err ECANCELED with the
+    // socket's errno (ENOTCONN, ECONNRESET, EPIPE) as prov_errno.
+    let lost = match e {
+        FabricError::Completion { prov_errno, .. } => {
+            [libc::ENOTCONN, libc::ECONNRESET, libc::ECONNREFUSED, libc::EPIPE, libc::ECONNABORTED].contains(prov_errno)
+        }
+        _ => false,
+    };
+    if lost || unreachable.contains(&c) {
         ErrorCode::PeerDead
     } else {
         ErrorCode::Fabric

@@ -197,6 +197,9 @@ pub struct Pe {
     heap: HeapView,
     alloc: Mutex<SymAlloc>,
     stop: Arc<AtomicBool>,
+    /// Set when the job is failing (a peer died) or the PE is dropped
+    /// without finalize: the proxy stops without draining.
+    abandon: Arc<AtomicBool>,
     services: Vec<ServiceThread>,
     errors: Arc<Mutex<Vec<CommandError>>>,
     finalized: bool,
@@ -273,6 +276,7 @@ impl Pe {
         let fabric = default_fabric(&launch, &tuning);
         let threads = tuning.proxy_threads.min(tuning.queues).max(1);
         let stop = Arc::new(AtomicBool::new(false));
+        let abandon = Arc::new(AtomicBool::new(false));
         let errors = Arc::new(Mutex::new(Vec::new()));
         let epoch = Arc::new(AtomicU64::new(0));
         let limits = Limits { n_pes: launch.n_pes, heap_size };
@@ -289,6 +293,7 @@ impl Pe {
             let queues: Vec<_> = (t..tuning.queues).step_by(threads).map(|q| pool.queue(q)).collect();
             let (card_tx, ready_tx, stop, errors, epoch, fabric) =
                 (card_tx.clone(), ready_tx.clone(), Arc::clone(&stop), Arc::clone(&errors), Arc::clone(&epoch), fabric.clone());
+            let abandon = Arc::clone(&abandon);
             let handle = std::thread::Builder::new()
                 .name(format!("cpnet-proxy-{t}"))
                 .spawn(move || {
@@ -320,9 +325,11 @@ impl Pe {
                         // Acquire: pairs with the Release store in `stop_services`.
                         stop.load(std::sync::atomic::Ordering::Acquire)
                     });
-                    // Finish what is in flight; bounded so a dead peer cannot hang finalize.
+                    // Finish what is in flight; bounded so a dead peer cannot
+                    // hang finalize, and skipped when the job is failing.
                     let until = Instant::now() + Duration::from_secs(5);
-                    service.drain(|| Instant::now() > until);
+                    // Acquire: pairs with the Release stores of `abandon`.
+                    service.drain(|| abandon.load(std::sync::atomic::Ordering::Acquire) || Instant::now() > until);
                     report(&mut service);
                 })
                 .map_err(|e| Error::Proxy { pe: me, thread: t, why: format!("spawn: {e}") })?;
@@ -340,6 +347,7 @@ impl Pe {
             heap,
             alloc: Mutex::new(SymAlloc::new(heap_size)),
             stop,
+            abandon,
             services,
             errors,
             finalized: false,
@@ -412,6 +420,7 @@ impl Pe {
 
     fn install_failure_handler(&self) {
         let queues: Vec<_> = (0..self.pool.len()).map(|q| self.pool.queue(q)).collect();
+        let abandon = Arc::clone(&self.abandon);
         let me = self.launch.pe;
         let grace = self.tuning.abort_grace;
         let fired = AtomicBool::new(false);
@@ -419,17 +428,19 @@ impl Pe {
             if fired.swap(true, std::sync::atomic::Ordering::AcqRel) {
                 return;
             }
-            eprintln!("cpnet: PE {me}: {f}; aborting this PE");
+            say(&format!("cpnet: PE {me}: {f}; aborting this PE"));
+            // Release: pairs with the service threads' Acquire in drain.
+            abandon.store(true, std::sync::atomic::Ordering::Release);
             for q in &queues {
                 q.set_abort(ErrorCode::PeerDead);
             }
             let f = f.clone();
             let _ = std::thread::Builder::new().name("cpnet-abort".into()).spawn(move || {
                 std::thread::sleep(grace);
-                eprintln!(
+                say(&format!(
                     "cpnet: PE {me}: the program did not end within {:.1} s of the failure ({f}); exiting with status 1",
                     grace.as_secs_f64()
-                );
+                ));
                 std::process::exit(1);
             });
         }));
@@ -645,9 +656,18 @@ fn parse_cards(b: &[u8]) -> Option<Vec<PeerCard>> {
     (at == b.len()).then_some(out)
 }
 
+/// One line to stderr in a single write, so lines of several PEs sharing
+/// the terminal do not interleave.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(format!("{line}\n").as_bytes());
+}
+
 impl Drop for Pe {
     fn drop(&mut self) {
         if !self.finalized {
+            // Release: pairs with the service threads' Acquire in drain.
+            self.abandon.store(true, std::sync::atomic::Ordering::Release);
             let _ = self.stop_services();
         }
     }

@@ -96,12 +96,18 @@ enum Scenario {
     },
 }
 
+/// One line to stderr in one write (PEs share the terminal).
+fn say(line: String) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(format!("{line}\n").as_bytes());
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let pe = match Pe::init() {
         Ok(pe) => pe,
         Err(e) => {
-            eprintln!("cpnet-check: init failed: {e}");
+            say(format!("cpnet-check: init failed: {e}"));
             return ExitCode::from(2);
         }
     };
@@ -124,7 +130,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("cpnet-check: PE {me}: FAILED: {e:#}");
+            say(format!("cpnet-check: PE {me}: FAILED: {e:#}"));
             ExitCode::from(1)
         }
     }
@@ -136,14 +142,19 @@ fn ops(pe: &Pe, wgs: u32) -> Result<()> {
     const LANE: u64 = 16 * 1024;
     let (me, n) = (pe.my_pe(), pe.n_pes());
     let src = pe.shmalloc(LANE * u64::from(wgs))?;
-    let dst = pe.shmalloc(LANE * u64::from(wgs))?;
-    let words = pe.shmalloc(4096 * u64::from(wgs))?;
+    // Every target-side area is indexed by (source PE, work-group), so no
+    // two work-groups of the job ever write the same bytes.
+    let lanes = u64::from(wgs) * n as u64;
+    let dst = pe.shmalloc(LANE * lanes)?;
+    let words = pe.shmalloc(4096 * lanes)?;
+    let inbox = pe.shmalloc(2048 * lanes)?;
     let right = (me + 1) % n;
     let left = (me + n - 1) % n;
     let heap = *pe.heap();
     pe.run_work_groups(wgs, |wg| {
         let w = u64::from(wg.wg());
-        let (s, d, a) = (SymAddr(src.0 + w * LANE), SymAddr(dst.0 + w * LANE), SymAddr(words.0 + w * 4096));
+        let lane = |pe: i32| pe as u64 * u64::from(wgs) + w;
+        let (s, d, a) = (SymAddr(src.0 + w * LANE), SymAddr(dst.0 + lane(me) * LANE), SymAddr(words.0 + lane(me) * 4096));
         let pattern: Vec<u8> = (0..LANE).map(|i| (i as u8) ^ (me as u8).wrapping_mul(31) ^ (w as u8)).collect();
         heap.write_bytes(s, &pattern).expect("local write");
         for target in [right, me] {
@@ -193,15 +204,17 @@ fn ops(pe: &Pe, wgs: u32) -> Result<()> {
         // put_signal to the right neighbour: SET then ADD; the neighbour's
         // work-group w waits for them below (after the barrier).
         let sig = SymAddr(a.0 + 512);
-        wg.putmem_signal(SymAddr(d.0 + 8192), s, 1000, sig, 7, SignalOp::Set, right)?;
-        wg.putmem_signal_nbi(SymAddr(d.0 + 9216), SymAddr(s.0 + 1000), 8, sig, 5, SignalOp::Add, right)?;
+        let ib = inbox.0 + 2048 * lane(me);
+        wg.putmem_signal(SymAddr(ib), s, 1000, sig, 7, SignalOp::Set, right)?;
+        wg.putmem_signal_nbi(SymAddr(ib + 1024), SymAddr(s.0 + 1000), 8, sig, 5, SignalOp::Add, right)?;
         wg.quiet()?;
         // Receive from the left neighbour (same work-group index).
+        let (sig, ib) = (SymAddr(words.0 + lane(left) * 4096 + 512), inbox.0 + 2048 * lane(left));
         let v = wg.signal_wait_until(sig, Cmp::Ge, 12)?;
         ensure_wg!(wg, v == 12, &format!("signal from PE {left}: {v}, expected 12"))?;
         let mut got = vec![0u8; 1008];
-        heap.read_bytes(SymAddr(d.0 + 8192), &mut got[..1000]).expect("read");
-        heap.read_bytes(SymAddr(d.0 + 9216), &mut got[1000..]).expect("read");
+        heap.read_bytes(SymAddr(ib), &mut got[..1000]).expect("read");
+        heap.read_bytes(SymAddr(ib + 1024), &mut got[1000..]).expect("read");
         let want: Vec<u8> = (0..1008u64).map(|i| (i as u8) ^ (left as u8).wrapping_mul(31) ^ (w as u8)).collect();
         check_eq(&got[..], &want[..], || format!("PE {me} wg {w}: put_signal data from PE {left}")).map_err(|e| op_err(wg, e))?;
         wg.fence()?;
@@ -213,7 +226,7 @@ fn ops(pe: &Pe, wgs: u32) -> Result<()> {
 }
 
 fn op_err(wg: &cpnet::WorkGroup, what: String) -> cpnet::device::cpu::Error {
-    eprintln!("cpnet-check: PE {} wg {}: {what}", wg.my_pe(), wg.wg());
+    say(format!("cpnet-check: PE {} wg {}: {what}", wg.my_pe(), wg.wg()));
     cpnet::device::cpu::Error::Op { my_pe: wg.my_pe(), wg: wg.wg(), op: "check", pe: wg.my_pe(), addr: SymAddr(0), code: ErrorCode::BadOp }
 }
 
