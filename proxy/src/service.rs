@@ -16,11 +16,9 @@ use cpnet_device::sync::Spin;
 
 use crate::decode::{Limits, Op, decode};
 
-/// Idle time after which [`Service::run`] starts sleeping between passes.
+/// Idle time after which [`Service::run_with`] starts sleeping between
+/// passes (when it is given a sleep).
 pub const IDLE_SLEEP_AFTER: std::time::Duration = std::time::Duration::from_millis(5);
-
-/// The sleep per idle pass once [`IDLE_SLEEP_AFTER`] has passed.
-pub const IDLE_SLEEP: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Which command an outcome belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -285,11 +283,19 @@ impl<T: Transport> Service<T> {
         work
     }
 
-    /// Poll until `stop()` is true, backing off while idle: spin, then
-    /// yield, and after [`IDLE_SLEEP_AFTER`] without work sleep
-    /// [`IDLE_SLEEP`] per pass (so an idle proxy costs little CPU; the
-    /// first command after a long idle period waits up to one sleep).
-    pub fn run(&mut self, mut stop: impl FnMut() -> bool) {
+    /// Poll until `stop()` is true, spinning (then yielding) while idle.
+    pub fn run(&mut self, stop: impl FnMut() -> bool) {
+        self.run_with(None, stop)
+    }
+
+    /// [`Service::run`], but once no command has been taken or completed
+    /// for [`IDLE_SLEEP_AFTER`], sleep `idle_sleep` per pass (when given).
+    /// That saves the CPU of an idle proxy, at a price: providers with
+    /// manual progress (rxm, and shm for atomics and delivery-complete
+    /// writes) only serve operations that *target* this PE while the proxy
+    /// polls, and those do not count as work here, so a target-side sleep
+    /// adds up to one sleep (plus timer slack) to peers' latencies.
+    pub fn run_with(&mut self, idle_sleep: Option<std::time::Duration>, mut stop: impl FnMut() -> bool) {
         let spin = Spin::new();
         let mut idle_since: Option<std::time::Instant> = None;
         while !stop() {
@@ -297,11 +303,11 @@ impl<T: Transport> Service<T> {
                 spin.reset();
                 idle_since = None;
             } else {
-                let since = *idle_since.get_or_insert_with(std::time::Instant::now);
-                if since.elapsed() > IDLE_SLEEP_AFTER {
-                    std::thread::sleep(IDLE_SLEEP);
-                } else {
-                    spin.step();
+                match idle_sleep {
+                    Some(d) if idle_since.get_or_insert_with(std::time::Instant::now).elapsed() > IDLE_SLEEP_AFTER => {
+                        std::thread::sleep(d);
+                    }
+                    _ => spin.step(),
                 }
             }
         }

@@ -57,6 +57,7 @@
 //! | `CPNET_WAIT_TIMEOUT` | how long any wait may take before it reports what it waits for; `0` or `none` waits forever | seconds (decimal) | `60` |
 //! | `CPNET_ABORT_GRACE` | after learning that a peer died, how long a PE lets its program end on its own before the runtime exits the process with status 1 | seconds (decimal) | `5` |
 //! | `CPNET_CONNECT_TIMEOUT` | how long a PE may take to reach the rendezvous, and all PEs to arrive there | seconds (decimal), > 0 | `60` |
+//! | `CPNET_PROXY_IDLE_SLEEP` | once a proxy thread has had no command to take for 5 ms, sleep this long per polling pass (saves CPU while idle, but the provider's target-side progress, which rxm and shm atomics and delivery-complete writes need, then waits up to a sleep, plus the kernel's timer slack); `0` spins (yielding) forever | microseconds | `0` |
 
 //!
 //! # Others
@@ -97,6 +98,8 @@ pub const WAIT_TIMEOUT: &str = "CPNET_WAIT_TIMEOUT";
 pub const ABORT_GRACE: &str = "CPNET_ABORT_GRACE";
 /// `CPNET_CONNECT_TIMEOUT`: seconds to reach the rendezvous and for all PEs to arrive.
 pub const CONNECT_TIMEOUT: &str = "CPNET_CONNECT_TIMEOUT";
+/// `CPNET_PROXY_IDLE_SLEEP`: microseconds an idle proxy thread sleeps per pass (0: never).
+pub const PROXY_IDLE_SLEEP: &str = "CPNET_PROXY_IDLE_SLEEP";
 
 /// Variables of other launchers that [`Launch`] understands (read only).
 pub mod foreign {
@@ -371,6 +374,9 @@ pub struct Tuning {
     /// `CPNET_CONNECT_TIMEOUT`: how long to reach the rendezvous, and for all
     /// PEs to arrive there (> 0).
     pub connect_timeout: Duration,
+    /// `CPNET_PROXY_IDLE_SLEEP`: sleep per polling pass of a proxy thread
+    /// idle for 5 ms; `None` (the default) spins, yielding.
+    pub proxy_idle_sleep: Option<Duration>,
 }
 
 impl Default for Tuning {
@@ -385,6 +391,7 @@ impl Default for Tuning {
             wait_timeout: Some(DEFAULT_WAIT_TIMEOUT),
             abort_grace: DEFAULT_ABORT_GRACE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            proxy_idle_sleep: None,
         }
     }
 }
@@ -473,6 +480,13 @@ impl Tuning {
             t.connect_timeout = parse_seconds(&v)
                 .filter(|d| !d.is_zero())
                 .ok_or_else(|| invalid(CONNECT_TIMEOUT, &v, "seconds > 0 (e.g. 60 or 2.5)"))?;
+        }
+        if let Some(v) = get(PROXY_IDLE_SLEEP) {
+            let us: u64 = v
+                .trim()
+                .parse()
+                .map_err(|_| invalid(PROXY_IDLE_SLEEP, &v, "whole microseconds >= 0 (0: never sleep)"))?;
+            t.proxy_idle_sleep = (us > 0).then(|| Duration::from_micros(us));
         }
         Ok(t)
     }

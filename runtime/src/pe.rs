@@ -294,6 +294,7 @@ impl Pe {
             let (card_tx, ready_tx, stop, errors, epoch, fabric) =
                 (card_tx.clone(), ready_tx.clone(), Arc::clone(&stop), Arc::clone(&errors), Arc::clone(&epoch), fabric.clone());
             let abandon = Arc::clone(&abandon);
+            let idle_sleep = tuning.proxy_idle_sleep;
             let handle = std::thread::Builder::new()
                 .name(format!("cpnet-proxy-{t}"))
                 .spawn(move || {
@@ -321,7 +322,7 @@ impl Pe {
                             errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(e);
                         }
                     };
-                    service.run(|| {
+                    service.run_with(idle_sleep, || {
                         // Acquire: pairs with the Release store in `stop_services`.
                         stop.load(std::sync::atomic::Ordering::Acquire)
                     });

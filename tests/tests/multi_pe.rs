@@ -77,7 +77,11 @@ fn job(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)], limit: Durat
 }
 
 fn ok(n: u32, provider: &str, args: &[&str]) -> String {
-    let j = job(n, provider, args, &[], Duration::from_secs(600));
+    ok_env(n, provider, args, &[])
+}
+
+fn ok_env(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+    let j = job(n, provider, args, env, Duration::from_secs(600));
     assert!(
         j.status.success(),
         "cpnet-run -n {n} cpnet-check {args:?} over {provider} failed ({}):\n{}",
@@ -123,6 +127,26 @@ fn stress_million_ops_shm() {
 fn stress_million_ops_tcp() {
     let out = ok(2, TCP, &["--wgs", "4", "stress", "--ops", "1000000", "--seed", "11"]);
     assert!(out.contains("1000000 ops"), "{out}");
+}
+
+/// Several service threads per PE (queues split among them, one endpoint
+/// each): every operation, and AMO contention across threads.
+fn proxy_threads(provider: &str) {
+    let env = [("CPNET_PROXY_THREADS", "3")];
+    ok_env(2, provider, &["--wgs", "4", "ops"], &env);
+    ok_env(3, provider, &["--wgs", "4", "amo", "--iters", "50"], &env);
+    ok_env(2, provider, &["--wgs", "4", "barrier", "--rounds", "20"], &env);
+    ok_env(2, provider, &["--wgs", "3", "stress", "--ops", "30000"], &env);
+}
+
+#[test]
+fn three_proxy_threads_shm() {
+    proxy_threads(SHM);
+}
+
+#[test]
+fn three_proxy_threads_tcp() {
+    proxy_threads(TCP);
 }
 
 fn bad_input(provider: &str) {
