@@ -117,7 +117,7 @@ impl HeapView {
     /// [`ErrorCode::BadAddr`] or [`ErrorCode::BadAlign`].
     pub fn atomic_u64(&self, addr: SymAddr) -> core::result::Result<&AtomicU64, ErrorCode> {
         self.check(addr, 8)?;
-        if addr.0 % 8 != 0 {
+        if !addr.0.is_multiple_of(8) {
             return Err(ErrorCode::BadAlign);
         }
         // SAFETY: in bounds and 8-aligned (base is 64-aligned); every
@@ -131,7 +131,7 @@ impl HeapView {
     /// [`ErrorCode::BadAddr`] or [`ErrorCode::BadAlign`].
     pub fn atomic_u32(&self, addr: SymAddr) -> core::result::Result<&AtomicU32, ErrorCode> {
         self.check(addr, 4)?;
-        if addr.0 % 4 != 0 {
+        if !addr.0.is_multiple_of(4) {
             return Err(ErrorCode::BadAlign);
         }
         // SAFETY: as atomic_u64, 4-aligned.
@@ -543,6 +543,7 @@ impl CpuCtx {
         self.issue_wait(cmd, true).map(T::from_bits)
     }
 
+    #[allow(clippy::too_many_arguments)] // the OpenSHMEM signature plus the op name
     fn put_signal_cmd(
         &self,
         dest: SymAddr,

@@ -125,7 +125,7 @@ const ABORT: usize = (CPNET_QUEUE_OFF_CTL + CPNET_CTL_OFF_ABORT) / 8;
 const WRITE_IDX: usize = (CPNET_QUEUE_OFF_PROD + CPNET_PROD_OFF_WRITE_IDX) / 8;
 const CACHED_CONSUMED: usize = (CPNET_QUEUE_OFF_PROD + CPNET_PROD_OFF_CACHED_CONSUMED) / 8;
 const SLOTS: usize = CPNET_QUEUE_OFF_SLOTS / 8;
-const _: () = assert!(CPNET_CTL_OFF_ERROR % 8 == 0 && CPNET_CTL_OFF_ABORT % 8 == 0);
+const _: () = assert!(CPNET_CTL_OFF_ERROR.is_multiple_of(8) && CPNET_CTL_OFF_ABORT.is_multiple_of(8));
 
 /// One queue's memory: a view shared by its producer and its consumer.
 #[derive(Clone, Debug)]

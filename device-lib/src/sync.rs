@@ -65,7 +65,7 @@ impl Words {
     /// If the offset is out of range or misaligned.
     #[inline]
     pub fn word32(&self, byte: usize) -> &AtomicU32 {
-        assert!(byte % 4 == 0 && byte + 4 <= self.len * 8, "shared u32 at byte {byte} out of range");
+        assert!(byte.is_multiple_of(4) && byte + 4 <= self.len * 8, "shared u32 at byte {byte} out of range");
         // SAFETY: in range and 4-byte aligned (base is 8-aligned); same region
         // contract as `word`.
         unsafe { AtomicU32::from_ptr(self.base.as_ptr().cast::<u8>().add(byte).cast::<u32>()) }

@@ -218,7 +218,7 @@ pub fn decode(cmd: &Cmd, lim: &Limits) -> Result<Op, ErrorCode> {
             let src = put_src(cmd, lim)?;
             range(cmd.dst, cmd.size, lim)?;
             range(cmd.sig, 8, lim)?;
-            if cmd.sig % 8 != 0 {
+            if !cmd.sig.is_multiple_of(8) {
                 return Err(ErrorCode::BadAlign);
             }
             Ok(Op::PutSignal { pe, dst: cmd.dst, src, size: cmd.size, sig: cmd.sig, signal: cmd.cond, op: sig_op })
@@ -231,7 +231,7 @@ pub fn decode(cmd: &Cmd, lim: &Limits) -> Result<Op, ErrorCode> {
                 return Err(ErrorCode::BadSize);
             }
             range(cmd.dst, cmd.size, lim)?;
-            if cmd.dst % cmd.size != 0 {
+            if !cmd.dst.is_multiple_of(cmd.size) {
                 return Err(ErrorCode::BadAlign);
             }
             Ok(Op::Amo { pe, ty, op: amo, dst: cmd.dst, value: cmd.value, cond: cmd.cond })

@@ -418,7 +418,7 @@ fn mask(v: u64, bytes: u64) -> u64 {
     if bytes >= 8 { v } else { v & ((1u64 << (8 * bytes)) - 1) }
 }
 
-const DC: u64 = sys::FI_DELIVERY_COMPLETE as u64;
+const DC: u64 = sys::FI_DELIVERY_COMPLETE;
 
 impl FabricTransport {
     /// The provider in use.

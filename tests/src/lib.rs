@@ -21,7 +21,7 @@ impl Rng {
     }
 
     /// 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn bits(&mut self) -> u64 {
         self.0.random()
     }
 
