@@ -27,6 +27,32 @@ pub fn pack_inline(bytes: &[u8]) -> Result<u64, InlineTooLarge> {
 }
 
 impl Cmd {
+    /// The operation's name as the device API spells it (`"putmem"`,
+    /// `"atomic_fetch_add"`, ...), for error reports; `"command"` for an
+    /// unknown opcode.
+    pub fn op_name(&self) -> &'static str {
+        match self.op() {
+            Some(Opcode::Nop) => "nop",
+            Some(Opcode::Put) => "putmem",
+            Some(Opcode::Get) => "getmem",
+            Some(Opcode::PutSignal) => "putmem_signal",
+            Some(Opcode::Amo) => AmoOp::from_u8(self.subop).map_or("atomic", AmoOp::shmem_name),
+            Some(Opcode::Fence) => "fence",
+            Some(Opcode::Quiet) => "quiet",
+            Some(Opcode::BarrierAll) => "barrier_all",
+            None => "command",
+        }
+    }
+
+    /// The heap offset the command addresses at its target PE: `src` for a
+    /// get, `dst` otherwise.
+    pub fn target_addr(&self) -> u64 {
+        match self.op() {
+            Some(Opcode::Get) => self.src,
+            _ => self.dst,
+        }
+    }
+
     /// A no-op (round-trip probe).
     pub fn nop() -> Cmd {
         base(CPNET_OP_NOP, 0)

@@ -324,39 +324,11 @@ impl core::fmt::Debug for CpuCtx {
 }
 
 fn op_name(cmd: &Cmd) -> &'static str {
-    match cmd.op() {
-        Some(layout::Opcode::Nop) => "nop",
-        Some(layout::Opcode::Put) => "putmem",
-        Some(layout::Opcode::Get) => "getmem",
-        Some(layout::Opcode::PutSignal) => "putmem_signal",
-        Some(layout::Opcode::Amo) => match AmoOp::from_u8(cmd.subop) {
-            Some(AmoOp::Fetch) => "atomic_fetch",
-            Some(AmoOp::Set) => "atomic_set",
-            Some(AmoOp::Swap) => "atomic_swap",
-            Some(AmoOp::CompareSwap) => "atomic_compare_swap",
-            Some(AmoOp::FetchAdd) => "atomic_fetch_add",
-            Some(AmoOp::Add) => "atomic_add",
-            Some(AmoOp::FetchAnd) => "atomic_fetch_and",
-            Some(AmoOp::And) => "atomic_and",
-            Some(AmoOp::FetchOr) => "atomic_fetch_or",
-            Some(AmoOp::Or) => "atomic_or",
-            Some(AmoOp::FetchXor) => "atomic_fetch_xor",
-            Some(AmoOp::Xor) => "atomic_xor",
-            None => "atomic",
-        },
-        Some(layout::Opcode::Fence) => "fence",
-        Some(layout::Opcode::Quiet) => "quiet",
-        Some(layout::Opcode::BarrierAll) => "barrier_all",
-        None => "command",
-    }
+    cmd.op_name()
 }
 
-/// The address a command concerns, for reports.
 fn op_addr(cmd: &Cmd) -> SymAddr {
-    match cmd.op() {
-        Some(layout::Opcode::Get) => SymAddr(cmd.src),
-        _ => SymAddr(cmd.dst),
-    }
+    SymAddr(cmd.target_addr())
 }
 
 impl CpuCtx {

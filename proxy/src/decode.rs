@@ -110,13 +110,12 @@ impl Op {
     }
 
     /// The operation's name, as error reports print it (`"putmem"`,
-    /// `"getmem"`, `"atomic_fetch_add"`, ...).
+    /// `"getmem"`, `"atomic_fetch_add"`, ...), the same as
+    /// [`Cmd::op_name`](cpnet_device::layout::Cmd::op_name) gives for its command.
     pub fn name(&self) -> &'static str {
         match *self {
             Op::Nop => "nop",
-            Op::Put { src: PutSrc::Inline(_), .. } => "p (inline put)",
             Op::Put { .. } => "putmem",
-            Op::Get { dst: GetDst::Result, .. } => "g (inline get)",
             Op::Get { .. } => "getmem",
             Op::PutSignal { .. } => "putmem_signal",
             Op::Amo { op, .. } => op.shmem_name(),

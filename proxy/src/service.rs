@@ -10,7 +10,7 @@
 //! OpenSHMEM's fence (per-PE ordering) and makes put-then-fence-then-put hold
 //! on providers without write-after-write ordering (rxm with atomics).
 
-use cpnet_device::layout::{Cmd, ErrorCode, Opcode};
+use cpnet_device::layout::{Cmd, ErrorCode};
 use cpnet_device::ring::{Consumer, Outcome, QueueMem};
 use cpnet_device::sync::Spin;
 
@@ -118,14 +118,6 @@ pub struct Service<T: Transport> {
     errors: Vec<CommandError>,
 }
 
-fn describe(cmd: &Cmd) -> (&'static str, u64) {
-    match cmd.op() {
-        Some(Opcode::Get) => ("get", cmd.src),
-        Some(op) => (op.name(), cmd.dst),
-        None => ("unknown opcode", cmd.dst),
-    }
-}
-
 impl<T: Transport> Service<T> {
     /// A service over `queues` (each attached as its consumer).
     pub fn new(queues: Vec<QueueMem>, transport: T, limits: Limits, my_pe: i32) -> Service<T> {
@@ -152,7 +144,7 @@ impl<T: Transport> Service<T> {
     }
 
     fn reject(&mut self, qi: usize, seq: u64, cmd: &Cmd, code: ErrorCode) {
-        let (op, addr) = describe(cmd);
+        let (op, addr) = (cmd.op_name(), cmd.target_addr());
         let q = &mut self.queues[qi];
         let e = CommandError {
             my_pe: self.my_pe,
@@ -256,7 +248,10 @@ impl<T: Transport> Service<T> {
                                 return work;
                             }
                             Ok(true) => self.queues[qi].consumer.complete(seq, Outcome::Done),
-                            Err(code) => self.queues[qi].consumer.complete(seq, Outcome::Failed(code)),
+                            Err(code) => {
+                                self.record_failure(Tag { queue: qi as u32, seq }, &Op::BarrierAll, code);
+                                self.queues[qi].consumer.complete(seq, Outcome::Failed(code));
+                            }
                         }
                         self.queues[qi].drain = None;
                         work += 1;
