@@ -1,1 +1,1046 @@
-//! placeholder
+//! Multi-ring allreduce (sum), the collective of ComP-Net §5.4, measured and
+//! printed as nccl-tests' `all_reduce_perf` prints it.
+//!
+//! # The algorithm
+//!
+//! `R = -wgs` rings. The `count` elements are split into `R` contiguous
+//! segments (sizes differ by at most one element; some may be empty), one
+//! per ring; ring `i` is run by work-group `i` of every PE: work-group `i` of
+//! PE `p` receives from work-group `i` of PE `p - 1` and sends to work-group
+//! `i` of PE `p + 1` (both wrapping). Each ring runs the classic ring
+//! allreduce on its segment, split into `n` blocks (again differing by at
+//! most one element):
+//!
+//! - reduce-scatter, steps `s = 0 .. n-2`: send block `p - s`, receive block
+//!   `p - s - 1` and add this PE's input to it; after it, PE `p` holds the
+//!   full sum of block `p + 1`;
+//! - allgather, steps `t = 0 .. n-2`: send block `p + 1 - t`, receive block
+//!   `p - t` and keep it.
+//!
+//! Every block is cut into pieces of at most `-chunk` bytes, and the whole
+//! exchange is one pipelined stream of messages per ring and direction: a
+//! piece of step `s + 1` leaves as soon as the same piece of step `s` has
+//! arrived and been reduced, so the steps overlap piece by piece.
+//!
+//! # Messages and flow control
+//!
+//! Message `g` (counted over the whole life of the ring, across
+//! allreduces) goes with `putmem_signal_nbi` into staging slot `g % K`
+//! (`K = -slots`) of the receiver's ring `i`, and SETs that slot's signal
+//! word to `g + 1`; the signal lands only after the data. The receiver
+//! waits for `signal[g % K] >= g + 1`, reduces or copies the piece into its
+//! output, then adds 1 (`atomic_add`) to the sender's acknowledgement word.
+//! The sender issues message `g` only when `ack >= g + 1 - K`: a slot is
+//! rewritten only after the receiver has consumed what it held, so a sender
+//! never overwrites a receive buffer the receiver has not consumed. One
+//! signal word per slot (rather than one counter per ring) keeps messages
+//! free to complete out of order, as cpnet allows between fences.
+//!
+//! Before a received piece overwrites a range of the output that an
+//! earlier put still in flight reads as its source (the same block sent in
+//! reduce-scatter, or in the previous allreduce), the receiver waits for
+//! the acknowledgement of that put: the output is never changed under a
+//! pending `putmem_nbi`. Each wait involves only messages earlier in the
+//! order (allreduce, phase, step), so the rings cannot deadlock; every wait
+//! is bounded by `CPNET_WAIT_TIMEOUT` and reports the word, the expected and
+//! the found value.
+//!
+//! One PE needs no messages: out-of-place copies input to output. Element
+//! counts smaller than `R × n` leave some blocks and segments empty; empty
+//! blocks carry no message.
+//!
+//! # What is measured
+//!
+//! For each size, out-of-place then in-place: `-warmup` allreduces, then
+//! `-iters` timed ones back to back (the work-groups stay up: the paper's
+//! persistent kernel), the time per allreduce averaged over PEs; then, with
+//! `-check 1`, one more on fresh inputs whose sums are exact in every type
+//! (small integers), counting the elements that differ from the exact sum
+//! (`#wrong`, summed over PEs). `algbw = bytes / time`, `busbw = algbw · 2(n-1)/n`
+//! (nccl-tests' definitions).
+
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::ensure;
+use clap::{Parser, ValueEnum};
+use cpnet::Pe;
+use cpnet::device::cpu::{Error as WgError, Result as WgResult, SymAddr};
+use cpnet::device::layout::{Cmp, SignalOp};
+use cpnet::device::sync::Spin;
+
+use crate::cli::{Variant, init_pe, parse_size};
+use crate::mem::SymArray;
+use crate::team::TeamBarrier;
+
+/// `allreduce`'s flags: nccl-tests' short ones (`-b -e -f -i -n -w -c -d`)
+/// plus cpnet's (`-wgs -variant -chunk -slots`); long names work with one
+/// dash or two.
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "allreduce",
+    about = "Multi-ring allreduce from inside the work-groups (cpnet; run under cpnet-run)"
+)]
+pub struct Args {
+    /// Smallest size, bytes (K, M, G suffixes).
+    #[arg(short = 'b', long = "minbytes", value_parser = parse_size, default_value = "8")]
+    pub min_bytes: u64,
+    /// Largest size, bytes.
+    #[arg(short = 'e', long = "maxbytes", value_parser = parse_size, default_value = "256M")]
+    pub max_bytes: u64,
+    /// Multiply the size by this factor from one line to the next (> 1), or
+    /// add `-i` when it is 1.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
+    pub step_factor: u64,
+    /// Add this many bytes from one size to the next (with `-f 1`).
+    #[arg(short = 'i', long = "stepbytes", value_parser = parse_size, default_value = "1M")]
+    pub step_bytes: u64,
+    /// Timed allreduces per size.
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    pub iters: u32,
+    /// Untimed allreduces before them.
+    #[arg(short = 'w', long = "warmup", default_value_t = 5)]
+    pub warmup: u32,
+    /// Check the results (1) or not (0).
+    #[arg(short = 'c', long = "check", default_value_t = 1)]
+    pub check: u32,
+    /// Element type.
+    #[arg(short = 'd', long = "type", value_enum, default_value_t = DataType::Float)]
+    pub dtype: DataType,
+    /// Work-groups per PE = rings.
+    #[arg(long, default_value_t = 2)]
+    pub wgs: u32,
+    /// Which variant runs the rings.
+    #[arg(long, value_enum, default_value_t = Variant::Cpu)]
+    pub variant: Variant,
+    /// Largest message (pipeline piece), bytes; a multiple of 8.
+    #[arg(long, value_parser = parse_size, default_value = "128K")]
+    pub chunk: u64,
+    /// Staging slots per ring on the receiver (messages in flight per ring).
+    #[arg(long, default_value_t = 4)]
+    pub slots: u32,
+}
+
+impl Args {
+    /// The sizes of the sweep, bytes, as nccl-tests steps them.
+    pub fn sizes(&self) -> Vec<u64> {
+        let mut v = Vec::new();
+        let mut s = self.min_bytes;
+        while s <= self.max_bytes {
+            v.push(s);
+            let next = if self.step_factor > 1 {
+                s.saturating_mul(self.step_factor)
+            } else {
+                s.saturating_add(self.step_bytes)
+            };
+            if next == s {
+                break;
+            }
+            s = next;
+        }
+        v
+    }
+
+    /// Check the flags.
+    ///
+    /// # Errors
+    /// A message naming the bad flag.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        ensure!(
+            self.min_bytes <= self.max_bytes,
+            "-b {} is larger than -e {}",
+            self.min_bytes,
+            self.max_bytes
+        );
+        ensure!(self.step_factor >= 1, "-f must be at least 1");
+        ensure!(
+            self.step_factor > 1 || self.step_bytes > 0,
+            "-f 1 needs -i > 0"
+        );
+        ensure!(self.wgs >= 1, "-wgs must be at least 1");
+        ensure!(self.slots >= 1, "-slots must be at least 1");
+        ensure!(
+            self.chunk >= 8 && self.chunk.is_multiple_of(8),
+            "-chunk {} must be a positive multiple of 8",
+            self.chunk
+        );
+        ensure!(self.check <= 1, "-check is 0 or 1");
+        Ok(())
+    }
+}
+
+/// The element types (nccl-tests' names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DataType {
+    /// `f32`.
+    Float,
+    /// `i32` (wrapping sum).
+    Int32,
+    /// `f64`.
+    Double,
+}
+
+/// An element type the allreduce sums.
+pub trait Elem: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static {
+    /// nccl-tests' name of the type.
+    const NAME: &'static str;
+    /// The sum (wrapping for integers).
+    fn add(a: Self, b: Self) -> Self;
+    /// A small integer, exactly.
+    fn from_small(v: i32) -> Self;
+    /// A value no correct result holds (NaN, `i32::MIN`), to fill outputs
+    /// before a check.
+    fn poison() -> Self;
+}
+
+impl Elem for f32 {
+    const NAME: &'static str = "float";
+    fn add(a: f32, b: f32) -> f32 {
+        a + b
+    }
+    fn from_small(v: i32) -> f32 {
+        v as f32
+    }
+    fn poison() -> f32 {
+        f32::NAN
+    }
+}
+
+impl Elem for f64 {
+    const NAME: &'static str = "double";
+    fn add(a: f64, b: f64) -> f64 {
+        a + b
+    }
+    fn from_small(v: i32) -> f64 {
+        f64::from(v)
+    }
+    fn poison() -> f64 {
+        f64::NAN
+    }
+}
+
+impl Elem for i32 {
+    const NAME: &'static str = "int32";
+    fn add(a: i32, b: i32) -> i32 {
+        a.wrapping_add(b)
+    }
+    fn from_small(v: i32) -> i32 {
+        v
+    }
+    fn poison() -> i32 {
+        i32::MIN
+    }
+}
+
+/// Input element `i` of PE `pe`: a small integer in `-8..=8`, so that sums
+/// over any number of PEs are exact in every type.
+pub fn input_value(pe: usize, i: usize) -> i32 {
+    ((pe * 7 + i * 13) % 17) as i32 - 8
+}
+
+/// `[offset, offset + len)` of part `k` of `len` items split into `parts`
+/// (balanced: the first `len % parts` parts get one more).
+pub fn split(len: usize, parts: usize, k: usize) -> (usize, usize) {
+    let (q, r) = (len / parts, len % parts);
+    (k * q + k.min(r), q + usize::from(k < r))
+}
+
+/// One ring's share of an allreduce of `count` elements on PE `p` of `n`:
+/// its blocks and the step schedule of both directions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RingPlan {
+    /// First element of the ring's segment.
+    pub seg_off: usize,
+    /// Elements in the segment.
+    pub seg_len: usize,
+    /// `(offset in segment, length)` of each of the `n` blocks.
+    pub blocks: Vec<(usize, usize)>,
+    /// Elements per piece (message).
+    pub piece: usize,
+    /// Block sent at each step (`2(n-1)` steps).
+    pub send_block: Vec<usize>,
+    /// Block received at each step.
+    pub recv_block: Vec<usize>,
+    /// Index of the first message of each step, sending side (`steps + 1` entries).
+    pub send_off: Vec<usize>,
+    /// Index of the first message of each step, receiving side.
+    pub recv_off: Vec<usize>,
+}
+
+impl RingPlan {
+    /// The plan of ring `ring` of `rings` on PE `p` of `n`, messages of at
+    /// most `piece` elements (`piece >= 1`).
+    pub fn new(
+        count: usize,
+        rings: usize,
+        ring: usize,
+        n: usize,
+        p: usize,
+        piece: usize,
+    ) -> RingPlan {
+        let (seg_off, seg_len) = split(count, rings, ring);
+        let blocks: Vec<_> = (0..n).map(|b| split(seg_len, n, b)).collect();
+        let steps = 2 * (n - 1);
+        let m = |x: isize| x.rem_euclid(n as isize) as usize;
+        let (pi, ni) = (p as isize, n as isize);
+        let send_block: Vec<usize> = (0..steps as isize)
+            .map(|s| {
+                if s < ni - 1 {
+                    m(pi - s)
+                } else {
+                    m(pi + 1 - (s - (ni - 1)))
+                }
+            })
+            .collect();
+        let recv_block: Vec<usize> = (0..steps as isize)
+            .map(|s| {
+                if s < ni - 1 {
+                    m(pi - s - 1)
+                } else {
+                    m(pi - (s - (ni - 1)))
+                }
+            })
+            .collect();
+        let pieces = |b: usize| blocks[b].1.div_ceil(piece);
+        let prefix = |bs: &[usize]| {
+            let mut v = vec![0];
+            for &b in bs {
+                v.push(v.last().unwrap() + pieces(b));
+            }
+            v
+        };
+        let send_off = prefix(&send_block);
+        let recv_off = prefix(&recv_block);
+        RingPlan {
+            seg_off,
+            seg_len,
+            blocks,
+            piece,
+            send_block,
+            recv_block,
+            send_off,
+            recv_off,
+        }
+    }
+
+    /// Steps (`2(n-1)`).
+    pub fn steps(&self) -> usize {
+        self.send_block.len()
+    }
+
+    /// Messages this PE sends on the ring per allreduce.
+    pub fn sends(&self) -> usize {
+        *self.send_off.last().unwrap()
+    }
+
+    /// Messages this PE receives on the ring per allreduce.
+    pub fn recvs(&self) -> usize {
+        *self.recv_off.last().unwrap()
+    }
+
+    /// `(first element, elements)` of piece `j` of block `b`, in the whole buffer.
+    pub fn piece_range(&self, b: usize, j: usize) -> (usize, usize) {
+        let (off, len) = self.blocks[b];
+        let start = j * self.piece;
+        (self.seg_off + off + start, self.piece.min(len - start))
+    }
+
+    /// Pieces of block `b`.
+    pub fn pieces(&self, b: usize) -> usize {
+        self.blocks[b].1.div_ceil(self.piece)
+    }
+}
+
+/// Messages a ring has sent and received over its whole life (signal and
+/// acknowledgement words count them across allreduces).
+#[derive(Debug, Default, Clone, Copy)]
+struct RingCount {
+    sent: u64,
+    received: u64,
+}
+
+/// The symmetric buffers and words of the rings.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    input: SymAddr,
+    output: SymAddr,
+    staging: SymAddr,
+    sigs: SymAddr,
+    acks: SymAddr,
+    slots: u64,
+    chunk: u64,
+}
+
+impl Layout {
+    fn sig_stride(slots: u64) -> u64 {
+        (8 * slots).next_multiple_of(64)
+    }
+    fn stage(&self, ring: usize, slot: u64) -> SymAddr {
+        self.staging
+            .add((ring as u64 * self.slots + slot) * self.chunk)
+    }
+    fn sig(&self, ring: usize, slot: u64) -> SymAddr {
+        self.sigs
+            .add(ring as u64 * Layout::sig_stride(self.slots) + 8 * slot)
+    }
+    fn ack(&self, ring: usize) -> SymAddr {
+        self.acks.add(64 * ring as u64)
+    }
+}
+
+/// Symmetric heap bytes a PE needs for `args` (input, output, staging,
+/// signal and acknowledgement words, each 64-byte aligned, plus slack).
+pub fn heap_need(args: &Args) -> u64 {
+    let (r, k) = (u64::from(args.wgs), u64::from(args.slots));
+    let data = args.max_bytes.max(8).next_multiple_of(64);
+    2 * data + r * k * args.chunk.next_multiple_of(64) + r * Layout::sig_stride(k) + 64 * r + 4096
+}
+
+/// What one ring needs to run an allreduce.
+struct Ring<'a> {
+    layout: Layout,
+    plan: &'a RingPlan,
+    ring: usize,
+    in_place: bool,
+    prev: i32,
+    next: i32,
+    timeout: Option<Duration>,
+}
+
+/// Whether the word at `addr` of the local heap is at least `v` (acquire).
+fn reached(wg: &cpnet::WorkGroup, addr: SymAddr, v: u64) -> WgResult<bool> {
+    wg.test::<u64>(addr, Cmp::Ge, v)
+}
+
+fn load(wg: &cpnet::WorkGroup, addr: SymAddr) -> u64 {
+    // Acquire: pairs with the fabric's delivery of the signal or AMO that
+    // wrote it (the runtime's put-then-signal guarantee).
+    wg.heap()
+        .atomic_u64(addr)
+        .map(|a| a.load(Ordering::Acquire))
+        .unwrap_or(0)
+}
+
+impl Ring<'_> {
+    /// One allreduce on this ring. `count` is the ring's message counter,
+    /// `out_sent[b][j]` the message index + 1 of the last put that read
+    /// piece `j` of block `b` of the output (0: none).
+    fn allreduce<T: Elem>(
+        &self,
+        wg: &mut cpnet::WorkGroup,
+        count: &mut RingCount,
+        out_sent: &mut [Vec<u64>],
+    ) -> WgResult<()> {
+        let plan = self.plan;
+        let heap = *wg.heap();
+        let esize = size_of::<T>();
+        let total = plan.seg_off + plan.seg_len;
+        let input = SymArray::<T>::new(&heap, self.layout.input, total);
+        let output = SymArray::<T>::new(&heap, self.layout.output, total);
+        if plan.steps() == 0 {
+            if !self.in_place && plan.seg_len > 0 {
+                // SAFETY: this ring alone touches its segment; one PE sends
+                // nothing, so no put reads the output.
+                let (src, dst) = unsafe {
+                    (
+                        input.slice(plan.seg_off, plan.seg_len),
+                        output.slice_mut(plan.seg_off, plan.seg_len),
+                    )
+                };
+                dst.copy_from_slice(src);
+            }
+            return Ok(());
+        }
+        let k = self.layout.slots;
+        let n_rs = plan.steps() / 2; // reduce-scatter steps
+        let (ms, mr) = (plan.sends(), plan.recvs());
+        let (base_s, base_r) = (count.sent, count.received);
+        let ack_addr = self.layout.ack(self.ring);
+        let mut acked = load(wg, ack_addr);
+        let (mut ns, mut nr) = (0usize, 0usize);
+        // Cursors: (step, piece) of the next send and receive.
+        let (mut ss, mut sj) = (0usize, 0usize);
+        let (mut rs, mut rj) = (0usize, 0usize);
+        let skip_empty = |s: &mut usize, j: &mut usize, blocks: &[usize]| {
+            while *s < blocks.len() && *j >= plan.pieces(blocks[*s]) {
+                *s += 1;
+                *j = 0;
+            }
+        };
+        skip_empty(&mut ss, &mut sj, &plan.send_block);
+        skip_empty(&mut rs, &mut rj, &plan.recv_block);
+        let spin = Spin::new();
+        let mut idle_since: Option<Instant> = None;
+        while ns < ms || nr < mr {
+            let mut progressed = false;
+            // Sends: as many as the window and the data allow.
+            while ns < ms {
+                let g = base_s + ns as u64;
+                if g + 1 > acked + k {
+                    acked = load(wg, ack_addr);
+                    if g + 1 > acked + k {
+                        break;
+                    }
+                }
+                // A piece of step s > 0 is the one received at step s - 1.
+                if ss > 0 && nr <= plan.recv_off[ss - 1] + sj {
+                    break;
+                }
+                let b = plan.send_block[ss];
+                let (first, len) = plan.piece_range(b, sj);
+                let from_output = ss > 0 || self.in_place;
+                let src = if from_output {
+                    output.addr(first)
+                } else {
+                    input.addr(first)
+                };
+                if from_output {
+                    out_sent[b][sj] = g + 1;
+                }
+                let slot = g % k;
+                wg.putmem_signal_nbi(
+                    self.layout.stage(self.ring, slot),
+                    src,
+                    (len * esize) as u64,
+                    self.layout.sig(self.ring, slot),
+                    g + 1,
+                    SignalOp::Set,
+                    self.next,
+                )?;
+                ns += 1;
+                sj += 1;
+                skip_empty(&mut ss, &mut sj, &plan.send_block);
+                progressed = true;
+            }
+            // Receives: in order, as they land.
+            while nr < mr {
+                let g = base_r + nr as u64;
+                let slot = g % k;
+                if !reached(wg, self.layout.sig(self.ring, slot), g + 1)? {
+                    break;
+                }
+                let b = plan.recv_block[rs];
+                // Never change output under a put still reading it.
+                if out_sent[b][rj] > acked {
+                    acked = load(wg, ack_addr);
+                    if out_sent[b][rj] > acked {
+                        break;
+                    }
+                }
+                let (first, len) = plan.piece_range(b, rj);
+                let staged = SymArray::<T>::new(&heap, self.layout.stage(self.ring, slot), len);
+                // SAFETY: the slot holds message g (its signal, raised after
+                // the data, was seen with acquire) and the sender rewrites it
+                // only after our acknowledgement below. This piece of the
+                // output is this ring's alone, and no put reads it any more
+                // (checked against the acknowledgements just above). The
+                // input is only read.
+                unsafe {
+                    let st = staged.slice(0, len);
+                    let out = output.slice_mut(first, len);
+                    if rs < n_rs {
+                        if self.in_place {
+                            for (o, &x) in out.iter_mut().zip(st) {
+                                *o = T::add(x, *o);
+                            }
+                        } else {
+                            for ((o, &x), &y) in out.iter_mut().zip(st).zip(input.slice(first, len))
+                            {
+                                *o = T::add(x, y);
+                            }
+                        }
+                    } else {
+                        out.copy_from_slice(st);
+                    }
+                }
+                wg.atomic_add::<u64>(ack_addr, 1, self.prev)?;
+                nr += 1;
+                rj += 1;
+                skip_empty(&mut rs, &mut rj, &plan.recv_block);
+                progressed = true;
+            }
+            if progressed {
+                idle_since = None;
+                spin.reset();
+                continue;
+            }
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if let Some(t) = self.timeout
+                && since.elapsed() > t
+            {
+                return Err(self.stuck(wg, base_s + ns as u64, base_r + nr as u64, nr < mr, t));
+            }
+            spin.step();
+        }
+        count.sent += ms as u64;
+        count.received += mr as u64;
+        Ok(())
+    }
+
+    /// The report of a ring that made no progress for `timeout`: the
+    /// receive it waits for (signal word, expected and found value), or the
+    /// acknowledgement.
+    fn stuck(
+        &self,
+        wg: &cpnet::WorkGroup,
+        next_send: u64,
+        next_recv: u64,
+        receiving: bool,
+        timeout: Duration,
+    ) -> WgError {
+        let k = self.layout.slots;
+        let (op, addr, expected) = if receiving {
+            (
+                "allreduce ring receive (signal of the message from the previous PE's work-group)",
+                self.layout.sig(self.ring, next_recv % k),
+                next_recv + 1,
+            )
+        } else {
+            (
+                "allreduce ring send window (acknowledgement from the next PE's work-group)",
+                self.layout.ack(self.ring),
+                (next_send + 1).saturating_sub(k),
+            )
+        };
+        WgError::WaitTimeout {
+            my_pe: wg.my_pe(),
+            wg: wg.wg(),
+            op,
+            addr,
+            cmp: Cmp::Ge,
+            expected: i128::from(expected),
+            found: i128::from(load(wg, addr)),
+            timeout,
+        }
+    }
+}
+
+/// The rings of this PE and their message counters, which live as long as
+/// the symmetric words that count the same messages.
+struct Rings {
+    layout: Layout,
+    rings: usize,
+    counts: Vec<Mutex<RingCount>>,
+}
+
+impl Rings {
+    /// Run `warmup + iters` allreduces of `count` elements on every ring
+    /// (one work-group per ring) with the buffers of `layout`; returns
+    /// seconds per timed allreduce on this PE.
+    #[allow(clippy::too_many_arguments)]
+    fn run<T: Elem>(
+        &self,
+        pe: &Pe,
+        layout: &Layout,
+        count: usize,
+        in_place: bool,
+        warmup: u32,
+        iters: u32,
+        piece: usize,
+    ) -> anyhow::Result<f64> {
+        let (me, n) = (pe.my_pe(), pe.n_pes());
+        let plans: Vec<RingPlan> = (0..self.rings)
+            .map(|i| RingPlan::new(count, self.rings, i, n as usize, me as usize, piece))
+            .collect();
+        let team = TeamBarrier::new(self.rings);
+        let elapsed = Mutex::new(0.0f64);
+        let timeout = pe.pe_info().wait_timeout;
+        pe.run_work_groups(self.rings as u32, |wg| {
+            let i = wg.wg() as usize;
+            let plan = &plans[i];
+            let ring = Ring {
+                layout: *layout,
+                plan,
+                ring: i,
+                in_place,
+                prev: (me + n - 1) % n,
+                next: (me + 1) % n,
+                timeout,
+            };
+            let mut out_sent: Vec<Vec<u64>> =
+                (0..n as usize).map(|b| vec![0; plan.pieces(b)]).collect();
+            let mut count_i = *self.counts[i]
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let r = (|| {
+                for _ in 0..warmup {
+                    ring.allreduce::<T>(wg, &mut count_i, &mut out_sent)?;
+                }
+                if !team.wait() {
+                    return Ok(());
+                }
+                let t = Instant::now();
+                for _ in 0..iters {
+                    ring.allreduce::<T>(wg, &mut count_i, &mut out_sent)?;
+                }
+                if !team.wait() {
+                    return Ok(());
+                }
+                if i == 0 {
+                    *elapsed
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                        t.elapsed().as_secs_f64();
+                }
+                Ok(())
+            })();
+            *self.counts[i]
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = count_i;
+            if r.is_err() {
+                team.abort();
+            }
+            r
+        })?;
+        let e = elapsed
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(if iters > 0 { e / f64::from(iters) } else { 0.0 })
+    }
+}
+
+/// Fill the input with PE `me`'s values (and the output with poison when
+/// out-of-place).
+fn prepare<T: Elem>(pe: &Pe, layout: &Layout, count: usize, in_place: bool) {
+    let me = pe.my_pe() as usize;
+    let input = SymArray::<T>::new(pe.heap(), layout.input, count);
+    // SAFETY: no work-group runs; no peer reads or writes this PE's input
+    // or output (peers write only staging slots and words).
+    let inp = unsafe { input.slice_mut(0, count) };
+    for (i, x) in inp.iter_mut().enumerate() {
+        *x = T::from_small(input_value(me, i));
+    }
+    if !in_place {
+        let output = SymArray::<T>::new(pe.heap(), layout.output, count);
+        // SAFETY: as above.
+        unsafe { output.slice_mut(0, count) }.fill(T::poison());
+    }
+}
+
+/// Elements of the result that differ from the exact sum.
+fn count_wrong<T: Elem>(pe: &Pe, layout: &Layout, count: usize, in_place: bool) -> u64 {
+    let n = pe.n_pes() as usize;
+    let out = SymArray::<T>::new(
+        pe.heap(),
+        if in_place {
+            layout.input
+        } else {
+            layout.output
+        },
+        count,
+    );
+    // SAFETY: the run is over on this PE; nothing writes its output now.
+    let got = unsafe { out.slice(0, count) };
+    got.iter()
+        .enumerate()
+        .filter(|&(i, &g)| g != T::from_small((0..n).map(|p| input_value(p, i)).sum::<i32>()))
+        .count() as u64
+}
+
+/// One line of results: time (us) and #wrong, out-of-place then in-place.
+type Line = [(f64, u64); 2];
+
+fn sweep<T: Elem>(pe: &Pe, args: &Args, rings: &Rings) -> anyhow::Result<u64> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let esize = size_of::<T>() as u64;
+    let piece = (args.chunk / esize) as usize;
+    let mut wrong_total = 0;
+    let mut busbw_sum = 0.0;
+    let mut busbw_n = 0u32;
+    for size in args.sizes() {
+        let count = (size / esize) as usize;
+        let mut line: Line = [(0.0, 0); 2];
+        for (mode, in_place) in [false, true].into_iter().enumerate() {
+            // In-place: the output is the input.
+            let layout = Layout {
+                output: if in_place {
+                    rings.layout.input
+                } else {
+                    rings.layout.output
+                },
+                ..rings.layout
+            };
+            prepare::<T>(pe, &layout, count, in_place);
+            pe.barrier_all()?;
+            let secs =
+                rings.run::<T>(pe, &layout, count, in_place, args.warmup, args.iters, piece)?;
+            let mut wrong = 0;
+            if args.check == 1 {
+                prepare::<T>(pe, &layout, count, in_place);
+                rings.run::<T>(pe, &layout, count, in_place, 0, 1, piece)?;
+                wrong = count_wrong::<T>(pe, &layout, count, in_place);
+            }
+            line[mode] = (secs * 1e6, wrong);
+        }
+        let mut mine = Vec::new();
+        for (t, w) in line {
+            mine.extend_from_slice(&t.to_le_bytes());
+            mine.extend_from_slice(&w.to_le_bytes());
+        }
+        let all = pe.allgather_bytes(&mine)?;
+        let mut sum: Line = [(0.0, 0); 2];
+        for blob in &all {
+            for (m, s) in sum.iter_mut().enumerate() {
+                let t = f64::from_le_bytes(blob[16 * m..16 * m + 8].try_into()?);
+                let w = u64::from_le_bytes(blob[16 * m + 8..16 * m + 16].try_into()?);
+                s.0 += t / f64::from(n);
+                s.1 += w;
+            }
+        }
+        wrong_total += sum[0].1 + sum[1].1;
+        if me == 0 {
+            let bytes = count as u64 * esize;
+            let mut text = format!(
+                "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}",
+                bytes,
+                count,
+                T::NAME,
+                "sum",
+                -1
+            );
+            for (t_us, w) in sum {
+                let algbw = if t_us > 0.0 {
+                    bytes as f64 / 1e3 / t_us
+                } else {
+                    0.0
+                };
+                let busbw = algbw * 2.0 * f64::from(n - 1) / f64::from(n);
+                busbw_sum += busbw;
+                busbw_n += 1;
+                let wrong = if args.check == 1 {
+                    format!("{:>6}", w)
+                } else {
+                    "   N/A".to_owned()
+                };
+                text += &format!(
+                    "  {}  {}  {}  {}",
+                    fmt_float(t_us, 7),
+                    fmt_float(algbw, 6),
+                    fmt_float(busbw, 6),
+                    wrong
+                );
+            }
+            println!("{text}");
+        }
+    }
+    if me == 0 {
+        println!(
+            "# {:<20} : {} {}",
+            "Out of bounds values",
+            wrong_total,
+            if wrong_total == 0 { "OK" } else { "FAILED" }
+        );
+        println!(
+            "# {:<20} : {} ",
+            "Avg bus bandwidth",
+            fmt_g(busbw_sum / f64::from(busbw_n.max(1)))
+        );
+        println!("#");
+    }
+    Ok(wrong_total)
+}
+
+/// nccl-tests' `getFloatStr`: `%*.2f`, or fewer decimals, or `%e`, to fit `width`.
+pub fn fmt_float(v: f64, width: usize) -> String {
+    for prec in [2, 1, 0] {
+        let s = format!("{v:>width$.prec$}");
+        if s.len() <= width {
+            return s;
+        }
+    }
+    let s = format!("{v:>width$.1e}");
+    s
+}
+
+/// `%g`-like: six significant digits.
+fn fmt_g(v: f64) -> String {
+    if v == 0.0 {
+        return "0".to_owned();
+    }
+    let digits = 6 - 1 - v.abs().log10().floor() as i32;
+    let s = format!("{:.*}", digits.max(0) as usize, v);
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        s
+    }
+}
+
+/// The whole program. **Collective.** Returns the total `#wrong` (summed
+/// over PEs, sizes and both modes; the same on every PE).
+///
+/// # Errors
+/// Bad flags, an unimplemented variant, init and run errors.
+pub fn run(args: &Args) -> anyhow::Result<u64> {
+    args.variant.require_implemented("allreduce")?;
+    args.validate()?;
+    let (pe, raised) = init_pe(|_| heap_need(args))?;
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let (r, k) = (u64::from(args.wgs), u64::from(args.slots));
+    let data = args.max_bytes.max(8);
+    let input = pe.shmalloc(data)?;
+    let output = pe.shmalloc(data)?;
+    let staging = pe.shmalloc(r * k * args.chunk)?;
+    let sigs = pe.shmalloc(r * Layout::sig_stride(k))?;
+    let acks = pe.shmalloc(64 * r)?;
+    pe.heap()
+        .write_bytes(sigs, &vec![0; (r * Layout::sig_stride(k)) as usize])?;
+    pe.heap().write_bytes(acks, &vec![0; (64 * r) as usize])?;
+    let layout = Layout {
+        input,
+        output,
+        staging,
+        sigs,
+        acks,
+        slots: k,
+        chunk: args.chunk,
+    };
+    let rings = Rings {
+        layout,
+        rings: args.wgs as usize,
+        counts: (0..args.wgs).map(|_| Mutex::default()).collect(),
+    };
+    pe.barrier_all()?;
+    if me == 0 {
+        println!(
+            "# cpnet allreduce: multi-ring (ComP-Net §5.4), variant {}, {n} PEs, {} rings (work-groups) per PE, provider {}",
+            args.variant.name(),
+            args.wgs,
+            pe.provider()
+        );
+        println!(
+            "# minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} validation: {} chunk: {} slots: {}{}",
+            args.min_bytes,
+            args.max_bytes,
+            if args.step_factor > 1 {
+                format!("{}(factor)", args.step_factor)
+            } else {
+                format!("{}(bytes)", args.step_bytes)
+            },
+            args.warmup,
+            args.iters,
+            args.check,
+            args.chunk,
+            args.slots,
+            raised.map(|h| format!(" heap: {h}")).unwrap_or_default()
+        );
+        println!("#");
+        println!(
+            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place          ",
+            "", "", "", "", ""
+        );
+        println!(
+            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
+            "size",
+            "count",
+            "type",
+            "redop",
+            "root",
+            "time",
+            "algbw",
+            "busbw",
+            "#wrong",
+            "time",
+            "algbw",
+            "busbw",
+            "#wrong"
+        );
+        println!(
+            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
+            "(B)",
+            "(elements)",
+            "",
+            "",
+            "",
+            "(us)",
+            "(GB/s)",
+            "(GB/s)",
+            "",
+            "(us)",
+            "(GB/s)",
+            "(GB/s)",
+            ""
+        );
+    }
+    let wrong = match args.dtype {
+        DataType::Float => sweep::<f32>(&pe, args, &rings)?,
+        DataType::Int32 => sweep::<i32>(&pe, args, &rings)?,
+        DataType::Double => sweep::<f64>(&pe, args, &rings)?,
+    };
+    pe.finalize()?;
+    Ok(wrong)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What PE `p` sends on a ring is exactly what PE `p + 1` expects, piece
+    /// for piece, and every element of the segment is reduced on one PE and
+    /// received by all the others.
+    #[test]
+    fn sender_and_receiver_agree_on_every_message() {
+        for n in 1..=5 {
+            for rings in 1..=3 {
+                for count in [0, 1, 2, 3, 7, 12, 13, 100, 1001] {
+                    for piece in [1, 2, 5, 64] {
+                        for ring in 0..rings {
+                            let plans: Vec<_> = (0..n)
+                                .map(|p| RingPlan::new(count, rings, ring, n, p, piece))
+                                .collect();
+                            for p in 0..n {
+                                let (tx, rx) = (&plans[p], &plans[(p + 1) % n]);
+                                assert_eq!(tx.steps(), 2 * (n - 1));
+                                assert_eq!(
+                                    tx.sends(),
+                                    rx.recvs(),
+                                    "n {n} count {count} piece {piece} ring {ring} p {p}"
+                                );
+                                for s in 0..tx.steps() {
+                                    assert_eq!(tx.send_block[s], rx.recv_block[s]);
+                                    // The piece sent at step s > 0 was received at step s - 1.
+                                    if s > 0 {
+                                        assert_eq!(tx.send_block[s], tx.recv_block[s - 1]);
+                                    }
+                                }
+                            }
+                            // Reduce-scatter leaves block p + 1 complete on PE p;
+                            // the allgather then delivers every other block.
+                            for (p, plan) in plans.iter().enumerate() {
+                                if n > 1 {
+                                    assert_eq!(plan.recv_block[n - 2], (p + 1) % n);
+                                    let mut got: Vec<usize> = plan.recv_block[n - 1..].to_vec();
+                                    got.push((p + 1) % n);
+                                    got.sort();
+                                    assert_eq!(got, (0..n).collect::<Vec<_>>());
+                                }
+                                let covered: usize = (0..n).map(|b| plan.blocks[b].1).sum();
+                                assert_eq!(covered, plan.seg_len);
+                            }
+                        }
+                        let total: usize = (0..rings).map(|r| split(count, rings, r).1).sum();
+                        assert_eq!(total, count);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sizes_step_like_nccl_tests() {
+        let a = Args::parse_from(["allreduce", "-b", "8", "-e", "100", "-f", "3"]);
+        assert_eq!(a.sizes(), vec![8, 24, 72]);
+        let a = Args::parse_from(["allreduce", "-b", "8", "-e", "30", "-f", "1", "-i", "10"]);
+        assert_eq!(a.sizes(), vec![8, 18, 28]);
+    }
+
+    #[test]
+    fn floats_print_like_nccl_tests() {
+        assert_eq!(fmt_float(12.345, 7), "  12.35");
+        assert_eq!(fmt_float(123456.7, 7), " 123457");
+        assert_eq!(fmt_float(1234567.0, 7), "1234567");
+        assert_eq!(fmt_float(0.0, 6), "  0.00");
+        assert_eq!(fmt_g(0.122843), "0.122843");
+    }
+}
