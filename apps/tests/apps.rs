@@ -1,0 +1,373 @@
+//! The apps as a user runs them: `jacobi` and `allreduce` as N real
+//! processes under `cpnet-run`, over libfabric's `shm` provider and over
+//! `tcp;ofi_rxm` on loopback, CPU variant. Jacobi is checked against its
+//! single-PE reference (`-verify`, bit-identical expected); allreduce counts
+//! every element that differs from the exact sum (`#wrong`, asserted 0 on
+//! every line).
+//!
+//! Jobs run one at a time (a static lock), as in `tests/tests/multi_pe.rs`:
+//! the CI machine has two cores.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const SHM: &str = "shm";
+const TCP: &str = "tcp;ofi_rxm";
+
+/// The launcher, next to this package's binaries (built here if this
+/// package's tests run alone).
+fn cpnet_run() -> PathBuf {
+    let jacobi = PathBuf::from(env!("CARGO_BIN_EXE_jacobi"));
+    let dir = jacobi.parent().expect("bin dir");
+    let run = dir.join("cpnet-run");
+    if !run.exists() {
+        let profile = if dir.ends_with("release") {
+            vec!["--release"]
+        } else {
+            vec![]
+        };
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "-q", "-p", "cpnet", "--bin", "cpnet-run"])
+            .args(profile)
+            .status()
+            .expect("run cargo to build cpnet-run");
+        assert!(st.success(), "building cpnet-run failed");
+    }
+    run
+}
+
+struct Job {
+    ok: bool,
+    stdout: String,
+    all: String,
+}
+
+/// `cpnet-run -n n -- bin args` over `provider`, killed after `limit`.
+fn job(n: u32, provider: &str, bin: &str, args: &[&str], limit: Duration) -> Job {
+    let _one = ONE_JOB_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut cmd = Command::new(cpnet_run());
+    cmd.args(["-n", &n.to_string(), "--grace", "20", "--"])
+        .arg(bin)
+        .args(args)
+        .env("CPNET_PROVIDER", provider)
+        .env("CPNET_WAIT_TIMEOUT", "60")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = cmd.spawn().expect("start cpnet-run");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(limit) {
+        Ok(r) => r.expect("wait for cpnet-run"),
+        Err(_) => {
+            // SAFETY: kill(2) on the launcher we started; it kills its PEs
+            // when it gets SIGTERM.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+            panic!(
+                "cpnet-run -n {n} {bin} {args:?} over {provider} did not finish within {limit:?}"
+            );
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let all = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    Job {
+        ok: out.status.success(),
+        stdout,
+        all,
+    }
+}
+
+fn ok(n: u32, provider: &str, bin: &str, args: &[&str]) -> String {
+    let j = job(n, provider, bin, args, Duration::from_secs(300));
+    assert!(
+        j.ok,
+        "cpnet-run -n {n} {bin} {args:?} over {provider} failed:\n{}",
+        j.all
+    );
+    j.stdout
+}
+
+// ---------------------------------------------------------------- jacobi
+
+const JACOBI: &str = env!("CARGO_BIN_EXE_jacobi");
+
+/// Runs jacobi with `-verify` and checks the verdict and the report.
+fn jacobi_verified(n: u32, provider: &str, args: &[&str]) -> String {
+    let mut a = args.to_vec();
+    a.push("-verify");
+    let out = ok(n, provider, JACOBI, &a);
+    let verdict = out
+        .lines()
+        .find(|l| l.starts_with("Verification:"))
+        .unwrap_or_else(|| panic!("no verdict:\n{out}"));
+    assert!(
+        verdict.ends_with(": OK") && verdict.contains(&format!("{n} PEs")),
+        "{verdict}"
+    );
+    assert!(
+        verdict.contains("tolerance 1e-5"),
+        "the tolerance is stated: {verdict}"
+    );
+    assert!(out.contains(&format!("Num GPUs: {n}.")), "{out}");
+    let report = out
+        .lines()
+        .find(|l| l.contains(" 1 GPU: "))
+        .unwrap_or_else(|| panic!("no report line:\n{out}"));
+    for word in [&format!("{n} GPUs: ") as &str, "speedup: ", "efficiency: "] {
+        assert!(report.contains(word), "{report}");
+    }
+    out
+}
+
+#[test]
+fn jacobi_cpu_1_pe_matches_reference() {
+    jacobi_verified(
+        1,
+        SHM,
+        &["-nx", "256", "-ny", "256", "-niter", "100", "-wgs", "2"],
+    );
+}
+
+#[test]
+fn jacobi_cpu_2_pes_matches_reference() {
+    let out = jacobi_verified(
+        2,
+        SHM,
+        &["-nx", "256", "-ny", "256", "-niter", "100", "-wgs", "2"],
+    );
+    // The norm of the first iteration, as both runs print it.
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("    0, ")).count(),
+        2,
+        "{out}"
+    );
+}
+
+/// 257 interior rows on 3 PEs: chunks of 85, 86 and 86 rows; 3 work-groups
+/// per PE; norm every 7 iterations.
+#[test]
+fn jacobi_cpu_3_pes_uneven_rows_matches_reference() {
+    jacobi_verified(
+        3,
+        SHM,
+        &[
+            "-nx", "200", "-ny", "259", "-niter", "100", "-wgs", "3", "-nccheck", "7",
+        ],
+    );
+}
+
+/// One row on two of the PEs (4 interior rows on 3 PEs: 1, 1, 2), more
+/// work-groups asked than rows, over tcp.
+#[test]
+fn jacobi_cpu_3_pes_one_row_chunks_tcp() {
+    jacobi_verified(
+        3,
+        TCP,
+        &["-nx", "64", "-ny", "6", "-niter", "60", "-wgs", "4"],
+    );
+}
+
+#[test]
+fn jacobi_cpu_2_pes_tcp_matches_reference() {
+    jacobi_verified(
+        2,
+        TCP,
+        &["-nx", "128", "-ny", "131", "-niter", "100", "-wgs", "2"],
+    );
+}
+
+/// The loop stops early once the norm reaches 1e-8 (a 4 x 4 grid, one
+/// interior row per PE, reaches an exact fixed point in f32), at the same
+/// iteration as the reference.
+#[test]
+fn jacobi_cpu_early_stop_matches_reference() {
+    let out = jacobi_verified(
+        2,
+        SHM,
+        &["-nx", "4", "-ny", "4", "-niter", "5000", "-wgs", "2"],
+    );
+    let verdict = out
+        .lines()
+        .find(|l| l.starts_with("Verification:"))
+        .unwrap();
+    let iters = verdict.split("iterations ").nth(1).unwrap();
+    let (a, b) = iters.split_once(" vs ").unwrap();
+    let b = b.split(':').next().unwrap();
+    assert_eq!(a, b, "{verdict}");
+    assert!(a.parse::<u32>().unwrap() < 5000, "{verdict}");
+}
+
+/// `-csv`: one line in their column order, nothing else on stdout.
+#[test]
+fn jacobi_csv_line() {
+    let out = ok(
+        2,
+        SHM,
+        JACOBI,
+        &["-nx", "64", "-ny", "66", "-niter", "20", "-csv"],
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    let cols: Vec<&str> = lines[0].split(", ").collect();
+    assert_eq!(
+        &cols[..7],
+        &["cpnet-cpu", "64", "66", "20", "1", "2", "1"],
+        "{out}"
+    );
+    assert!(
+        cols[7].parse::<f64>().is_ok() && cols[8].parse::<f64>().is_ok(),
+        "{out}"
+    );
+}
+
+// ------------------------------------------------------------- allreduce
+
+const ALLREDUCE: &str = env!("CARGO_BIN_EXE_allreduce");
+
+/// Runs allreduce and checks that every size came out, with `#wrong` 0 in
+/// both the out-of-place and the in-place column.
+fn allreduce_exact(n: u32, provider: &str, args: &[&str], sizes: usize) -> String {
+    let out = ok(n, provider, ALLREDUCE, args);
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .collect();
+    assert_eq!(rows.len(), sizes, "one line per size:\n{out}");
+    for r in &rows {
+        assert_eq!(
+            r.len(),
+            13,
+            "size count type redop root, then time algbw busbw #wrong twice: {r:?}"
+        );
+        assert_eq!((r[3], r[4]), ("sum", "-1"), "{r:?}");
+        assert_eq!((r[8], r[12]), ("0", "0"), "#wrong must be 0:\n{out}");
+        let (bytes, count): (u64, u64) = (r[0].parse().unwrap(), r[1].parse().unwrap());
+        let esize = match r[2] {
+            "float" | "int32" => 4,
+            "double" => 8,
+            t => panic!("type {t}"),
+        };
+        assert_eq!(bytes, count * esize, "{r:?}");
+    }
+    assert!(out.contains("# Out of bounds values : 0 OK"), "{out}");
+    out
+}
+
+/// Sizes 12 B · 3^k (3^(k+1) elements of 4 bytes: odd counts, not
+/// divisible by 2 or 4 rings or PEs, fewer than rings × PEs at first) up to
+/// 6.4 MB, or 8 B · 3^k for doubles (1, 3, 9, ... elements).
+fn sweep(n: u32, ty: &str, wgs: &str) {
+    let b = if ty == "double" { "8" } else { "12" };
+    let out = allreduce_exact(
+        n,
+        SHM,
+        &[
+            "-b", b, "-e", "7M", "-f", "3", "-type", ty, "-wgs", wgs, "-iters", "2", "-warmup", "1",
+        ],
+        13,
+    );
+    assert!(out.contains(&format!("{n} PEs, {wgs} rings")), "{out}");
+}
+
+macro_rules! allreduce_matrix {
+    ($($name:ident: $n:expr, $wgs:expr;)*) => {$(
+        mod $name {
+            use super::*;
+            #[test] fn float() { sweep($n, "float", $wgs); }
+            #[test] fn int32() { sweep($n, "int32", $wgs); }
+            #[test] fn double() { sweep($n, "double", $wgs); }
+        }
+    )*};
+}
+
+allreduce_matrix! {
+    allreduce_1_pe: 1, "2";
+    allreduce_2_pes: 2, "3";
+    allreduce_3_pes: 3, "2";
+    allreduce_4_pes: 4, "3";
+}
+
+/// The 8-byte allreduce of nccl-tests' first line, on 4 PEs with 4 rings:
+/// 2 floats, most rings and blocks empty.
+#[test]
+fn allreduce_8_bytes_4_pes() {
+    allreduce_exact(
+        4,
+        SHM,
+        &[
+            "-b", "8", "-e", "8", "-wgs", "4", "-iters", "3", "-warmup", "1",
+        ],
+        1,
+    );
+}
+
+/// Tiny pieces and one staging slot per ring: every message waits for the
+/// acknowledgement of the one before (flow control at its tightest), and
+/// the output-overwrite rule is exercised on every piece.
+#[test]
+fn allreduce_one_slot_tiny_chunks() {
+    allreduce_exact(
+        3,
+        SHM,
+        &[
+            "-b", "8", "-e", "64K", "-f", "8", "-chunk", "64", "-slots", "1", "-wgs", "2",
+            "-iters", "3", "-warmup", "2",
+        ],
+        5,
+    );
+}
+
+#[test]
+fn allreduce_3_pes_tcp() {
+    allreduce_exact(
+        3,
+        TCP,
+        &[
+            "-b", "12", "-e", "3M", "-f", "9", "-wgs", "2", "-iters", "2", "-warmup", "1",
+        ],
+        6,
+    );
+}
+
+#[test]
+fn allreduce_2_pes_double_tcp() {
+    allreduce_exact(
+        2,
+        TCP,
+        &[
+            "-b", "8", "-e", "1M", "-f", "16", "-type", "double", "-wgs", "3", "-iters", "2",
+            "-warmup", "1",
+        ],
+        5,
+    );
+}
+
+// -------------------------------------------------------------- variants
+
+/// The GPU variants are refused with a clear error, never run as something
+/// else.
+#[test]
+fn gpu_variants_are_refused() {
+    for (bin, name) in [(JACOBI, "jacobi"), (ALLREDUCE, "allreduce")] {
+        for v in ["intra-kernel", "inter-kernel"] {
+            let j = job(1, SHM, bin, &["-variant", v], Duration::from_secs(60));
+            assert!(!j.ok, "{name} -variant {v} must fail:\n{}", j.all);
+            assert!(
+                j.all
+                    .contains(&format!("-variant {v} is not implemented yet")),
+                "{name} -variant {v}: no clear error:\n{}",
+                j.all
+            );
+        }
+    }
+}
