@@ -6,11 +6,14 @@
 //! - [`env`](mod@env): every environment variable cpnet reads, in one place;
 //! - [`bootstrap`]: the TCP rendezvous (allgather, barrier, peer-failure
 //!   notices) and the server that `cpnet-run` (or PE 0 under mpirun/srun) runs;
-//! - [`pe`]: the host API proper ([`Pe`]).
+//! - [`pe`]: the host API proper ([`Pe`]);
+//! - [`gpu`]: the CUDA device of a PE, mapped queues, kernel handle and
+//!   builds (the GPU backend, in progress).
 #![warn(missing_docs)]
 
 pub mod bootstrap;
 pub mod env;
+pub mod gpu;
 pub mod pe;
 
 pub use cpnet_device as device;

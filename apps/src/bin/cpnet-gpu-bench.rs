@@ -1,0 +1,168 @@
+//! `cpnet-gpu-bench`: how fast the proxy serves GPU work-groups' queues
+//! (issue 4 items 1 and 2; ComP-Net paper Fig. 4b).
+//!
+//! One PE, one GPU. Each work-group (CUDA block of 32 threads) creates a
+//! context and issues `iters` blocking `cpnet_nop`s: the leader thread
+//! writes a 64-byte command into its queue in pinned host memory mapped
+//! into the GPU (commit word last, `st.release.sys`), a proxy service thread
+//! takes it (acquire), completes it (release), and the block sees the
+//! completion (`ld.acquire.sys`) — the full round trip of every blocking
+//! call, without a fabric operation. Queues are split over `T` proxy
+//! threads (queue `q` to thread `q % T`).
+//!
+//! ```text
+//! cpnet-gpu-bench                               # the default sweep
+//! cpnet-gpu-bench --wgs 1,132 --threads 1,8 --iters 5000
+//! ```
+//!
+//! Prints one row per (work-groups, proxy threads): the median round trip
+//! seen by a block (from `%globaltimer`), and the aggregate rate (all
+//! blocks' commands / kernel time). Skips with a message where there is no
+//! GPU.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use cpnet::device::cpu::HostHeap;
+use cpnet::device::ring::QueueGeometry;
+use cpnet::gpu::{GpuError, GpuQueues, KernelHandle, build_module, open_device};
+use cpnet_proxy::decode::Limits;
+use cpnet_proxy::service::{LoopbackTransport, Service};
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+const KERNEL: &str = r#"
+#include <cpnet/device.cuh>
+
+/* Every block: create a context, `iters` blocking no-ops, destroy.
+ * times[2b] = first-to-last no-op time in ns (globaltimer), times[2b+1] = error. */
+extern "C" __global__ void nop_loop(cpnet_handle_t h, unsigned iters, unsigned long long* times)
+{
+    __shared__ cpnet_ctx_t ctx;
+    const unsigned b = blockIdx.x;
+    int e = cpnet_ctx_create(&h, &ctx);
+    if (e != CPNET_E_OK) { if (threadIdx.x == 0) { times[2 * b] = 0; times[2 * b + 1] = (unsigned long long)e; } return; }
+    e = cpnet_nop(&ctx); /* warm-up */
+    const unsigned long long t0 = cpnet_globaltimer_ns();
+    for (unsigned i = 0; i < iters && e == CPNET_E_OK; ++i) e = cpnet_nop(&ctx);
+    const unsigned long long t1 = cpnet_globaltimer_ns();
+    const int d = cpnet_ctx_destroy(&ctx);
+    if (threadIdx.x == 0) { times[2 * b] = t1 - t0; times[2 * b + 1] = (unsigned long long)(e != CPNET_E_OK ? e : d); }
+}
+"#;
+
+#[derive(Parser)]
+#[command(about = "queue service time and command rate for GPU work-groups (one PE)")]
+struct Cli {
+    /// Work-group counts to sweep.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32,132,264,1024")]
+    wgs: Vec<u32>,
+    /// Proxy thread counts to sweep.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    threads: Vec<usize>,
+    /// Blocking no-ops per work-group.
+    #[arg(long, default_value_t = 2000)]
+    iters: u32,
+    /// Queue depth.
+    #[arg(long, default_value_t = 64)]
+    depth: u32,
+    /// Threads per block.
+    #[arg(long, default_value_t = 32)]
+    block: u32,
+    /// Print CSV.
+    #[arg(long)]
+    csv: bool,
+    /// Device-side tuning, prepended to the kernel source as `#define`s
+    /// (e.g. `CPNET_BACKOFF_MAX_NS=128`; see include/cpnet/queue.cuh).
+    #[arg(long = "define", value_name = "NAME=VALUE")]
+    defines: Vec<String>,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let ctx = match open_device(0) {
+        Ok(c) => c,
+        Err(e @ (GpuError::NoDriver | GpuError::NoDevice { .. })) => {
+            eprintln!("cpnet-gpu-bench: SKIPPED: {e}");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut source: String = cli.defines.iter().map(|d| format!("#define {}\n", d.replacen('=', " ", 1))).collect();
+    source.push_str(KERNEL);
+    let module = build_module(&ctx, "nop_loop.cu", &source)?;
+    let func = module.load_function("nop_loop").context("nop_loop")?;
+    let stream = ctx.default_stream();
+    let max_wgs = *cli.wgs.iter().max().unwrap_or(&1) as usize;
+    let queues = Arc::new(GpuQueues::new(max_wgs, QueueGeometry::new(cli.depth)?)?);
+    // NOPs touch no heap; the loopback transport gets a token host heap.
+    let heap = HostHeap::new(4096);
+    let heap_dev = stream.alloc_zeros::<u8>(4096)?;
+    let handle = KernelHandle(queues.handle(0, 1, {
+        use cudarc::driver::DevicePtr;
+        heap_dev.device_ptr(&stream).0
+    }, 4096, 30_000_000_000));
+    let name = ctx.name().unwrap_or_default();
+    println!(
+        "# cpnet-gpu-bench: {name}, blocking cpnet_nop round trips, queues in mapped pinned host memory, depth {}, {} threads/block{}",
+        cli.depth,
+        cli.block,
+        if cli.defines.is_empty() { String::new() } else { format!(", {}", cli.defines.join(" ")) }
+    );
+    if cli.csv {
+        println!("work_groups,proxy_threads,rt_median_us,rt_p99_us,rate_Mops");
+    } else {
+        println!("{:>12} {:>14} {:>16} {:>14} {:>14}", "work-groups", "proxy threads", "RT median (us)", "RT p99 (us)", "rate (Mops/s)");
+    }
+    for &t in &cli.threads {
+        for &w in &cli.wgs {
+            let stop = Arc::new(AtomicBool::new(false));
+            let view = heap.view();
+            let services: Vec<_> = (0..t)
+                .map(|k| {
+                    let (q, stop) = (Arc::clone(&queues), Arc::clone(&stop));
+                    std::thread::spawn(move || {
+                        let mine = (k..q.len()).step_by(t).map(|i| q.queue(i)).collect();
+                        let mut s = Service::new(mine, LoopbackTransport::new(view), Limits { n_pes: 1, heap_size: 4096 }, 0);
+                        // Acquire: pairs with the Release store after the kernel.
+                        s.run(|| stop.load(Ordering::Acquire));
+                    })
+                })
+                .collect();
+            let times = stream.alloc_zeros::<u64>(2 * w as usize)?;
+            let mut launch = stream.launch_builder(&func);
+            launch.arg(&handle).arg(&cli.iters).arg(&times);
+            let cfg = LaunchConfig { grid_dim: (w, 1, 1), block_dim: (cli.block, 1, 1), shared_mem_bytes: 0 };
+            let t0 = Instant::now();
+            // SAFETY: the arguments match nop_loop's (handle by value, an
+            // unsigned, a device pointer to 2w u64); the queues outlive the
+            // kernel (synchronized below).
+            unsafe { launch.launch(cfg) }.context("launch nop_loop")?;
+            stream.synchronize().context("nop_loop")?;
+            let wall = t0.elapsed().as_secs_f64();
+            // Release: pairs with the services' Acquire load.
+            stop.store(true, Ordering::Release);
+            for s in services {
+                s.join().expect("service thread");
+            }
+            let v = stream.clone_dtoh(&times)?;
+            let errors: Vec<_> = v.chunks(2).enumerate().filter(|(_, c)| c[1] != 0).map(|(b, c)| (b, c[1])).collect();
+            anyhow::ensure!(errors.is_empty(), "blocks failed (block, CPNET_E_*): {errors:?}");
+            let mut per: Vec<f64> = v.chunks(2).map(|c| c[0] as f64 / f64::from(cli.iters) / 1e3).collect();
+            per.sort_by(f64::total_cmp);
+            let med = per[per.len() / 2];
+            let p99 = per[(per.len() * 99 / 100).min(per.len() - 1)];
+            // Rate over the whole kernel (launch and context setup included,
+            // so slightly pessimistic for small iteration counts).
+            let rate = f64::from(w) * f64::from(cli.iters + 1) / wall / 1e6;
+            if cli.csv {
+                println!("{w},{t},{med:.3},{p99:.3},{rate:.3}");
+            } else {
+                println!("{w:>12} {t:>14} {med:>16.3} {p99:>14.3} {rate:>14.3}");
+            }
+        }
+    }
+    Ok(())
+}
