@@ -51,6 +51,26 @@ extern "C" __global__ void nop_loop(cpnet_handle_t h, unsigned iters, unsigned l
     const int d = cpnet_ctx_destroy(&ctx);
     if (threadIdx.x == 0) { times[2 * b] = t1 - t0; times[2 * b + 1] = (unsigned long long)(e != CPNET_E_OK ? e : d); }
 }
+
+/* The floor, without cpnet's queue: block b's thread 0 writes a request
+ * word (line 2b of `lines`, preceded by 7 more 8-byte stores of that line
+ * when `full`, like a 64-byte slot), releases it at system scope and polls
+ * its response word (line 2b+1) with acquire until the CPU answers. */
+extern "C" __global__ void raw_rt(unsigned long long* lines, unsigned iters, int full, unsigned long long* times)
+{
+    if (threadIdx.x != 0) return;
+    const unsigned b = blockIdx.x;
+    unsigned long long* req = lines + 16ull * b;
+    unsigned long long* resp = req + 8;
+    const unsigned long long t0 = cpnet_globaltimer_ns();
+    for (unsigned i = 1; i <= iters; ++i) {
+        if (full) for (int k = 1; k < 8; ++k) cpnet_st_weak_u64(req + k, i + k);
+        cpnet_st_release_sys_u64(req, i);
+        while (cpnet_ld_acquire_sys_u64(resp) < i) { }
+    }
+    times[2 * b] = cpnet_globaltimer_ns() - t0;
+    times[2 * b + 1] = 0;
+}
 "#;
 
 #[derive(Parser)]
@@ -78,6 +98,11 @@ struct Cli {
     /// (e.g. `CPNET_BACKOFF_MAX_NS=128`; see include/cpnet/queue.cuh).
     #[arg(long = "define", value_name = "NAME=VALUE")]
     defines: Vec<String>,
+    /// Measure the floor instead: raw request/response words per block
+    /// (`word`: one 8-byte store; `slot`: a 64-byte line of stores), CPU
+    /// threads answering, no cpnet queue or proxy.
+    #[arg(long, value_name = "word|slot")]
+    raw: Option<String>,
 }
 
 fn main() -> Result<()> {
@@ -116,8 +141,56 @@ fn main() -> Result<()> {
     } else {
         println!("{:>12} {:>14} {:>16} {:>14} {:>14}", "work-groups", "proxy threads", "RT median (us)", "RT p99 (us)", "rate (Mops/s)");
     }
+    let raw_func = module.load_function("raw_rt").context("raw_rt")?;
     for &t in &cli.threads {
         for &w in &cli.wgs {
+            if let Some(mode) = &cli.raw {
+                let full = i32::from(mode == "slot");
+                let lines = Arc::new(cpnet::gpu::MappedHost::new(128 * w as usize)?);
+                let stop = Arc::new(AtomicBool::new(false));
+                let responders: Vec<_> = (0..t)
+                    .map(|k| {
+                        let (lines, stop) = (Arc::clone(&lines), Arc::clone(&stop));
+                        std::thread::spawn(move || {
+                            let word = |i: usize| {
+                                // SAFETY: inside the mapped allocation (128 B per
+                                // block), 8-aligned, alive while `lines` is; the
+                                // GPU accesses it with sys-scope atomics.
+                                unsafe { std::sync::atomic::AtomicU64::from_ptr(lines.host().cast::<u64>().add(i)) }
+                            };
+                            let mine: Vec<usize> = (k..w as usize).step_by(t).collect();
+                            // Acquire/Release: pair with the kernel's release of
+                            // the request and acquire of the response.
+                            while !stop.load(Ordering::Acquire) {
+                                for &b in &mine {
+                                    let r = word(16 * b).load(Ordering::Acquire);
+                                    if r != word(16 * b + 8).load(Ordering::Relaxed) {
+                                        word(16 * b + 8).store(r, Ordering::Release);
+                                    }
+                                }
+                            }
+                        })
+                    })
+                    .collect();
+                let times = stream.alloc_zeros::<u64>(2 * w as usize)?;
+                let dev_lines = lines.dev();
+                let mut launch = stream.launch_builder(&raw_func);
+                launch.arg(&dev_lines).arg(&cli.iters).arg(&full).arg(&times);
+                let cfg = LaunchConfig { grid_dim: (w, 1, 1), block_dim: (cli.block, 1, 1), shared_mem_bytes: 0 };
+                let t0 = Instant::now();
+                // SAFETY: arguments match raw_rt's; the mapped lines outlive
+                // the kernel (synchronized below).
+                unsafe { launch.launch(cfg) }.context("launch raw_rt")?;
+                stream.synchronize().context("raw_rt")?;
+                let wall = t0.elapsed().as_secs_f64();
+                stop.store(true, Ordering::Release);
+                for r in responders {
+                    r.join().expect("responder");
+                }
+                let v = stream.clone_dtoh(&times)?;
+                report(&cli, w, t, &v, wall);
+                continue;
+            }
             let stop = Arc::new(AtomicBool::new(false));
             let view = heap.view();
             let services: Vec<_> = (0..t)
@@ -150,19 +223,25 @@ fn main() -> Result<()> {
             let v = stream.clone_dtoh(&times)?;
             let errors: Vec<_> = v.chunks(2).enumerate().filter(|(_, c)| c[1] != 0).map(|(b, c)| (b, c[1])).collect();
             anyhow::ensure!(errors.is_empty(), "blocks failed (block, CPNET_E_*): {errors:?}");
-            let mut per: Vec<f64> = v.chunks(2).map(|c| c[0] as f64 / f64::from(cli.iters) / 1e3).collect();
-            per.sort_by(f64::total_cmp);
-            let med = per[per.len() / 2];
-            let p99 = per[(per.len() * 99 / 100).min(per.len() - 1)];
-            // Rate over the whole kernel (launch and context setup included,
-            // so slightly pessimistic for small iteration counts).
-            let rate = f64::from(w) * f64::from(cli.iters + 1) / wall / 1e6;
-            if cli.csv {
-                println!("{w},{t},{med:.3},{p99:.3},{rate:.3}");
-            } else {
-                println!("{w:>12} {t:>14} {med:>16.3} {p99:>14.3} {rate:>14.3}");
-            }
+            report(&cli, w, t, &v, wall);
         }
     }
     Ok(())
+}
+
+/// One row: per-block mean time per round trip (median and p99 over
+/// blocks) and the aggregate rate.
+fn report(cli: &Cli, w: u32, t: usize, v: &[u64], wall: f64) {
+    let mut per: Vec<f64> = v.chunks(2).map(|c| c[0] as f64 / f64::from(cli.iters) / 1e3).collect();
+    per.sort_by(f64::total_cmp);
+    let med = per[per.len() / 2];
+    let p99 = per[(per.len() * 99 / 100).min(per.len() - 1)];
+    // Rate over the whole kernel (launch and setup included, so slightly
+    // pessimistic for small iteration counts).
+    let rate = f64::from(w) * f64::from(cli.iters + 1) / wall / 1e6;
+    if cli.csv {
+        println!("{w},{t},{med:.3},{p99:.3},{rate:.3}");
+    } else {
+        println!("{w:>12} {t:>14} {med:>16.3} {p99:>14.3} {rate:>14.3}");
+    }
 }
