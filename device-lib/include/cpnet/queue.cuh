@@ -32,8 +32,16 @@
 #ifndef CPNET_SPIN_TIGHT_POLLS
 #define CPNET_SPIN_TIGHT_POLLS 4
 #endif
-/** The abort words are read on the first failed poll and then every this many
- *  (a power of two): each read is a PCIe round trip. */
+/** The abort words are read only once a wait has lasted this long (ns), and
+ *  then every CPNET_ABORT_CHECK_EVERY polls. Each read is a PCIe round trip,
+ *  and the status block's abort word is one host cache line shared by every
+ *  block of the GPU: reading it on every command serialized all blocks at
+ *  about 1 M commands/s on an H200 (docs/results.md). */
+#ifndef CPNET_ABORT_CHECK_AFTER_NS
+#define CPNET_ABORT_CHECK_AFTER_NS 20000
+#endif
+/** Polls between two reads of the abort words, once they are read at all
+ *  (a power of two). */
 #ifndef CPNET_ABORT_CHECK_EVERY
 #define CPNET_ABORT_CHECK_EVERY 8
 #endif
@@ -150,7 +158,8 @@ __device__ __noinline__ inline void report_dev_error(const cpnet_ctx_t* ctx, int
  * CPNET_E_TIMEOUT once handle.wait_timeout_ns (if nonzero) has passed since
  * `start`. Backoff: a few tight polls, then __nanosleep doubling from
  * CPNET_BACKOFF_MIN_NS to CPNET_BACKOFF_MAX_NS. So no device wait outlives a
- * host abort by more than CPNET_ABORT_CHECK_EVERY polls.
+ * host abort by more than CPNET_ABORT_CHECK_AFTER_NS plus
+ * CPNET_ABORT_CHECK_EVERY polls.
  */
 struct spin {
     uint64_t start;
@@ -162,12 +171,12 @@ struct spin {
     __device__ __forceinline__ int pause(const cpnet_ctx_t* ctx)
     {
         ++polls;
-        if ((polls & (CPNET_ABORT_CHECK_EVERY - 1)) == 1 || CPNET_ABORT_CHECK_EVERY == 1) {
+        const uint64_t waited = cpnet_globaltimer_ns() - start;
+        if (waited > CPNET_ABORT_CHECK_AFTER_NS && (polls & (CPNET_ABORT_CHECK_EVERY - 1)) == 0) {
             int a = abort_code(ctx);
             if (a != CPNET_E_OK) return a;
         }
-        if (ctx->wait_timeout_ns != 0 &&
-            cpnet_globaltimer_ns() - start > ctx->wait_timeout_ns)
+        if (ctx->wait_timeout_ns != 0 && waited > ctx->wait_timeout_ns)
             return CPNET_E_TIMEOUT;
         if (polls > CPNET_SPIN_TIGHT_POLLS) {
             sleep_ns = sleep_ns == 0 ? CPNET_BACKOFF_MIN_NS
