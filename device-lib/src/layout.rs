@@ -65,8 +65,8 @@ pub struct QueueCtl {
     pub error_pad: u32,
     /// Nonzero (a `CPNET_E_*`): the job is ending, every wait on this queue stops.
     pub abort: u64,
-    /// Zero.
-    pub reserved: u64,
+    /// `(seq + 1) << 8 | CPNET_E_*` of the last completed blocking command (C5).
+    pub reply: u64,
 }
 
 /// The queue's producer block, written by the producer only (`cpnet_queue_prod_t`).
@@ -155,6 +155,7 @@ assert_layout!(QueueCtl, CPNET_CTL_BYTES, {
     consumed => CPNET_CTL_OFF_CONSUMED, completed => CPNET_CTL_OFF_COMPLETED,
     result => CPNET_CTL_OFF_RESULT, result_seq => CPNET_CTL_OFF_RESULT_SEQ,
     error_seq => CPNET_CTL_OFF_ERROR_SEQ, error => CPNET_CTL_OFF_ERROR, abort => CPNET_CTL_OFF_ABORT,
+    reply => CPNET_CTL_OFF_REPLY,
 });
 assert_layout!(QueueProd, CPNET_PROD_BYTES, {
     write_idx => CPNET_PROD_OFF_WRITE_IDX, cached_consumed => CPNET_PROD_OFF_CACHED_CONSUMED,

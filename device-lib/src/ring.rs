@@ -122,6 +122,7 @@ const RESULT_SEQ: usize = (CPNET_QUEUE_OFF_CTL + CPNET_CTL_OFF_RESULT_SEQ) / 8;
 const ERROR_SEQ: usize = (CPNET_QUEUE_OFF_CTL + CPNET_CTL_OFF_ERROR_SEQ) / 8;
 const ERROR: usize = (CPNET_QUEUE_OFF_CTL + CPNET_CTL_OFF_ERROR) / 8;
 const ABORT: usize = (CPNET_QUEUE_OFF_CTL + CPNET_CTL_OFF_ABORT) / 8;
+const REPLY: usize = (CPNET_QUEUE_OFF_CTL + CPNET_CTL_OFF_REPLY) / 8;
 const WRITE_IDX: usize = (CPNET_QUEUE_OFF_PROD + CPNET_PROD_OFF_WRITE_IDX) / 8;
 const CACHED_CONSUMED: usize = (CPNET_QUEUE_OFF_PROD + CPNET_PROD_OFF_CACHED_CONSUMED) / 8;
 const SLOTS: usize = CPNET_QUEUE_OFF_SLOTS / 8;
@@ -211,7 +212,7 @@ impl QueueMem {
             error: w(ERROR) as u32 as i32,
             error_pad: 0,
             abort: w(ABORT),
-            reserved: 0,
+            reply: w(REPLY),
         }
     }
 
@@ -417,6 +418,49 @@ impl Producer {
         Ok(self.mem.words.word(RESULT).load(Ordering::Relaxed))
     }
 
+    /// Wait for blocking command `seq` through `ctl.reply` (P4's reply
+    /// variant, the one the GPU producer in queue.cuh uses): one acquire per
+    /// poll says both "complete" and the command's own `CPNET_E_*`. With
+    /// `want_result`, return its value (`ctl.result`), else 0. Unlike
+    /// [`Producer::wait_complete`] it reports only this command's rejection;
+    /// earlier nbi rejections surface at quiet.
+    ///
+    /// # Errors
+    /// [`RingError::Rejected`] (this command), [`RingError::Timeout`],
+    /// [`RingError::Aborted`]; [`RingError::Protocol`] if the result belongs
+    /// to another command.
+    pub fn wait_reply(&mut self, seq: u64, want_result: bool, deadline: &Deadline) -> Result<u64, RingError> {
+        let spin = Spin::new();
+        loop {
+            // P4 (reply): acquire pairs with C5's release store of `reply`.
+            let r = self.mem.words.word(REPLY).load(Ordering::Acquire);
+            if r >> 8 == seq + 1 {
+                let code = (r & 0xff) as i32;
+                if code != 0 {
+                    return Err(RingError::Rejected {
+                        seq,
+                        code: ErrorCode::from_i32(code).unwrap_or(ErrorCode::BadOp),
+                    });
+                }
+                break;
+            }
+            self.check_abort()?;
+            if deadline.expired() {
+                return Err(self.timeout("reply", seq));
+            }
+            spin.step();
+        }
+        if !want_result {
+            return Ok(0);
+        }
+        // Relaxed loads ordered by the acquire of `reply` above (C4 before C5).
+        let result_seq = self.mem.words.word(RESULT_SEQ).load(Ordering::Relaxed);
+        if result_seq != seq + 1 {
+            return Err(RingError::Protocol { expected: seq, found: result_seq.wrapping_sub(1) });
+        }
+        Ok(self.mem.words.word(RESULT).load(Ordering::Relaxed))
+    }
+
     /// Wait until every command written so far is complete (per-context
     /// quiet, OpenSHMEM 1.5 §9.9.2).
     ///
@@ -450,6 +494,8 @@ pub struct Consumer {
     completed: u64,
     /// `done[i]`: command `completed + i` is complete; `len == next - completed`.
     done: VecDeque<bool>,
+    /// Per outstanding command (same index as `done`): flagged BLOCKING (C5).
+    blocking: VecDeque<bool>,
 }
 
 impl Consumer {
@@ -459,7 +505,7 @@ impl Consumer {
         let next = mem.words.word(CONSUMED).load(Ordering::Relaxed);
         let completed = mem.words.word(COMPLETED).load(Ordering::Relaxed);
         assert_eq!(next, completed, "a consumer attaches to a quiescent queue");
-        Consumer { mem, next, completed, done: VecDeque::new() }
+        Consumer { mem, next, completed, done: VecDeque::new(), blocking: VecDeque::new() }
     }
 
     /// The queue this consumer reads.
@@ -503,7 +549,9 @@ impl Consumer {
         self.next = seq + 1;
         self.mem.words.word(CONSUMED).store(self.next, Ordering::Release);
         self.done.push_back(false);
-        Some((seq, Cmd::from_words(words)))
+        let cmd = Cmd::from_words(words);
+        self.blocking.push_back(cmd.flags & CPNET_F_BLOCKING != 0);
+        Some((seq, cmd))
     }
 
     /// Report the outcome of command `seq` (C4). Completions may come in
@@ -529,9 +577,19 @@ impl Consumer {
                 self.mem.words.word(ERROR_SEQ).store(seq + 1, Ordering::Release);
             }
         }
+        if self.blocking[idx] {
+            // C5: release pairs with a blocking producer's acquire of
+            // `reply` (P4); the result / error stores above precede it.
+            let code = match outcome {
+                Outcome::Failed(code) => code as u64 & 0xff,
+                Outcome::Done | Outcome::Value(_) => 0,
+            };
+            self.mem.words.word(REPLY).store(((seq + 1) << 8) | code, Ordering::Release);
+        }
         let before = self.completed;
         while self.done.front() == Some(&true) {
             self.done.pop_front();
+            self.blocking.pop_front();
             self.completed += 1;
         }
         if self.completed != before {

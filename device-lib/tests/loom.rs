@@ -1,6 +1,7 @@
 //! Loom model of THE QUEUE PROTOCOL (`include/cpnet/cmd.h`): one producer and
 //! one consumer over a depth-2 ring, covering lap wrap, a full ring with
-//! backpressure, blocking completion with a returned value, and quiet.
+//! backpressure, blocking completion with a returned value (through the
+//! `completed` watermark and through the `reply` word), and quiet.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p cpnet-device --test loom --release`
 //! (CI runs it; see .ci/run). Slot payload words are relaxed atomics in the
@@ -80,6 +81,25 @@ fn loom_blocking_completion_returns_value() {
         assert_eq!(v, 7);
         // Completion of seq 1 implies seq 0 is complete too (watermark).
         assert!(p.completed() >= 2);
+        consumer.join().unwrap();
+    });
+}
+
+/// The reply word (P4 reply variant vs C5, what the GPU producer waits
+/// on): a blocking command after an nbi one gets its own value, with the
+/// result ordered before the reply.
+#[test]
+fn loom_blocking_reply_carries_value() {
+    model(|| {
+        let geom = QueueGeometry::new(2).unwrap();
+        let mem = QueueMem::new_loom(geom);
+        let cm = mem.clone();
+        let consumer = loom::thread::spawn(move || consume(cm, 2));
+        let mut p = Producer::new(mem);
+        p.push(&cmd(0), &Deadline::never()).unwrap();
+        let seq = p.push(&cmd(1).blocking(), &Deadline::never()).unwrap();
+        assert_eq!(p.wait_reply(seq, true, &Deadline::never()).unwrap(), 7);
+        p.quiet(&Deadline::never()).unwrap();
         consumer.join().unwrap();
     });
 }

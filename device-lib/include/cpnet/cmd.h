@@ -210,6 +210,13 @@ typedef unsigned long long uint64_t;
  *       with ACQUIRE at system scope (pairs with C4); then ctl.result, and
  *       ctl.error / ctl.error_seq, are valid for it. quiet waits until
  *       ctl.completed >= the producer's write index, the same way.
+ *       A blocking call may instead wait until ctl.reply >> 8 == seq + 1,
+ *       loaded with ACQUIRE at system scope (pairs with C5): one word says
+ *       both "complete" and its CPNET_E_* (reply & 0xff), and ctl.result is
+ *       then valid for it. That saves the GPU a dependent PCIe read per
+ *       blocking call; the GPU producer (queue.cuh) does this. Only one
+ *       blocking command per queue is ever outstanding (its producer waits),
+ *       so the word is never overwritten before it is read.
  *
  * Consumer (the proxy service thread owning the queue):
  *   C1  Poll. It loads slot[next & mask].commit with ACQUIRE (pairs with P3).
@@ -225,6 +232,10 @@ typedef unsigned long long uint64_t;
  *       ops) with relaxed stores, then stores ctl.completed with RELEASE
  *       (pairs with P4). A rejected command still completes, so no producer
  *       waits forever on bad input; the proxy also reports it to the host.
+ *   C5  Reply. For a command flagged CPNET_F_BLOCKING, after C4's relaxed
+ *       stores of its result / error, the consumer stores ctl.reply =
+ *       (seq + 1) << 8 | its CPNET_E_* (0: success) with RELEASE (pairs with
+ *       P4's reply variant), before it advances `completed`.
  *
  * Scopes. Producer and consumer are different agents (GPU and CPU), so every
  * ordered access above is at system scope; on the CPU, Acquire/Release are
@@ -285,6 +296,7 @@ typedef struct cpnet_cmd {
 #define CPNET_CTL_OFF_ERROR_SEQ 32
 #define CPNET_CTL_OFF_ERROR 40
 #define CPNET_CTL_OFF_ABORT 48
+#define CPNET_CTL_OFF_REPLY 56
 
 typedef struct cpnet_queue_ctl {
     uint64_t consumed;    /**< commands taken; slots below are free (C3, release) */
@@ -295,7 +307,7 @@ typedef struct cpnet_queue_ctl {
     int32_t error;        /**< CPNET_E_* of that command (the word at 40 is written whole, 8 bytes) */
     uint32_t error_pad;   /**< zero */
     uint64_t abort;       /**< nonzero (a CPNET_E_*): the job is ending, every wait on this queue stops */
-    uint64_t reserved;
+    uint64_t reply;       /**< (seq + 1) << 8 | CPNET_E_* of the last completed BLOCKING command (C5, release) */
 } cpnet_queue_ctl_t;
 
 /* ------------------------------------------------------------------------ */
@@ -408,6 +420,7 @@ CPNET_CHECK_OFF(cpnet_queue_ctl_t, consumed, CPNET_CTL_OFF_CONSUMED);
 CPNET_CHECK_OFF(cpnet_queue_ctl_t, completed, CPNET_CTL_OFF_COMPLETED);
 CPNET_CHECK_OFF(cpnet_queue_ctl_t, result, CPNET_CTL_OFF_RESULT);
 CPNET_CHECK_OFF(cpnet_queue_ctl_t, result_seq, CPNET_CTL_OFF_RESULT_SEQ);
+CPNET_CHECK_OFF(cpnet_queue_ctl_t, reply, CPNET_CTL_OFF_REPLY);
 CPNET_CHECK_OFF(cpnet_queue_ctl_t, error_seq, CPNET_CTL_OFF_ERROR_SEQ);
 CPNET_CHECK_OFF(cpnet_queue_ctl_t, error, CPNET_CTL_OFF_ERROR);
 CPNET_CHECK_OFF(cpnet_queue_ctl_t, abort, CPNET_CTL_OFF_ABORT);

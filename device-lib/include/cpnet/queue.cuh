@@ -284,6 +284,37 @@ __device__ __noinline__ inline int wait_completed(cpnet_ctx_t* ctx, uint64_t tar
     }
 }
 
+/**
+ * Wait until ctl.reply names command `seq` (leader only), P4's reply variant:
+ * one acquire load per poll says both "complete" and the command's CPNET_E_*.
+ * Stores the reply word in `*reply`. Returns CPNET_E_OK, the abort code, or
+ * CPNET_E_TIMEOUT (reported like wait_completed's, dev_found = the last
+ * ctl.completed read).
+ */
+__device__ __noinline__ inline int wait_reply(cpnet_ctx_t* ctx, uint64_t seq, const cpnet_cmd_t& c,
+                                              uint64_t* reply)
+{
+    spin sp;
+    for (;;) {
+        /* P4 (reply) acquire, pairs with C5 (the consumer's release store of
+         * ctl.reply): the command's result and a completed GET's data are
+         * visible after it. */
+        const uint64_t r = cpnet_ld_acquire_sys_u64(&ctx->ctl->reply);
+        if ((r >> 8) == seq + 1) {
+            *reply = r;
+            return CPNET_E_OK;
+        }
+        const int e = sp.pause(ctx);
+        if (e != CPNET_E_OK) {
+            if (e == CPNET_E_TIMEOUT) {
+                const uint64_t done = cpnet_ld_relaxed_sys_u64(&ctx->ctl->completed);
+                report_dev_error(ctx, e, c.pe, cmd_addr(c), seq + 1, done, CPNET_CMP_GE);
+            }
+            return e;
+        }
+    }
+}
+
 /** ctl.error, read as the whole 8-byte word at CPNET_CTL_OFF_ERROR (the
  *  consumer writes error and error_pad as one word); the low half is the
  *  int32 code. Call only after an acquire of ctl.completed (P4). A rejected
@@ -315,18 +346,19 @@ __device__ __noinline__ inline int call_blocking(cpnet_ctx_t* ctx, cpnet_cmd_t c
     uint64_t seq = 0;
     c.flags |= CPNET_F_BLOCKING;
     int e = submit(ctx, c, &seq);
-    if (e == CPNET_E_OK) e = wait_completed(ctx, seq + 1, c);
+    uint64_t reply = 0;
+    if (e == CPNET_E_OK) e = wait_reply(ctx, seq, c, &reply);
     if (e != CPNET_E_OK) {
         note_error(ctx, e);
         return e;
     }
-    /* Ordered by P4's acquire: C4 wrote these before it released completed.
-     * The producer issues nothing while it waits, so no later command of this
-     * queue can have overwritten them. */
-    if (cpnet_ld_relaxed_sys_u64(&ctx->ctl->error_seq) == seq + 1) {
-        return proxy_error(ctx);
-    }
+    /* The reply word carries the command's CPNET_E_* (C5): no second read. */
+    const int code = (int)(reply & 0xffu);
+    if (code != CPNET_E_OK) return code;
     if (fetch) {
+        /* Ordered by the reply's acquire: C4 wrote the result before C5.
+         * The producer issues nothing while it waits, so no later command of
+         * this queue can have overwritten it. */
         if (cpnet_ld_relaxed_sys_u64(&ctx->ctl->result_seq) != seq + 1) return CPNET_E_BAD_OP;
         *result = cpnet_ld_relaxed_sys_u64(&ctx->ctl->result);
     }
