@@ -74,6 +74,9 @@ use crate::cli::{Variant, init_pe, parse_size};
 use crate::mem::SymArray;
 use crate::team::TeamBarrier;
 
+/// How often an idle ring checks its queue for a failing job.
+const PROBE_EVERY: Duration = Duration::from_millis(2);
+
 /// `allreduce`'s flags: nccl-tests' short ones (`-b -e -f -i -n -w -c -d`)
 /// plus cpnet's (`-wgs -variant -chunk -slots`); long names work with one
 /// dash or two.
@@ -472,6 +475,7 @@ impl Ring<'_> {
         skip_empty(&mut rs, &mut rj, &plan.recv_block);
         let spin = Spin::new();
         let mut idle_since: Option<Instant> = None;
+        let mut last_probe = Instant::now();
         while ns < ms || nr < mr {
             let mut progressed = false;
             // Sends: as many as the window and the data allow.
@@ -565,11 +569,19 @@ impl Ring<'_> {
                 spin.reset();
                 continue;
             }
-            let since = *idle_since.get_or_insert_with(Instant::now);
+            let now = Instant::now();
+            let since = *idle_since.get_or_insert(now);
             if let Some(t) = self.timeout
-                && since.elapsed() > t
+                && now - since > t
             {
                 return Err(self.stuck(wg, base_s + ns as u64, base_r + nr as u64, nr < mr, t));
+            }
+            // Polling words says nothing about the job failing: a blocking
+            // no-op now and then returns the queue's abort (a dead peer) or
+            // the rejection of an earlier put, instead of spinning on.
+            if now - last_probe > PROBE_EVERY {
+                wg.nop()?;
+                last_probe = Instant::now();
             }
             spin.step();
         }
@@ -873,7 +885,7 @@ fn fmt_g(v: f64) -> String {
 /// # Errors
 /// Bad flags, an unimplemented variant, init and run errors.
 pub fn run(args: &Args) -> anyhow::Result<u64> {
-    args.variant.require_implemented("allreduce")?;
+    args.variant.require_implemented()?;
     args.validate()?;
     let (pe, raised) = init_pe(|_| heap_need(args))?;
     let (me, n) = (pe.my_pe(), pe.n_pes());

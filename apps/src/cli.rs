@@ -50,11 +50,11 @@ impl Variant {
     /// # Errors
     /// For `intra-kernel` and `inter-kernel`: the GPU variants are not
     /// implemented yet.
-    pub fn require_implemented(self, app: &str) -> anyhow::Result<()> {
+    pub fn require_implemented(self) -> anyhow::Result<()> {
         match self {
             Variant::Cpu => Ok(()),
             Variant::IntraKernel | Variant::InterKernel => bail!(
-                "{app}: -variant {} is not implemented yet: the GPU variants come with the GPU \
+                "-variant {} is not implemented yet: the GPU variants come with the GPU \
                  backend (issue 5, GPU part); this build runs -variant cpu only",
                 self.name()
             ),
@@ -94,6 +94,21 @@ pub fn single_dash_to_long<P: CommandFactory>(
 /// (see [`single_dash_to_long`]). Exits with clap's message on bad input.
 pub fn parse_args<P: Parser>() -> P {
     P::parse_from(single_dash_to_long::<P>(std::env::args_os()))
+}
+
+/// `e` and its causes on one line, skipping a cause whose text its parent
+/// already includes (cpnet's errors print their source inside their own
+/// message *and* expose it as `source()`, so `{:#}` would say it twice).
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !text.contains(&c) {
+            text.push_str(": ");
+            text.push_str(&c);
+        }
+    }
+    text
 }
 
 /// A byte count with an optional `K`, `M` or `G` suffix (powers of 1024, as
@@ -208,9 +223,9 @@ mod tests {
 
     #[test]
     fn gpu_variants_are_refused_not_faked() {
-        assert!(Variant::Cpu.require_implemented("jacobi").is_ok());
+        assert!(Variant::Cpu.require_implemented().is_ok());
         for v in [Variant::IntraKernel, Variant::InterKernel] {
-            let e = v.require_implemented("jacobi").unwrap_err().to_string();
+            let e = v.require_implemented().unwrap_err().to_string();
             assert!(e.contains("not implemented") && e.contains(v.name()), "{e}");
         }
     }

@@ -1,7 +1,7 @@
 //! Jacobi 2D: the problem of NVIDIA's multi-gpu-programming-models
 //! (`nccl/jacobi.cpp`, `nvshmem/jacobi.cu`), so that the two can be run side
 //! by side, with cpnet's communication issued from the work-groups
-//! themselves (ComP-Net §5.3).
+//! themselves (the Jacobi stencil of the ComP-Net evaluation, §5).
 //!
 //! # The problem
 //!
@@ -775,7 +775,7 @@ fn compare_all(
 /// # Errors
 /// Bad flags, an unimplemented variant, init and run errors.
 pub fn run(args: &Args) -> anyhow::Result<bool> {
-    args.variant.require_implemented("jacobi")?;
+    args.variant.require_implemented()?;
     args.validate(cpnet::env::Launch::from_env()?.n_pes)?;
     let (pe, raised) = init_pe(|n| heap_need(args, n))?;
     let (me, n) = (pe.my_pe(), pe.n_pes());

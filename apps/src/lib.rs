@@ -4,7 +4,8 @@
 //!
 //! - [`jacobi`]: the 2D Jacobi solver of NVIDIA's multi-gpu-programming-models,
 //!   with the halo exchange and the norm reduction issued from inside
-//!   persistent work-groups (ComP-Net §5.3, "intra-kernel" communication);
+//!   persistent work-groups (the Jacobi stencil of ComP-Net's evaluation,
+//!   §5, "intra-kernel" communication);
 //! - [`allreduce`]: the multi-ring allreduce of ComP-Net §5.4, one ring per
 //!   work-group, reduce-scatter then allgather, chunked and pipelined with
 //!   `putmem_signal` / signal waits;

@@ -10,7 +10,7 @@
 use std::process::ExitCode;
 
 use cpnet_apps::allreduce::{Args, run};
-use cpnet_apps::cli::parse_args;
+use cpnet_apps::cli::{error_text, parse_args};
 
 fn main() -> ExitCode {
     let args: Args = parse_args();
@@ -21,7 +21,7 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
         Err(e) => {
-            eprintln!("allreduce: error: {e:#}");
+            eprintln!("allreduce: error: {}", error_text(&e));
             ExitCode::FAILURE
         }
     }

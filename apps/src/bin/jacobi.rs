@@ -9,7 +9,7 @@
 
 use std::process::ExitCode;
 
-use cpnet_apps::cli::parse_args;
+use cpnet_apps::cli::{error_text, parse_args};
 use cpnet_apps::jacobi::{Args, run};
 
 fn main() -> ExitCode {
@@ -18,7 +18,7 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
-            eprintln!("jacobi: error: {e:#}");
+            eprintln!("jacobi: error: {}", error_text(&e));
             ExitCode::FAILURE
         }
     }
