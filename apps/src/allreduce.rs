@@ -43,7 +43,9 @@
 //! pending `putmem_nbi`. Each wait involves only messages earlier in the
 //! order (allreduce, phase, step), so the rings cannot deadlock; every wait
 //! is bounded by `CPNET_WAIT_TIMEOUT` and reports the word, the expected and
-//! the found value.
+//! the found value. A ring that polls without progress also issues a
+//! blocking no-op every 2 ms: polling heap words cannot see the job fail,
+//! the queue can (a dead peer ends the ring with `PEER_DEAD` at once).
 //!
 //! One PE needs no messages: out-of-place copies input to output. Element
 //! counts smaller than `R × n` leave some blocks and segments empty; empty
@@ -820,13 +822,14 @@ fn sweep<T: Elem>(pe: &Pe, args: &Args, rings: &Rings) -> anyhow::Result<u64> {
                 let busbw = algbw * 2.0 * f64::from(n - 1) / f64::from(n);
                 busbw_sum += busbw;
                 busbw_n += 1;
+                // nccl-tests: "  %6g" with a check, "    N/A" without.
                 let wrong = if args.check == 1 {
-                    format!("{:>6}", w)
+                    format!("  {:>6}", w)
                 } else {
-                    "   N/A".to_owned()
+                    "    N/A".to_owned()
                 };
                 text += &format!(
-                    "  {}  {}  {}  {}",
+                    "  {}  {}  {}{}",
                     fmt_float(t_us, 7),
                     fmt_float(algbw, 6),
                     fmt_float(busbw, 6),
