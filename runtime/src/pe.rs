@@ -250,7 +250,6 @@ impl Pe {
     /// failed), [`Error::Transport`] (provider missing or lacking RMA and
     /// atomics), [`Error::Queue`].
     pub fn init() -> Result<Pe> {
-        init_logging();
         let launch = Launch::from_env()?;
         let tuning = Tuning::from_env()?;
         Pe::init_with(launch, tuning)
@@ -261,6 +260,7 @@ impl Pe {
     /// # Errors
     /// As [`Pe::init`].
     pub fn init_with(launch: Launch, tuning: Tuning) -> Result<Pe> {
+        init_logging();
         let me = launch.pe;
         let boot_err = |source| Error::Bootstrap { pe: me, source };
         let boot = Bootstrap::connect(&launch, tuning.connect_timeout).map_err(boot_err)?;
