@@ -258,7 +258,9 @@ pub enum Error {
         timeout: Duration,
     },
     /// The queue itself failed (timeout, abort, a rejected earlier nbi op).
-    #[error("PE {my_pe} work-group {wg} (queue {queue}): {op}: {source}")]
+    // `cause` is part of the message and deliberately not a `source()`, so
+    // printing the error chain does not repeat it.
+    #[error("PE {my_pe} work-group {wg} (queue {queue}): {op}: {cause}")]
     Queue {
         /// This PE.
         my_pe: i32,
@@ -269,7 +271,7 @@ pub enum Error {
         /// The operation that saw it.
         op: &'static str,
         /// The ring's error.
-        source: RingError,
+        cause: RingError,
     },
     /// No queue of the pool is free.
     #[error("PE {my_pe} work-group {wg}: ctx_create: no free queue in a pool of {pool}")]
@@ -289,7 +291,7 @@ impl Error {
         match self {
             Error::Op { code, .. } => *code,
             Error::WaitTimeout { .. } => ErrorCode::Timeout,
-            Error::Queue { source, .. } => match source {
+            Error::Queue { cause, .. } => match cause {
                 RingError::Rejected { code, .. } | RingError::Aborted(code) => *code,
                 RingError::Timeout { .. } => ErrorCode::Timeout,
                 RingError::BadDepth(_) | RingError::Protocol { .. } => ErrorCode::BadOp,
@@ -402,7 +404,7 @@ impl CpuCtx {
                 return Error::Op { my_pe: self.pe.my_pe, wg: self.wg, op: op_name(&h), pe: h.pe, addr: op_addr(&h), code };
             }
         }
-        Error::Queue { my_pe: self.pe.my_pe, wg: self.wg, queue: self.queue, op, source }
+        Error::Queue { my_pe: self.pe.my_pe, wg: self.wg, queue: self.queue, op, cause: source }
     }
 
     fn local_err(&self, op: &'static str, pe: i32, addr: SymAddr, code: ErrorCode) -> Error {
@@ -590,8 +592,10 @@ impl CpuCtx {
     /// (§9.10.3, `shmem_<T>_test`). Local, no command.
     ///
     /// # Errors
-    /// [`Error::Op`] with `BadAddr` / `BadAlign`.
+    /// [`Error::Op`] with `BadAddr` / `BadAlign`; the abort code once the
+    /// job is ending (so a polling loop ends when a peer dies).
     pub fn test<T: AmoType>(&self, ivar: SymAddr, cmp: Cmp, value: T) -> Result<bool> {
+        self.check_abort()?;
         let found = self.load_local::<T>(ivar).map_err(|c| self.local_err("test", self.pe.my_pe, ivar, c))?;
         Ok(cmp.holds(found, value))
     }
@@ -620,6 +624,19 @@ impl CpuCtx {
                 });
             }
             spin.step();
+        }
+    }
+
+    /// `Err` with the abort code (`PEER_DEAD`, ...) once the job is ending,
+    /// else `Ok`: for work-groups that poll memory in their own loops.
+    /// Local, no command; one load of a word in the queue's control block.
+    ///
+    /// # Errors
+    /// [`Error::Queue`] with [`RingError::Aborted`].
+    pub fn check_abort(&self) -> Result<()> {
+        match self.prod.mem().abort_code() {
+            Some(code) => Err(self.queue_err("check_abort", RingError::Aborted(code))),
+            None => Ok(()),
         }
     }
 

@@ -61,23 +61,25 @@ pub enum Error {
     #[error(transparent)]
     Env(#[from] EnvError),
     /// The rendezvous failed, or a peer failed during a collective.
-    #[error("PE {pe}: bootstrap: {source}")]
+    // The cause is in the message and deliberately not a `source()`, so a
+    // printed error chain does not repeat it (likewise for Queue).
+    #[error("PE {pe}: bootstrap: {cause}")]
     Bootstrap {
         /// This PE.
         pe: i32,
         /// What failed.
-        source: BootstrapError,
+        cause: BootstrapError,
     },
     /// The fabric could not be opened or connected.
     #[error(transparent)]
     Transport(#[from] cpnet_proxy::transport::TransportError),
     /// A queue pool geometry is invalid (`CPNET_QUEUE_DEPTH`).
-    #[error("PE {pe}: queue geometry: {source}")]
+    #[error("PE {pe}: queue geometry: {cause}")]
     Queue {
         /// This PE.
         pe: i32,
         /// Why.
-        source: RingError,
+        cause: RingError,
     },
     /// A work-group's operation failed; names PE, work-group, op, address.
     #[error(transparent)]
@@ -262,9 +264,9 @@ impl Pe {
     pub fn init_with(launch: Launch, tuning: Tuning) -> Result<Pe> {
         init_logging();
         let me = launch.pe;
-        let boot_err = |source| Error::Bootstrap { pe: me, source };
+        let boot_err = |source| Error::Bootstrap { pe: me, cause: source };
         let boot = Bootstrap::connect(&launch, tuning.connect_timeout).map_err(boot_err)?;
-        let geom = QueueGeometry::new(tuning.queue_depth).map_err(|source| Error::Queue { pe: me, source })?;
+        let geom = QueueGeometry::new(tuning.queue_depth).map_err(|source| Error::Queue { pe: me, cause: source })?;
         let pool = QueuePool::new_host(tuning.queues, geom);
         let heap_size = tuning.heap_size.next_multiple_of(SHMALLOC_ALIGN);
         let region = Arc::new(HostHeap::new(region_len(heap_size)));
@@ -509,7 +511,7 @@ impl Pe {
         let all = self
             .boot()
             .allgather(&arg.to_le_bytes())
-            .map_err(|source| Error::Bootstrap { pe: self.my_pe(), source })?;
+            .map_err(|source| Error::Bootstrap { pe: self.my_pe(), cause: source })?;
         for (peer, b) in all.iter().enumerate() {
             if b.as_slice() != arg.to_le_bytes() {
                 return Err(Error::NotSymmetric {
@@ -585,7 +587,7 @@ impl Pe {
     /// # Errors
     /// [`Error::Bootstrap`] (`PeerFailed` when a peer died).
     pub fn barrier_all(&self) -> Result<()> {
-        self.boot().barrier().map_err(|source| Error::Bootstrap { pe: self.my_pe(), source })
+        self.boot().barrier().map_err(|source| Error::Bootstrap { pe: self.my_pe(), cause: source })
     }
 
     /// Exchange `data` with every PE and return all PEs' data, in PE order,
@@ -595,7 +597,7 @@ impl Pe {
     /// # Errors
     /// [`Error::Bootstrap`].
     pub fn allgather_bytes(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
-        self.boot().allgather(data).map_err(|source| Error::Bootstrap { pe: self.my_pe(), source })
+        self.boot().allgather(data).map_err(|source| Error::Bootstrap { pe: self.my_pe(), cause: source })
     }
 
     /// Tell every other PE that this PE is failing (`shmem_global_exit`
@@ -638,7 +640,7 @@ impl Pe {
             tracing::warn!("PE {me}: {n} command(s) failed during the run (each reported to its work-group)");
         }
         match self.boot.take() {
-            Some(b) => b.finalize().map_err(|source| Error::Bootstrap { pe: me, source }),
+            Some(b) => b.finalize().map_err(|source| Error::Bootstrap { pe: me, cause: source }),
             None => Ok(()),
         }
     }
