@@ -103,6 +103,12 @@ struct Cli {
     /// threads answering, no cpnet queue or proxy.
     #[arg(long, value_name = "word|slot")]
     raw: Option<String>,
+    /// Where the queues live: `host` (pinned, mapped into the GPU; the
+    /// default) or `device` (GPU memory; the proxy polls each queue's next
+    /// slot with a device-to-host copy and writes its control block back with
+    /// host-to-device copies: the paper's Fig. 4a comparison).
+    #[arg(long, default_value = "host", value_name = "host|device")]
+    queue_mem: String,
 }
 
 fn main() -> Result<()> {
@@ -131,7 +137,8 @@ fn main() -> Result<()> {
     }, 4096, 30_000_000_000));
     let name = ctx.name().unwrap_or_default();
     println!(
-        "# cpnet-gpu-bench: {name}, blocking cpnet_nop round trips, queues in mapped pinned host memory, depth {}, {} threads/block{}",
+        "# cpnet-gpu-bench: {name}, blocking cpnet_nop round trips, queues in {}, depth {}, {} threads/block{}",
+        if cli.queue_mem == "device" { "GPU memory (proxy polls by copies)" } else { "mapped pinned host memory" },
         cli.depth,
         cli.block,
         if cli.defines.is_empty() { String::new() } else { format!(", {}", cli.defines.join(" ")) }
@@ -191,6 +198,11 @@ fn main() -> Result<()> {
                 report(&cli, w, t, &v, wall);
                 continue;
             }
+            if cli.queue_mem == "device" {
+                let (v, wall) = run_device_queues(&ctx, &func, &cli, w, t)?;
+                report(&cli, w, t, &v, wall);
+                continue;
+            }
             let stop = Arc::new(AtomicBool::new(false));
             let view = heap.view();
             let services: Vec<_> = (0..t)
@@ -221,11 +233,148 @@ fn main() -> Result<()> {
                 s.join().expect("service thread");
             }
             let v = stream.clone_dtoh(&times)?;
-            let errors: Vec<_> = v.chunks(2).enumerate().filter(|(_, c)| c[1] != 0).map(|(b, c)| (b, c[1])).collect();
-            anyhow::ensure!(errors.is_empty(), "blocks failed (block, CPNET_E_*): {errors:?}");
+            check_blocks(&v)?;
             report(&cli, w, t, &v, wall);
         }
     }
+    Ok(())
+}
+
+/// Device memory holding `n` queues of `geom`, zeroed; freed on drop.
+struct DeviceQueues {
+    base: u64,
+}
+
+impl DeviceQueues {
+    fn new(n: usize, geom: QueueGeometry) -> Result<DeviceQueues> {
+        let bytes = n * geom.bytes();
+        // SAFETY: a context is current on this thread (open_device bound it).
+        let base = unsafe { cudarc::driver::result::malloc_sync(bytes) }.context("cuMemAlloc (device queues)")?;
+        // SAFETY: `base` is a fresh allocation of `bytes` bytes.
+        unsafe { cudarc::driver::result::memset_d8_sync(base, 0, bytes) }.context("cuMemsetD8")?;
+        Ok(DeviceQueues { base })
+    }
+}
+
+impl Drop for DeviceQueues {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new`, freed once, after the kernel and the
+        // proxy threads using it ended.
+        let _ = unsafe { cudarc::driver::result::free_sync(self.base) };
+    }
+}
+
+/// The Fig. 4a configuration: queues in GPU memory. Each proxy thread keeps
+/// a host shadow of its queues; per pass and queue it copies the next slot
+/// device-to-host, runs the normal consumer on the shadow (C1-C4), and
+/// copies the control block back host-to-device: first everything but the
+/// reply word, then the reply word (C4 before C5, as two ordered copies on
+/// the same thread). Only no-op commands are served (this is a benchmark).
+fn run_device_queues(
+    ctx: &Arc<cudarc::driver::CudaContext>,
+    func: &cudarc::driver::CudaFunction,
+    cli: &Cli,
+    w: u32,
+    t: usize,
+) -> Result<(Vec<u64>, f64)> {
+    use cpnet::device::layout::{CPNET_CTL_OFF_REPLY, CPNET_QUEUE_OFF_CTL, CPNET_QUEUE_OFF_SLOTS};
+    use cpnet::device::ring::{Consumer, Outcome, QueueMem};
+    let geom = QueueGeometry::new(cli.depth)?;
+    let dq = DeviceQueues::new(w as usize, geom)?;
+    let status = cpnet::gpu::MappedHost::new(cpnet::device::layout::CPNET_STATUS_BYTES)?;
+    let h = cpnet::device::layout::Handle {
+        my_pe: 0,
+        n_pes: 1,
+        // No-ops touch no heap; any valid device pointer will do.
+        heap_base: dq.base,
+        heap_size: 0,
+        queues: dq.base,
+        n_queues: w,
+        log2_depth: geom.log2_depth(),
+        wait_timeout_ns: 30_000_000_000,
+        status: status.dev(),
+        reserved: 0,
+    };
+    let handle = KernelHandle(h);
+    let stop = Arc::new(AtomicBool::new(false));
+    let base = dq.base;
+    let threads: Vec<_> = (0..t)
+        .map(|k| {
+            let (ctx, stop) = (Arc::clone(ctx), Arc::clone(&stop));
+            std::thread::spawn(move || -> Result<()> {
+                ctx.bind_to_thread().context("bind context")?;
+                let mine: Vec<usize> = (k..w as usize).step_by(t).collect();
+                let shadows: Vec<HostHeap> = mine.iter().map(|_| HostHeap::new(geom.bytes() as u64)).collect();
+                let mut cons: Vec<(u64, *mut u8, Consumer)> = mine
+                    .iter()
+                    .zip(&shadows)
+                    .map(|(&q, sh)| {
+                        let host = sh.view().base();
+                        // SAFETY: the shadow is 64-byte aligned, zeroed, geom.bytes()
+                        // long, lives as long as `shadows`, and only this thread
+                        // touches it (copies and the consumer's atomics, in turn).
+                        let mem = unsafe { QueueMem::from_raw(host, geom) };
+                        (base + (q * geom.bytes()) as u64, host, Consumer::new(mem))
+                    })
+                    .collect();
+                let slot_off = |seq: u64| CPNET_QUEUE_OFF_SLOTS + (seq & geom.mask()) as usize * 64;
+                while !stop.load(Ordering::Acquire) {
+                    for (dev, host, c) in cons.iter_mut() {
+                        let off = slot_off(c.next_seq());
+                        // SAFETY: both ranges are inside their allocations (one
+                        // 64-byte slot); the shadow is ours alone.
+                        unsafe { cudarc::driver::sys::cuMemcpyDtoH_v2(host.add(off).cast(), *dev + off as u64, 64) }
+                            .result()
+                            .context("cuMemcpyDtoH (slot)")?;
+                        if let Some((seq, _cmd)) = c.poll() {
+                            c.complete(seq, Outcome::Done);
+                            let ctl = *dev + CPNET_QUEUE_OFF_CTL as u64;
+                            let h_ctl = host.wrapping_add(CPNET_QUEUE_OFF_CTL);
+                            // SAFETY: the control block (64 bytes) of the shadow and
+                            // of the device queue; reply copied last.
+                            unsafe {
+                                cudarc::driver::sys::cuMemcpyHtoD_v2(ctl, h_ctl.cast(), CPNET_CTL_OFF_REPLY).result()?;
+                                cudarc::driver::sys::cuMemcpyHtoD_v2(
+                                    ctl + CPNET_CTL_OFF_REPLY as u64,
+                                    h_ctl.add(CPNET_CTL_OFF_REPLY).cast(),
+                                    8,
+                                )
+                                .result()?;
+                            }
+                        }
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    // A non-blocking stream: the proxy threads' synchronous copies run on
+    // the legacy default stream, which would otherwise wait for the kernel.
+    let stream = ctx.new_stream().context("cuStreamCreate (non-blocking)")?;
+    let times = stream.alloc_zeros::<u64>(2 * w as usize)?;
+    let mut launch = stream.launch_builder(func);
+    launch.arg(&handle).arg(&cli.iters).arg(&times);
+    let cfg = LaunchConfig { grid_dim: (w, 1, 1), block_dim: (cli.block, 1, 1), shared_mem_bytes: 0 };
+    let t0 = Instant::now();
+    // SAFETY: arguments match nop_loop's; the queues and status block
+    // outlive the kernel (synchronized below).
+    unsafe { launch.launch(cfg) }.context("launch nop_loop (device queues)")?;
+    stream.synchronize().context("nop_loop (device queues)")?;
+    let wall = t0.elapsed().as_secs_f64();
+    // Release: pairs with the threads' Acquire load.
+    stop.store(true, Ordering::Release);
+    for th in threads {
+        th.join().expect("proxy thread")?;
+    }
+    let v = stream.clone_dtoh(&times)?;
+    check_blocks(&v)?;
+    Ok((v, wall))
+}
+
+/// Fail if any block reported an error (its CPNET_E_* in the odd words).
+fn check_blocks(v: &[u64]) -> Result<()> {
+    let errors: Vec<_> = v.chunks(2).enumerate().filter(|(_, c)| c[1] != 0).map(|(b, c)| (b, c[1])).collect();
+    anyhow::ensure!(errors.is_empty(), "blocks failed (block, CPNET_E_*): {errors:?}");
     Ok(())
 }
 
