@@ -8,88 +8,25 @@
 //! Jobs run one at a time (a static lock), as in `tests/tests/multi_pe.rs`:
 //! the CI machine has two cores.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::path::Path;
 use std::time::Duration;
 
-static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::new(());
+use cpnet_tests::launch::{self, Job};
 
 const SHM: &str = "shm";
 const TCP: &str = "tcp;ofi_rxm";
 
-/// The launcher, next to this package's binaries (built here if this
-/// package's tests run alone).
-fn cpnet_run() -> PathBuf {
-    let jacobi = PathBuf::from(env!("CARGO_BIN_EXE_jacobi"));
-    let dir = jacobi.parent().expect("bin dir");
-    let run = dir.join("cpnet-run");
-    if !run.exists() {
-        let profile = if dir.ends_with("release") {
-            vec!["--release"]
-        } else {
-            vec![]
-        };
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "cpnet", "--bin", "cpnet-run"])
-            .args(profile)
-            .status()
-            .expect("run cargo to build cpnet-run");
-        assert!(st.success(), "building cpnet-run failed");
-    }
-    run
-}
-
-struct Job {
-    ok: bool,
-    stdout: String,
-    all: String,
-}
-
 /// `cpnet-run -n n -- bin args` over `provider`, killed after `limit`.
 fn job(n: u32, provider: &str, bin: &str, args: &[&str], limit: Duration) -> Job {
-    let _one = ONE_JOB_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut cmd = Command::new(cpnet_run());
-    cmd.args(["-n", &n.to_string(), "--grace", "20", "--"])
-        .arg(bin)
-        .args(args)
-        .env("CPNET_PROVIDER", provider)
-        .env("CPNET_WAIT_TIMEOUT", "60")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = cmd.spawn().expect("start cpnet-run");
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(limit) {
-        Ok(r) => r.expect("wait for cpnet-run"),
-        Err(_) => {
-            // SAFETY: kill(2) on the launcher we started; it kills its PEs
-            // when it gets SIGTERM.
-            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-            panic!(
-                "cpnet-run -n {n} {bin} {args:?} over {provider} did not finish within {limit:?}"
-            );
-        }
-    };
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let all = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    Job {
-        ok: out.status.success(),
-        stdout,
-        all,
-    }
+    let bin = Path::new(bin);
+    let run = launch::cpnet_run(bin.parent().expect("bin dir"), env!("CARGO"));
+    launch::job(&run, n, provider, bin, args, &[], limit)
 }
 
 fn ok(n: u32, provider: &str, bin: &str, args: &[&str]) -> String {
     let j = job(n, provider, bin, args, Duration::from_secs(300));
     assert!(
-        j.ok,
+        j.status.success(),
         "cpnet-run -n {n} {bin} {args:?} over {provider} failed:\n{}",
         j.all
     );
@@ -361,7 +298,7 @@ fn gpu_variants_are_refused() {
     for (bin, name) in [(JACOBI, "jacobi"), (ALLREDUCE, "allreduce")] {
         for v in ["intra-kernel", "inter-kernel"] {
             let j = job(1, SHM, bin, &["-variant", v], Duration::from_secs(60));
-            assert!(!j.ok, "{name} -variant {v} must fail:\n{}", j.all);
+            assert!(!j.status.success(), "{name} -variant {v} must fail:\n{}", j.all);
             assert!(
                 j.all
                     .contains(&format!("-variant {v} is not implemented yet")),

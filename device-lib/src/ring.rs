@@ -410,7 +410,14 @@ impl Producer {
         if !want_result {
             return Ok(0);
         }
-        // Relaxed loads ordered by the acquire of `completed` above (P4).
+        // Ordered by the acquire of `completed` above (P4).
+        self.result_of(seq)
+    }
+
+    /// `ctl.result` if it belongs to command `seq`. Relaxed loads: call only
+    /// after an acquire (of `completed` or `reply`) that the consumer's
+    /// release followed its result stores.
+    fn result_of(&self, seq: u64) -> Result<u64, RingError> {
         let result_seq = self.mem.words.word(RESULT_SEQ).load(Ordering::Relaxed);
         if result_seq != seq + 1 {
             return Err(RingError::Protocol { expected: seq, found: result_seq.wrapping_sub(1) });
@@ -453,12 +460,8 @@ impl Producer {
         if !want_result {
             return Ok(0);
         }
-        // Relaxed loads ordered by the acquire of `reply` above (C4 before C5).
-        let result_seq = self.mem.words.word(RESULT_SEQ).load(Ordering::Relaxed);
-        if result_seq != seq + 1 {
-            return Err(RingError::Protocol { expected: seq, found: result_seq.wrapping_sub(1) });
-        }
-        Ok(self.mem.words.word(RESULT).load(Ordering::Relaxed))
+        // Ordered by the acquire of `reply` above (C4 before C5).
+        self.result_of(seq)
     }
 
     /// Wait until every command written so far is complete (per-context

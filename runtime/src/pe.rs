@@ -444,7 +444,13 @@ impl Pe {
                     "cpnet: PE {me}: the program did not end within {:.1} s of the failure ({f}); exiting with status 1",
                     grace.as_secs_f64()
                 ));
-                std::process::exit(1);
+                // _exit, not exit: other threads may be inside libfabric
+                // (holding its locks) or blocked on a dead peer; running
+                // atexit handlers and library destructors under them can
+                // hang the exit itself.
+                // SAFETY: _exit(2) ends the process at once; nothing after
+                // it runs, and stderr is unbuffered (the line above is out).
+                unsafe { libc::_exit(1) };
             });
         }));
     }

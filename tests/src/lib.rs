@@ -47,3 +47,99 @@ pub fn check_eq(got: &[u8], want: &[u8], what: impl FnOnce() -> String) -> Resul
     let bad = got.iter().zip(want).filter(|(a, b)| a != b).count();
     Err(format!("{}: {bad} of {} bytes differ, first at offset {i}: {:#04x}, expected {:#04x}", what(), got.len(), got[i], want[i]))
 }
+
+/// Running a program as N PEs under `cpnet-run`, for multi-process tests
+/// (this crate's and the apps').
+pub mod launch {
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, ExitStatus, Stdio};
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    /// One job at a time per test process: timing checks (a dead peer seen
+    /// within 30 s) must not compete with each other on a 2-core CI machine.
+    static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+    /// The `cpnet-run` binary in `bin_dir` (the directory of the calling
+    /// package's binaries), built with `cargo` (pass `env!("CARGO")`) if the
+    /// `cpnet` package's binaries were not built in this run.
+    ///
+    /// # Panics
+    /// If cargo cannot build it.
+    pub fn cpnet_run(bin_dir: &Path, cargo: &str) -> PathBuf {
+        let run = bin_dir.join("cpnet-run");
+        if !run.exists() {
+            let release = if bin_dir.ends_with("release") { &["--release"][..] } else { &[][..] };
+            let st = Command::new(cargo)
+                .args(["build", "-q", "-p", "cpnet", "--bin", "cpnet-run"])
+                .args(release)
+                .status()
+                .expect("run cargo to build cpnet-run");
+            assert!(st.success(), "building cpnet-run failed");
+        }
+        run
+    }
+
+    /// What a job printed and how it ended.
+    #[derive(Debug)]
+    pub struct Job {
+        /// The launcher's exit status.
+        pub status: ExitStatus,
+        /// Every PE's standard output.
+        pub stdout: String,
+        /// Standard output, then standard error.
+        pub all: String,
+        /// Wall time of the whole job.
+        pub elapsed: Duration,
+    }
+
+    /// `cpnet-run -n n --grace 25 -- program args` with `CPNET_PROVIDER =
+    /// provider`, `CPNET_WAIT_TIMEOUT = 60` and `RUST_LOG = warn` (`env`
+    /// overrides any of them); SIGTERM to the launcher, and a panic, after
+    /// `limit`.
+    ///
+    /// # Panics
+    /// If the launcher cannot start or the job outlives `limit`.
+    pub fn job(
+        launcher: &Path,
+        n: u32,
+        provider: &str,
+        program: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        limit: Duration,
+    ) -> Job {
+        let _one = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut cmd = Command::new(launcher);
+        cmd.args(["-n", &n.to_string(), "--grace", "25", "--"])
+            .arg(program)
+            .args(args)
+            .env("CPNET_PROVIDER", provider)
+            .env("CPNET_WAIT_TIMEOUT", "60")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let t = Instant::now();
+        let child = cmd.spawn().expect("start cpnet-run");
+        let pid = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let out = match rx.recv_timeout(limit) {
+            Ok(r) => r.expect("wait for cpnet-run"),
+            Err(_) => {
+                // SAFETY: kill(2) on the launcher we started; it kills its
+                // PEs when it gets SIGTERM.
+                unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+                panic!("cpnet-run -n {n} {} {args:?} over {provider} did not finish within {limit:?}", program.display());
+            }
+        };
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let all = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        Job { status: out.status, stdout, all, elapsed: t.elapsed() }
+    }
+}

@@ -6,74 +6,19 @@
 //! (a dead peer noticed within 30 s) do not compete with each other on a
 //! small CI machine.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
-static ONE_JOB_AT_A_TIME: Mutex<()> = Mutex::new(());
+use cpnet_tests::launch::{self, Job};
 
 const SHM: &str = "shm";
 const TCP: &str = "tcp;ofi_rxm";
 
-/// The launcher binary (built by the `cpnet` package; built here if this
-/// package's tests run alone).
-fn cpnet_run() -> PathBuf {
-    let check = PathBuf::from(env!("CARGO_BIN_EXE_cpnet-check"));
-    let dir = check.parent().expect("bin dir");
-    let run = dir.join("cpnet-run");
-    if !run.exists() {
-        let profile = if dir.ends_with("release") { vec!["--release"] } else { vec![] };
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "cpnet", "--bin", "cpnet-run"])
-            .args(profile)
-            .status()
-            .expect("run cargo to build cpnet-run");
-        assert!(st.success(), "building cpnet-run failed");
-    }
-    run
-}
-
-struct Job {
-    status: std::process::ExitStatus,
-    out: String,
-    elapsed: Duration,
-}
-
-/// Run `cpnet-run -n n -- cpnet-check args` with `provider`; kill it after
-/// `limit`.
+/// Run `cpnet-check args` as `n` PEs over `provider`.
 fn job(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Job {
-    let _one = ONE_JOB_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut cmd = Command::new(cpnet_run());
-    cmd.args(["-n", &n.to_string(), "--grace", "25", "--"])
-        .arg(env!("CARGO_BIN_EXE_cpnet-check"))
-        .args(args)
-        .env("CPNET_PROVIDER", provider)
-        .env("CPNET_WAIT_TIMEOUT", "60")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let t = Instant::now();
-    let child = cmd.spawn().expect("start cpnet-run");
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(limit) {
-        Ok(r) => r.expect("wait for cpnet-run"),
-        Err(_) => {
-            // SAFETY: kill(2) on the launcher's pid, which we started; it
-            // kills its PEs when it gets SIGTERM.
-            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-            panic!("cpnet-run -n {n} {args:?} over {provider} did not finish within {limit:?}");
-        }
-    };
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    Job { status: out.status, out: text, elapsed: t.elapsed() }
+    let check = Path::new(env!("CARGO_BIN_EXE_cpnet-check"));
+    let run = launch::cpnet_run(check.parent().expect("bin dir"), env!("CARGO"));
+    launch::job(&run, n, provider, check, args, env, limit)
 }
 
 fn ok(n: u32, provider: &str, args: &[&str]) -> String {
@@ -86,12 +31,12 @@ fn ok_env(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)]) -> String
         j.status.success(),
         "cpnet-run -n {n} cpnet-check {args:?} over {provider} failed ({}):\n{}",
         j.status,
-        j.out
+        j.all
     );
     for pe in 0..n {
-        assert!(j.out.contains(&format!("PE {pe}: OK")), "PE {pe} did not report OK:\n{}", j.out);
+        assert!(j.all.contains(&format!("PE {pe}: OK")), "PE {pe} did not report OK:\n{}", j.all);
     }
-    j.out
+    j.all
 }
 
 macro_rules! matrix {
@@ -177,27 +122,27 @@ fn bad_input_is_reported_and_corrupts_nothing_tcp() {
 #[test]
 fn stuck_wait_times_out_with_a_report() {
     let j = job(2, SHM, &["stuck-wait"], &[("CPNET_WAIT_TIMEOUT", "1")], Duration::from_secs(60));
-    assert!(j.status.success(), "{}", j.out);
+    assert!(j.status.success(), "{}", j.all);
     for pe in 0..2 {
-        let line = j.out.lines().find(|l| l.starts_with(&format!("stuck-wait PE {pe}:"))).unwrap_or_else(|| panic!("{}", j.out));
+        let line = j.all.lines().find(|l| l.starts_with(&format!("stuck-wait PE {pe}:"))).unwrap_or_else(|| panic!("{}", j.all));
         assert!(line.contains("42") && line.contains('7'), "expected and found values in: {line}");
     }
 }
 
 fn peer_death(provider: &str) {
     let j = job(3, provider, &["peer-death", "--victim", "1"], &[], Duration::from_secs(120));
-    assert!(!j.status.success(), "the job must fail when a PE dies:\n{}", j.out);
-    assert!(j.elapsed < Duration::from_secs(30), "took {:?} to end:\n{}", j.elapsed, j.out);
+    assert!(!j.status.success(), "the job must fail when a PE dies:\n{}", j.all);
+    assert!(j.elapsed < Duration::from_secs(30), "took {:?} to end:\n{}", j.elapsed, j.all);
     // Each survivor learns of the death from the rendezvous ("PE 1 failed:
     // ... killed by signal 9") or from the fabric first (an operation to
     // PE 1 failing with "peer PE is dead"), and says so.
     for pe in [0, 2] {
-        let via_bootstrap = j.out.contains(&format!("cpnet: PE {pe}: PE 1 failed"));
-        let via_fabric = j.out.lines().any(|l| l.contains(&format!("PE {pe}: FAILED")) && l.contains("to PE 1") && l.contains("peer PE is dead"));
-        assert!(via_bootstrap || via_fabric, "PE {pe} did not report the dead PE 1:\n{}", j.out);
+        let via_bootstrap = j.all.contains(&format!("cpnet: PE {pe}: PE 1 failed"));
+        let via_fabric = j.all.lines().any(|l| l.contains(&format!("PE {pe}: FAILED")) && l.contains("to PE 1") && l.contains("peer PE is dead"));
+        assert!(via_bootstrap || via_fabric, "PE {pe} did not report the dead PE 1:\n{}", j.all);
     }
-    assert!(j.out.contains("PE 1 (pid") && j.out.contains("signal 9"), "the launcher names the dead PE:\n{}", j.out);
-    assert!(!j.out.contains("killing PEs"), "the launcher had to kill survivors:\n{}", j.out);
+    assert!(j.all.contains("PE 1 (pid") && j.all.contains("signal 9"), "the launcher names the dead PE:\n{}", j.all);
+    assert!(!j.all.contains("killing PEs"), "the launcher had to kill survivors:\n{}", j.all);
     let left = leftover_pes("peer-death");
     assert!(left.is_empty(), "processes left behind: {left:?}");
 }
