@@ -241,6 +241,13 @@ impl QueueMem {
         self.words.word32(CPNET_QUEUE_OFF_PROD + CPNET_PROD_OFF_IN_USE).store(0, Ordering::Release);
     }
 
+    /// Whether a context holds the queue (relaxed: a hint for the proxy's
+    /// choice of queues to poll, never for ordering).
+    #[cfg(not(loom))]
+    pub fn in_use(&self) -> bool {
+        self.words.word32(CPNET_QUEUE_OFF_PROD + CPNET_PROD_OFF_IN_USE).load(Ordering::Relaxed) != 0
+    }
+
     /// The work-group id recorded by the last claim (relaxed; for reports).
     #[cfg(not(loom))]
     pub fn owner(&self) -> u32 {

@@ -16,6 +16,11 @@ use cpnet_device::sync::Spin;
 
 use crate::decode::{Limits, Op, decode};
 
+/// Passes between two refreshes of the list of queues a service polls
+/// (claimed ones, and any with work in flight): a newly claimed queue waits
+/// at most this many passes for its first poll.
+pub const ACTIVE_REFRESH_PASSES: u32 = 64;
+
 /// Idle time after which [`Service::run_with`] starts sleeping between
 /// passes (when it is given a sleep).
 pub const IDLE_SLEEP_AFTER: std::time::Duration = std::time::Duration::from_millis(5);
@@ -116,6 +121,11 @@ pub struct Service<T: Transport> {
     my_pe: i32,
     done: Vec<Finished>,
     errors: Vec<CommandError>,
+    /// Queues polled each pass: claimed, or with work in flight; refreshed
+    /// every [`ACTIVE_REFRESH_PASSES`] passes, so a pool of 1024 queues
+    /// with a few claimed costs a few polls per pass, not 1024.
+    active: Vec<usize>,
+    passes: u32,
 }
 
 impl<T: Transport> Service<T> {
@@ -125,7 +135,7 @@ impl<T: Transport> Service<T> {
             .into_iter()
             .map(|q| QueueState { consumer: Consumer::new(q), drain: None, retry: None })
             .collect();
-        Service { queues, transport, limits, my_pe, done: Vec::new(), errors: Vec::new() }
+        Service { queues, transport, limits, my_pe, done: Vec::new(), errors: Vec::new(), active: Vec::new(), passes: 0 }
     }
 
     /// Errors recorded since the last call (each also logged).
@@ -212,10 +222,23 @@ impl<T: Transport> Service<T> {
         }
         self.done = done;
         self.done.clear();
-        for qi in 0..self.queues.len() {
-            work += self.poll_queue(qi);
+        if self.passes.is_multiple_of(ACTIVE_REFRESH_PASSES) {
+            self.refresh_active();
+        }
+        self.passes = self.passes.wrapping_add(1);
+        for k in 0..self.active.len() {
+            work += self.poll_queue(self.active[k]);
         }
         work
+    }
+
+    fn refresh_active(&mut self) {
+        self.active.clear();
+        for (qi, q) in self.queues.iter().enumerate() {
+            if q.consumer.mem().in_use() || q.consumer.outstanding() > 0 || q.drain.is_some() || q.retry.is_some() {
+                self.active.push(qi);
+            }
+        }
     }
 
     fn poll_queue(&mut self, qi: usize) -> usize {
