@@ -136,6 +136,28 @@ pub struct Status {
     pub reserved: [u32; 5],
 }
 
+impl Status {
+    /// Decode a status block from its 32-bit words: `word(byte_offset)`
+    /// loads the word at that offset (with the ordering the caller needs,
+    /// normally Acquire on memory the GPU writes). 64-bit fields are read
+    /// as two halves, low first, so a snapshot taken while a kernel runs may
+    /// mix two reports; read it after the kernel, or as a hint.
+    pub fn from_words(word: impl Fn(usize) -> u32) -> Status {
+        let w64 = |off: usize| u64::from(word(off)) | (u64::from(word(off + 4)) << 32);
+        Status {
+            abort: word(CPNET_STATUS_OFF_ABORT),
+            dev_error: word(CPNET_STATUS_OFF_DEV_ERROR),
+            dev_pe: word(CPNET_STATUS_OFF_DEV_PE) as i32,
+            dev_wg: word(CPNET_STATUS_OFF_DEV_WG),
+            dev_addr: w64(CPNET_STATUS_OFF_DEV_ADDR),
+            dev_expected: w64(CPNET_STATUS_OFF_DEV_EXPECTED),
+            dev_found: w64(CPNET_STATUS_OFF_DEV_FOUND),
+            dev_cmp: word(CPNET_STATUS_OFF_DEV_CMP),
+            reserved: [0; 5],
+        }
+    }
+}
+
 macro_rules! assert_layout {
     ($t:ty, $size:expr, { $($field:ident => $off:expr),* $(,)? }) => {
         const _: () = {

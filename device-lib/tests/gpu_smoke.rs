@@ -355,19 +355,7 @@ impl Pool {
 
     /// The status block (only while no kernel runs, or racy but harmless).
     fn status(&self) -> Status {
-        let w32 = |off: usize| self.status_word(off).load(Ordering::Acquire);
-        let w64 = |off: usize| (w32(off) as u64) | (w32(off + 4) as u64) << 32;
-        Status {
-            abort: w32(CPNET_STATUS_OFF_ABORT),
-            dev_error: w32(CPNET_STATUS_OFF_DEV_ERROR),
-            dev_pe: w32(CPNET_STATUS_OFF_DEV_PE) as i32,
-            dev_wg: w32(CPNET_STATUS_OFF_DEV_WG),
-            dev_addr: w64(CPNET_STATUS_OFF_DEV_ADDR),
-            dev_expected: w64(CPNET_STATUS_OFF_DEV_EXPECTED),
-            dev_found: w64(CPNET_STATUS_OFF_DEV_FOUND),
-            dev_cmp: w32(CPNET_STATUS_OFF_DEV_CMP),
-            reserved: [0; 5],
-        }
+        Status::from_words(|off| self.status_word(off).load(Ordering::Acquire))
     }
 
     fn handle(&self, heap_base: u64, wait_timeout_ns: u64) -> Handle {

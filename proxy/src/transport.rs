@@ -320,7 +320,6 @@ impl FabricEndpoint {
             rounds,
             barrier_epoch,
             poll_buf: vec![0; 64],
-            ep: Rc::clone(&self.ep),
             inner: self,
         })
     }
@@ -368,7 +367,6 @@ pub struct FabricTransport {
     rounds: u32,
     barrier_epoch: Arc<StdAtomicU64>,
     poll_buf: Vec<u64>,
-    ep: Rc<Endpoint>,
     // Last: owns the regions, queues and the arena (see FabricEndpoint).
     inner: FabricEndpoint,
 }
@@ -480,7 +478,7 @@ impl FabricTransport {
                 };
                 let t = self.target(pe, dst, size);
                 // SAFETY: see above.
-                unsafe { self.ep.writemsg(buf, size as usize, t, ctx, DC) }
+                unsafe { self.inner.ep.writemsg(buf, size as usize, t, ctx, DC) }
             }
             (Stage::Signal, Some(Op::PutSignal { pe, sig, signal, op, .. })) => {
                 self.set_word(slot, 0, signal);
@@ -490,7 +488,7 @@ impl FabricTransport {
                 };
                 let t = self.target(pe, sig, 8);
                 // SAFETY: see above.
-                unsafe { self.ep.fetch_atomic(fop, AtomicType::U64, self.arena_src(slot, 0), self.arena_buf(slot, 2), 1, t, ctx) }
+                unsafe { self.inner.ep.fetch_atomic(fop, AtomicType::U64, self.arena_src(slot, 0), self.arena_buf(slot, 2), 1, t, ctx) }
             }
             (Stage::Single, Some(Op::Get { pe, dst, src, size })) => {
                 let buf = match dst {
@@ -502,7 +500,7 @@ impl FabricTransport {
                 };
                 let t = self.target(pe, src, size);
                 // SAFETY: see above.
-                unsafe { self.ep.read(buf, size as usize, t, ctx) }
+                unsafe { self.inner.ep.read(buf, size as usize, t, ctx) }
             }
             (Stage::Single, Some(Op::Amo { pe, ty, op, dst, value, cond })) => {
                 self.set_word(slot, 0, value);
@@ -515,8 +513,8 @@ impl FabricTransport {
                 // 4-byte element reads the low half).
                 unsafe {
                     match op {
-                        AmoOp::CompareSwap => self.ep.compare_atomic(fop, fty, src, cmp, res, 1, t, ctx),
-                        _ => self.ep.fetch_atomic(fop, fty, src, res, 1, t, ctx),
+                        AmoOp::CompareSwap => self.inner.ep.compare_atomic(fop, fty, src, cmp, res, 1, t, ctx),
+                        _ => self.inner.ep.fetch_atomic(fop, fty, src, res, 1, t, ctx),
                     }
                 }
             }
@@ -526,7 +524,7 @@ impl FabricTransport {
                 let t = self.target(peer, self.flags + 8 * u64::from(self.barrier.round), 8);
                 // SAFETY: see above (the flag word is in the internal area).
                 unsafe {
-                    self.ep.fetch_atomic(AtomicOp::Sum, AtomicType::U64, self.arena_src(slot, 0), self.arena_buf(slot, 2), 1, t, ctx)
+                    self.inner.ep.fetch_atomic(AtomicOp::Sum, AtomicType::U64, self.arena_src(slot, 0), self.arena_buf(slot, 2), 1, t, ctx)
                 }
             }
             (stage, op) => unreachable!("slot {slot} in stage {stage:?} with {op:?}"),

@@ -12,11 +12,7 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 
-use cpnet_device::layout::{
-    CPNET_STATUS_BYTES, CPNET_STATUS_OFF_ABORT, CPNET_STATUS_OFF_DEV_ADDR, CPNET_STATUS_OFF_DEV_CMP,
-    CPNET_STATUS_OFF_DEV_ERROR, CPNET_STATUS_OFF_DEV_EXPECTED, CPNET_STATUS_OFF_DEV_FOUND, CPNET_STATUS_OFF_DEV_PE,
-    CPNET_STATUS_OFF_DEV_WG, ErrorCode, Handle, Status,
-};
+use cpnet_device::layout::{CPNET_STATUS_BYTES, CPNET_STATUS_OFF_ABORT, ErrorCode, Handle, Status};
 use cpnet_device::nvrtc::{self, BuildOptions};
 use cpnet_device::ring::{QueueGeometry, QueueMem};
 use cpnet_device::sync::Ordering;
@@ -211,19 +207,7 @@ impl GpuQueues {
     /// wait that timed out, if any).
     pub fn status(&self) -> Status {
         // Acquire: pairs with the device's release of the status fields.
-        let w32 = |off: usize| self.status_word(off).load(Ordering::Acquire);
-        let w64 = |off: usize| u64::from(w32(off)) | u64::from(w32(off + 4)) << 32;
-        Status {
-            abort: w32(CPNET_STATUS_OFF_ABORT),
-            dev_error: w32(CPNET_STATUS_OFF_DEV_ERROR),
-            dev_pe: w32(CPNET_STATUS_OFF_DEV_PE) as i32,
-            dev_wg: w32(CPNET_STATUS_OFF_DEV_WG),
-            dev_addr: w64(CPNET_STATUS_OFF_DEV_ADDR),
-            dev_expected: w64(CPNET_STATUS_OFF_DEV_EXPECTED),
-            dev_found: w64(CPNET_STATUS_OFF_DEV_FOUND),
-            dev_cmp: w32(CPNET_STATUS_OFF_DEV_CMP),
-            reserved: [0; 5],
-        }
+        Status::from_words(|off| self.status_word(off).load(Ordering::Acquire))
     }
 
     /// Make every device wait return `code` at once, and every queue's

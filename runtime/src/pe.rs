@@ -318,12 +318,6 @@ impl Pe {
                     };
                     let _ = ready_tx.send((t, Ok(())));
                     let mut service = Service::new(queues, transport, limits, me);
-                    let report = |s: &mut Service<_>| {
-                        let e = s.take_errors();
-                        if !e.is_empty() {
-                            errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(e);
-                        }
-                    };
                     service.run_with(idle_sleep, || {
                         // Acquire: pairs with the Release store in `stop_services`.
                         stop.load(std::sync::atomic::Ordering::Acquire)
@@ -333,7 +327,10 @@ impl Pe {
                     let until = Instant::now() + Duration::from_secs(5);
                     // Acquire: pairs with the Release stores of `abandon`.
                     service.drain(|| abandon.load(std::sync::atomic::Ordering::Acquire) || Instant::now() > until);
-                    report(&mut service);
+                    let failed = service.take_errors();
+                    if !failed.is_empty() {
+                        errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(failed);
+                    }
                 })
                 .map_err(|e| Error::Proxy { pe: me, thread: t, why: format!("spawn: {e}") })?;
             services.push(ServiceThread { handle });

@@ -216,24 +216,13 @@ fn main() -> Result<()> {
                     })
                 })
                 .collect();
-            let times = stream.alloc_zeros::<u64>(2 * w as usize)?;
-            let mut launch = stream.launch_builder(&func);
-            launch.arg(&handle).arg(&cli.iters).arg(&times);
-            let cfg = LaunchConfig { grid_dim: (w, 1, 1), block_dim: (cli.block, 1, 1), shared_mem_bytes: 0 };
-            let t0 = Instant::now();
-            // SAFETY: the arguments match nop_loop's (handle by value, an
-            // unsigned, a device pointer to 2w u64); the queues outlive the
-            // kernel (synchronized below).
-            unsafe { launch.launch(cfg) }.context("launch nop_loop")?;
-            stream.synchronize().context("nop_loop")?;
-            let wall = t0.elapsed().as_secs_f64();
+            let run = run_nop_loop(&stream, &func, &handle, &cli, w);
             // Release: pairs with the services' Acquire load.
             stop.store(true, Ordering::Release);
             for s in services {
                 s.join().expect("service thread");
             }
-            let v = stream.clone_dtoh(&times)?;
-            check_blocks(&v)?;
+            let (v, wall) = run?;
             report(&cli, w, t, &v, wall);
         }
     }
@@ -351,21 +340,37 @@ fn run_device_queues(
     // A non-blocking stream: the proxy threads' synchronous copies run on
     // the legacy default stream, which would otherwise wait for the kernel.
     let stream = ctx.new_stream().context("cuStreamCreate (non-blocking)")?;
-    let times = stream.alloc_zeros::<u64>(2 * w as usize)?;
-    let mut launch = stream.launch_builder(func);
-    launch.arg(&handle).arg(&cli.iters).arg(&times);
-    let cfg = LaunchConfig { grid_dim: (w, 1, 1), block_dim: (cli.block, 1, 1), shared_mem_bytes: 0 };
-    let t0 = Instant::now();
-    // SAFETY: arguments match nop_loop's; the queues and status block
-    // outlive the kernel (synchronized below).
-    unsafe { launch.launch(cfg) }.context("launch nop_loop (device queues)")?;
-    stream.synchronize().context("nop_loop (device queues)")?;
-    let wall = t0.elapsed().as_secs_f64();
+    let run = run_nop_loop(&stream, func, &handle, cli, w);
     // Release: pairs with the threads' Acquire load.
     stop.store(true, Ordering::Release);
     for th in threads {
         th.join().expect("proxy thread")?;
     }
+    run
+}
+
+/// Launch `nop_loop` on `w` blocks with `handle` and wait for it; the
+/// per-block times (checked for errors) and the wall time in seconds. The
+/// queues behind `handle` must outlive the call, and their proxy threads
+/// must already run.
+fn run_nop_loop(
+    stream: &Arc<cudarc::driver::CudaStream>,
+    func: &cudarc::driver::CudaFunction,
+    handle: &KernelHandle,
+    cli: &Cli,
+    w: u32,
+) -> Result<(Vec<u64>, f64)> {
+    let times = stream.alloc_zeros::<u64>(2 * w as usize)?;
+    let mut launch = stream.launch_builder(func);
+    launch.arg(handle).arg(&cli.iters).arg(&times);
+    let cfg = LaunchConfig { grid_dim: (w, 1, 1), block_dim: (cli.block, 1, 1), shared_mem_bytes: 0 };
+    let t0 = Instant::now();
+    // SAFETY: the arguments match nop_loop's (handle by value, an unsigned,
+    // a device pointer to 2w u64); the caller keeps the queues alive, and
+    // the kernel has ended when this returns (synchronized below).
+    unsafe { launch.launch(cfg) }.context("launch nop_loop")?;
+    stream.synchronize().context("nop_loop")?;
+    let wall = t0.elapsed().as_secs_f64();
     let v = stream.clone_dtoh(&times)?;
     check_blocks(&v)?;
     Ok((v, wall))
