@@ -9,11 +9,15 @@
 //! - [`service`]: the service loop, the [`service::Transport`] trait and the
 //!   loopback transport;
 //! - [`fabric`]: a safe layer over libfabric (`cpnet-fabric-sys`);
-//! - [`transport`]: the libfabric transport (RMA, atomics, ordering, barrier).
+//! - [`transport`]: the libfabric transport (RMA, atomics, ordering, barrier);
+//! - [`staged`]: the transport for GPU heaps over providers without CUDA
+//!   support (active messages and asynchronous copies, [`cuda`]).
 #![warn(missing_docs)]
 
+pub mod cuda;
 pub mod decode;
 pub mod fabric;
 pub mod local;
 pub mod service;
+pub mod staged;
 pub mod transport;

@@ -124,8 +124,8 @@ impl PeerCard {
     }
 }
 
-/// Fabric errors of [`FabricEndpoint::open`] / [`FabricEndpoint::connect`],
-/// with what was being done.
+/// Errors of opening and connecting a transport ([`FabricEndpoint`],
+/// [`crate::staged::StagedEndpoint`]), with what was being done.
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
     /// A libfabric call failed.
@@ -139,6 +139,24 @@ pub enum TransportError {
         provider: String,
         /// The call and its return code.
         source: FabricError,
+    },
+    /// A CUDA call of the staged transport failed.
+    #[error("PE {pe}: {what}: {why}")]
+    Cuda {
+        /// This PE.
+        pe: i32,
+        /// The call and its purpose.
+        what: &'static str,
+        /// The driver's answer.
+        why: String,
+    },
+    /// The transport's configuration cannot work with this provider.
+    #[error("PE {pe}: {why}")]
+    Config {
+        /// This PE.
+        pe: i32,
+        /// Why.
+        why: String,
     },
     /// A peer's card did not parse, or the cards disagree with the job.
     #[error("PE {pe}: bad peer card from PE {peer}: {why}")]
@@ -393,7 +411,7 @@ fn fi_op(op: AmoOp) -> AtomicOp {
 }
 
 /// The cpnet error for a fabric failure: unreachable peers are `PeerDead`.
-fn fabric_code(e: &FabricError) -> ErrorCode {
+pub(crate) fn fabric_code(e: &FabricError) -> ErrorCode {
     let c = e.code().saturating_abs();
     let unreachable =
         [sys::FI_ENOTCONN, sys::FI_ECONNREFUSED, sys::FI_ECONNRESET, sys::FI_ECONNABORTED, sys::FI_EHOSTUNREACH];

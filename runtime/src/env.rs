@@ -58,6 +58,9 @@
 //! | `CPNET_ABORT_GRACE` | after learning that a peer died, how long a PE lets its program end on its own before the runtime exits the process with status 1 | seconds (decimal) | `5` |
 //! | `CPNET_CONNECT_TIMEOUT` | how long a PE may take to reach the rendezvous, and all PEs to arrive there | seconds (decimal), > 0 | `60` |
 //! | `CPNET_PROXY_IDLE_SLEEP` | once a proxy thread has had no command to take for 5 ms, sleep this long per polling pass (saves CPU while idle, but the provider's target-side progress, which rxm and shm atomics and delivery-complete writes need, then waits up to a sleep, plus the kernel's timer slack); `0` spins (yielding) forever | microseconds | `0` |
+//! | `CPNET_STAGE_CHUNK` | GPU PEs on the staged path: data bytes per message (larger puts and gets are split); each proxy thread keeps `2 x credits x (PEs - 1) + 16` receive buffers and `CPNET_STAGE_BUFS` send buffers of this size plus 64 in pinned memory | bytes (K/M/G) | `256K` |
+//! | `CPNET_STAGE_CREDITS` | GPU PEs on the staged path: requests in flight per proxy thread and target PE | count, `1..=1024` | `8` |
+//! | `CPNET_STAGE_BUFS` | GPU PEs on the staged path: send buffers per proxy thread | count, `1..=4096` | `16` |
 
 //!
 //! # Others
@@ -98,6 +101,12 @@ pub const WAIT_TIMEOUT: &str = "CPNET_WAIT_TIMEOUT";
 pub const ABORT_GRACE: &str = "CPNET_ABORT_GRACE";
 /// `CPNET_CONNECT_TIMEOUT`: seconds to reach the rendezvous and for all PEs to arrive.
 pub const CONNECT_TIMEOUT: &str = "CPNET_CONNECT_TIMEOUT";
+/// `CPNET_STAGE_CHUNK`: data bytes per staged message.
+pub const STAGE_CHUNK: &str = "CPNET_STAGE_CHUNK";
+/// `CPNET_STAGE_CREDITS`: staged requests in flight per thread and target.
+pub const STAGE_CREDITS: &str = "CPNET_STAGE_CREDITS";
+/// `CPNET_STAGE_BUFS`: staged send buffers per thread.
+pub const STAGE_BUFS: &str = "CPNET_STAGE_BUFS";
 /// `CPNET_PROXY_IDLE_SLEEP`: microseconds an idle proxy thread sleeps per pass (0: never).
 pub const PROXY_IDLE_SLEEP: &str = "CPNET_PROXY_IDLE_SLEEP";
 
@@ -377,6 +386,12 @@ pub struct Tuning {
     /// `CPNET_PROXY_IDLE_SLEEP`: sleep per polling pass of a proxy thread
     /// idle for 5 ms; `None` (the default) spins, yielding.
     pub proxy_idle_sleep: Option<Duration>,
+    /// `CPNET_STAGE_CHUNK`: data bytes per staged message (GPU PEs), > 0.
+    pub stage_chunk: u64,
+    /// `CPNET_STAGE_CREDITS`: staged requests in flight per thread and target PE.
+    pub stage_credits: u32,
+    /// `CPNET_STAGE_BUFS`: staged send buffers per thread.
+    pub stage_bufs: usize,
 }
 
 impl Default for Tuning {
@@ -392,6 +407,9 @@ impl Default for Tuning {
             abort_grace: DEFAULT_ABORT_GRACE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             proxy_idle_sleep: None,
+            stage_chunk: 256 << 10,
+            stage_credits: 8,
+            stage_bufs: 16,
         }
     }
 }
@@ -437,6 +455,25 @@ impl Tuning {
                         &format!("an integer in 1..={MAX_PROXY_THREADS}"),
                     )
                 })?;
+        }
+        if let Some(v) = get(STAGE_CHUNK) {
+            t.stage_chunk = parse_bytes(&v)
+                .filter(|&b| (1..=(1 << 30)).contains(&b))
+                .ok_or_else(|| invalid(STAGE_CHUNK, &v, "a byte count in 1..=1G, optionally with a K, M or G suffix"))?;
+        }
+        if let Some(v) = get(STAGE_CREDITS) {
+            t.stage_credits = v
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=1024).contains(n))
+                .ok_or_else(|| invalid(STAGE_CREDITS, &v, "an integer in 1..=1024"))?;
+        }
+        if let Some(v) = get(STAGE_BUFS) {
+            t.stage_bufs = v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=4096).contains(n))
+                .ok_or_else(|| invalid(STAGE_BUFS, &v, "an integer in 1..=4096"))?;
         }
         if let Some(v) = get(QUEUES) {
             t.queues = v

@@ -1,22 +1,35 @@
-//! GPU pieces of a PE (issue 4, in progress): the CUDA device of a PE,
-//! command queues in pinned host memory mapped into the GPU, the status
-//! block, the kernel handle, and kernel builds through the NVRTC helper.
+//! GPU PEs: [`GpuPe`] (one PE per GPU, the symmetric heap in GPU memory),
+//! and its pieces: the CUDA device of a PE, command queues in pinned host
+//! memory mapped into the GPU, the status block, the kernel handle, and
+//! kernel builds through the NVRTC helper.
 //!
 //! Everything goes through cudarc with dynamic loading, so cpnet builds and
 //! runs its CPU paths on machines without CUDA; [`open_device`] says clearly
 //! why no GPU is usable.
 //!
-//! Not here yet: the GPU symmetric heap's data path to other PEs (the
-//! staged transport of `docs/gpu-data-path-plan.md`).
+//! The data path to other PEs is the staged transport
+//! ([`cpnet_proxy::staged`]): the libfabric that Debian and Ubuntu ship
+//! cannot reach GPU memory, so proxies move data through pinned host
+//! buffers and apply it to the target's GPU heap with asynchronous copies.
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Mutex};
 
 use cpnet_device::layout::{CPNET_STATUS_BYTES, CPNET_STATUS_OFF_ABORT, ErrorCode, Handle, Status};
 use cpnet_device::nvrtc::{self, BuildOptions};
 use cpnet_device::ring::{QueueGeometry, QueueMem};
 use cpnet_device::sync::Ordering;
-use cudarc::driver::{CudaContext, CudaModule, DeviceRepr, DriverError};
+use cpnet_device::cpu::SymAddr;
+use cpnet_device::layout::Cmp;
+use cpnet_proxy::decode::Limits;
+use cpnet_proxy::service::CommandError;
+use cpnet_proxy::staged::{GpuHeap, PeShared, StagedConfig, StagedEndpoint, StagedTransport};
+use cudarc::driver::{CudaContext, CudaModule, CudaStream, DeviceRepr, DriverError};
+
+use crate::bootstrap::Bootstrap;
+use crate::env::{Launch, Tuning};
+use crate::pe::{self, Error, SHMALLOC_ALIGN, SymAlloc};
+use crate::proxy_threads::{Backend, Proxies};
 use cudarc::driver::{result as cu, sys as cusys};
 
 /// Why the GPU path is unavailable or failed.
@@ -258,4 +271,431 @@ pub fn build_module(ctx: &Arc<CudaContext>, name: &str, source: &str) -> Result<
     let opts = BuildOptions { name: name.into(), ..BuildOptions::for_compute_capability(major as u32, minor as u32) };
     let image = nvrtc::compile_kernel(source, &opts)?;
     ctx.load_module(image).map_err(|source| GpuError::Cuda { what: "cuModuleLoadData", source })
+}
+
+/// The symmetric heap in GPU memory (`cuMemAlloc`), zeroed, freed on drop.
+#[derive(Debug)]
+struct DeviceHeap {
+    base: u64,
+    size: u64,
+    cuda: Arc<CudaContext>,
+}
+
+impl DeviceHeap {
+    fn new(cuda: &Arc<CudaContext>, size: u64) -> Result<DeviceHeap, GpuError> {
+        cuda.bind_to_thread().map_err(|source| GpuError::Cuda { what: "cuCtxSetCurrent", source })?;
+        // SAFETY: the context is current; the allocation is owned by the
+        // returned value and freed once, in Drop.
+        let base = unsafe { cu::malloc_sync(size as usize) }
+            .map_err(|source| GpuError::Cuda { what: "cuMemAlloc (symmetric heap; lower CPNET_HEAP_SIZE?)", source })?;
+        let heap = DeviceHeap { base, size, cuda: Arc::clone(cuda) };
+        // SAFETY: `base..base+size` is the allocation just made.
+        unsafe { cu::memset_d8_sync(base, 0, size as usize) }
+            .map_err(|source| GpuError::Cuda { what: "cuMemsetD8 (zero the symmetric heap)", source })?;
+        Ok(heap)
+    }
+}
+
+impl Drop for DeviceHeap {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemAlloc in `new`, freed once; the owner
+        // drops it after every kernel and proxy thread using it has ended.
+        let _ = self.cuda.bind_to_thread();
+        let _ = unsafe { cu::free_sync(self.base) };
+    }
+}
+
+/// The GPU PE's transport: the staged path (DESIGN.md "Data paths").
+struct GpuBackend {
+    cfg: StagedConfig,
+    cuda: Arc<CudaContext>,
+    me: i32,
+    n_pes: i32,
+    heap: GpuHeap,
+    shared: Arc<PeShared>,
+}
+
+impl Backend for GpuBackend {
+    type Endpoint = StagedEndpoint;
+    type Transport = StagedTransport;
+    fn open(&self, _t: usize) -> Result<StagedEndpoint, String> {
+        StagedEndpoint::open(&self.cfg, Arc::clone(&self.cuda), self.me, self.n_pes, self.heap, Arc::clone(&self.shared))
+            .map_err(|e| e.to_string())
+    }
+    fn card(ep: &StagedEndpoint) -> Vec<u8> {
+        ep.card()
+    }
+    fn connect(&self, ep: StagedEndpoint, cards: Vec<Vec<u8>>) -> Result<StagedTransport, String> {
+        ep.connect(&cards).map_err(|e| e.to_string())
+    }
+}
+
+/// This process's PE on a GPU: one PE per GPU (device = local rank % GPU
+/// count), the symmetric heap in GPU memory, the command queues and status
+/// block in pinned host memory mapped into the GPU, and proxy service
+/// threads that carry kernels' commands over the staged transport.
+///
+/// ```no_run
+/// # fn main() -> Result<(), cpnet::pe::Error> {
+/// use cudarc::driver::{LaunchConfig, PushKernelArg};
+/// let pe = cpnet::GpuPe::init()?;                       // collective
+/// let buf = pe.shmalloc(4096)?;                         // collective
+/// let m = pe.build_module("ring", r#"
+///   #include <cpnet/device.cuh>
+///   extern "C" __global__ void ring(cpnet_handle_t h, int* buf) {
+///     __shared__ cpnet_ctx_t ctx;
+///     if (cpnet_ctx_create(&h, &ctx) != CPNET_E_OK) return;
+///     cpnet_int_p(&ctx, buf, h.my_pe, (h.my_pe + 1) % h.n_pes);
+///     cpnet_ctx_destroy(&ctx);
+///   }"#)?;
+/// let f = m.load_function("ring").expect("kernel");
+/// let (h, p) = (pe.handle(), pe.dev_ptr(buf));
+/// let mut b = pe.stream().launch_builder(&f);
+/// b.arg(&h).arg(&p);
+/// unsafe { b.launch(LaunchConfig { grid_dim: (1, 1, 1), block_dim: (32, 1, 1), shared_mem_bytes: 0 }) }
+///     .expect("launch");
+/// pe.synchronize()?;
+/// pe.barrier_all()?;                                    // collective
+/// pe.finalize()?;                                       // collective
+/// # Ok(()) }
+/// ```
+pub struct GpuPe {
+    launch: Launch,
+    tuning: Tuning,
+    provider: String,
+    boot: Option<Bootstrap>,
+    alloc: Mutex<SymAlloc>,
+    proxies: Proxies,
+    finalized: bool,
+    stream: Arc<CudaStream>,
+    // Freed after the service threads are joined (Drop stops them first).
+    queues: Arc<GpuQueues>,
+    heap: DeviceHeap,
+    cuda: Arc<CudaContext>,
+}
+
+impl std::fmt::Debug for GpuPe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuPe")
+            .field("my_pe", &self.launch.pe)
+            .field("n_pes", &self.launch.n_pes)
+            .field("device", &self.cuda.ordinal())
+            .field("provider", &self.provider)
+            .field("heap_size", &self.heap.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GpuPe {
+    /// Start this PE on its GPU (`shmem_init`, OpenSHMEM 1.5 §9.2.1).
+    /// **Collective.** Reads the launch and tuning environment
+    /// ([`crate::env`]), opens device `local rank % device count`, allocates
+    /// `CPNET_HEAP_SIZE` bytes of GPU memory for the symmetric heap (zeroed),
+    /// `CPNET_QUEUES` mapped queues, and starts `CPNET_PROXY_THREADS` proxy
+    /// threads on the staged transport.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] (no driver, no device, allocation failed),
+    /// [`Error::Env`], [`Error::Bootstrap`], [`Error::Proxy`] (provider
+    /// missing or lacking messages), [`Error::Queue`].
+    pub fn init() -> pe::Result<GpuPe> {
+        let launch = Launch::from_env()?;
+        let tuning = Tuning::from_env()?;
+        GpuPe::init_with(launch, tuning)
+    }
+
+    /// [`GpuPe::init`] with explicit launch facts and tuning. **Collective.**
+    ///
+    /// # Errors
+    /// As [`GpuPe::init`].
+    pub fn init_with(launch: Launch, tuning: Tuning) -> pe::Result<GpuPe> {
+        pe::init_logging();
+        let me = launch.pe;
+        // The device first: a machine without a GPU says so before any
+        // rendezvous is attempted.
+        let cuda = open_device(launch.local_pe)?;
+        let boot = Bootstrap::connect(&launch, tuning.connect_timeout).map_err(|cause| Error::Bootstrap { pe: me, cause })?;
+        let geom = QueueGeometry::new(tuning.queue_depth).map_err(|cause| Error::Queue { pe: me, cause })?;
+        let heap_size = tuning.heap_size.next_multiple_of(SHMALLOC_ALIGN);
+        let heap = DeviceHeap::new(&cuda, heap_size)?;
+        let queues = Arc::new(GpuQueues::new(tuning.queues, geom)?);
+        let stream = cuda.new_stream().map_err(|source| GpuError::Cuda { what: "cuStreamCreate (application stream)", source })?;
+        let fabric = pe::default_fabric(&launch, &tuning);
+        let cfg = StagedConfig {
+            fabric: fabric.clone(),
+            chunk: tuning.stage_chunk as usize,
+            credits: tuning.stage_credits,
+            send_bufs: tuning.stage_bufs,
+        };
+        let threads = tuning.proxy_threads.min(tuning.queues).max(1);
+        let limits = Limits { n_pes: launch.n_pes, heap_size };
+        let per_thread: Vec<Vec<QueueMem>> =
+            (0..threads).map(|t| (t..tuning.queues).step_by(threads).map(|q| queues.queue(q)).collect()).collect();
+        let backend = Arc::new(GpuBackend {
+            cfg,
+            cuda: Arc::clone(&cuda),
+            me,
+            n_pes: launch.n_pes,
+            heap: GpuHeap { base: heap.base, size: heap_size },
+            shared: Arc::new(PeShared::default()),
+        });
+        let proxies = Proxies::spawn(backend, me, per_thread, limits, tuning.proxy_idle_sleep)?;
+        let mut pe = GpuPe {
+            launch,
+            tuning,
+            provider: fabric.provider,
+            boot: Some(boot),
+            alloc: Mutex::new(SymAlloc::new(heap_size)),
+            proxies,
+            finalized: false,
+            stream,
+            queues,
+            heap,
+            cuda,
+        };
+        let q = Arc::clone(&pe.queues);
+        pe::install_failure_handler_with(pe.boot(), Arc::clone(&pe.proxies.abandon), me, pe.tuning.abort_grace, move |code| {
+            q.abort(code)
+        });
+        let boot = pe.boot.take().expect("just set");
+        let r = pe.proxies.connect(&boot, me);
+        pe.boot = Some(boot);
+        r?;
+        pe.barrier_all()?;
+        tracing::debug!(pe = me, n_pes = pe.n_pes(), device = pe.cuda.ordinal(), provider = %pe.provider, threads, "cpnet GPU PE up");
+        Ok(pe)
+    }
+
+    fn boot(&self) -> &Bootstrap {
+        self.boot.as_ref().expect("the bootstrap lives until finalize")
+    }
+
+    /// This PE's number (`shmem_my_pe`, §9.2.3). Local.
+    pub fn my_pe(&self) -> i32 {
+        self.launch.pe
+    }
+
+    /// Number of PEs (`shmem_n_pes`, §9.2.4). Local.
+    pub fn n_pes(&self) -> i32 {
+        self.launch.n_pes
+    }
+
+    /// The libfabric provider the staged transport uses.
+    pub fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    /// The PE's CUDA context (its GPU).
+    pub fn cuda(&self) -> &Arc<CudaContext> {
+        &self.cuda
+    }
+
+    /// A non-blocking stream for the application's kernels and copies (it
+    /// never waits for the legacy default stream).
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// Compile `source` (which may `#include <cpnet/device.cuh>`) for this
+    /// GPU with NVRTC and load it.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] with the compiler log, or the load failure.
+    pub fn build_module(&self, name: &str, source: &str) -> pe::Result<Arc<CudaModule>> {
+        Ok(build_module(&self.cuda, name, source)?)
+    }
+
+    /// The kernel argument `cpnet_handle_t` (pass it by value:
+    /// `launch.arg(&handle)`).
+    pub fn handle(&self) -> KernelHandle {
+        let timeout = self.tuning.wait_timeout.map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64);
+        KernelHandle(self.queues.handle(self.launch.pe, self.launch.n_pes, self.heap.base, self.heap.size, timeout))
+    }
+
+    /// Allocate `bytes` of symmetric GPU memory (`shmem_malloc`, §9.3.1):
+    /// the same heap offset on every PE, 64-byte aligned, zeroed.
+    /// **Collective** (includes a barrier), with the same `bytes` on every PE.
+    ///
+    /// # Errors
+    /// [`Error::NotSymmetric`], [`Error::OutOfHeap`], [`Error::Bootstrap`],
+    /// [`Error::Gpu`] (the clearing copy failed).
+    pub fn shmalloc(&self, bytes: u64) -> pe::Result<SymAddr> {
+        pe::check_symmetric(self.boot(), self.my_pe(), "shmalloc", bytes)?;
+        let off = {
+            let mut a = self.alloc.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            a.alloc(bytes).ok_or(Error::OutOfHeap {
+                pe: self.my_pe(),
+                requested: bytes,
+                free: a.free_bytes(),
+                heap: self.heap.size,
+            })?
+        };
+        let len = bytes.max(1).next_multiple_of(SHMALLOC_ALIGN);
+        self.cuda.bind_to_thread().map_err(|source| GpuError::Cuda { what: "cuCtxSetCurrent", source })?;
+        // SAFETY: `off..off+len` is the block just allocated inside the heap.
+        unsafe { cu::memset_d8_async(self.heap.base + off, 0, len as usize, self.stream.cu_stream()) }
+            .map_err(|source| GpuError::Cuda { what: "cuMemsetD8Async (clear a symmetric block)", source })?;
+        self.stream.synchronize().map_err(|source| GpuError::Cuda { what: "cuStreamSynchronize", source })?;
+        Ok(SymAddr(off))
+    }
+
+    /// Free a block from [`GpuPe::shmalloc`] (`shmem_free`, §9.3.2).
+    /// **Collective**, with the same address on every PE.
+    ///
+    /// # Errors
+    /// [`Error::NotSymmetric`], [`Error::BadFree`], [`Error::Bootstrap`].
+    pub fn shfree(&self, addr: SymAddr) -> pe::Result<()> {
+        pe::check_symmetric(self.boot(), self.my_pe(), "shfree", addr.0)?;
+        if self.alloc.lock().unwrap_or_else(std::sync::PoisonError::into_inner).release(addr.0) {
+            Ok(())
+        } else {
+            Err(Error::BadFree { pe: self.my_pe(), addr: addr.0 })
+        }
+    }
+
+    /// The device address of heap offset `a` (a kernel's `T*` argument).
+    pub fn dev_ptr(&self, a: SymAddr) -> u64 {
+        self.heap.base + a.0
+    }
+
+    fn check_range(&self, a: SymAddr, len: usize) -> pe::Result<()> {
+        if a.0.checked_add(len as u64).is_some_and(|e| e <= self.heap.size) {
+            Ok(())
+        } else {
+            Err(Error::OutsideHeap { pe: self.my_pe(), addr: a.0, size: len as u64, heap: self.heap.size })
+        }
+    }
+
+    /// Copy `data` into the local GPU heap at `a` (on [`GpuPe::stream`],
+    /// synchronized). Local.
+    ///
+    /// # Errors
+    /// A range outside the heap; [`Error::Gpu`].
+    pub fn write_heap(&self, a: SymAddr, data: &[u8]) -> pe::Result<()> {
+        self.check_range(a, data.len())?;
+        self.cuda.bind_to_thread().map_err(|source| GpuError::Cuda { what: "cuCtxSetCurrent", source })?;
+        // SAFETY: the destination range is inside the heap (checked); the
+        // source slice outlives the copy (synchronized below).
+        unsafe { cu::memcpy_htod_async(self.heap.base + a.0, data, self.stream.cu_stream()) }
+            .map_err(|source| GpuError::Cuda { what: "cuMemcpyHtoDAsync (write_heap)", source })?;
+        self.stream.synchronize().map_err(|source| GpuError::Cuda { what: "cuStreamSynchronize (write_heap)", source })?;
+        Ok(())
+    }
+
+    /// Copy `out.len()` bytes of the local GPU heap at `a` into `out` (on
+    /// [`GpuPe::stream`], synchronized). Local.
+    ///
+    /// # Errors
+    /// A range outside the heap; [`Error::Gpu`].
+    pub fn read_heap(&self, a: SymAddr, out: &mut [u8]) -> pe::Result<()> {
+        self.check_range(a, out.len())?;
+        self.cuda.bind_to_thread().map_err(|source| GpuError::Cuda { what: "cuCtxSetCurrent", source })?;
+        // SAFETY: the source range is inside the heap (checked); `out`
+        // outlives the copy (synchronized below).
+        unsafe { cu::memcpy_dtoh_async(out, self.heap.base + a.0, self.stream.cu_stream()) }
+            .map_err(|source| GpuError::Cuda { what: "cuMemcpyDtoHAsync (read_heap)", source })?;
+        self.stream.synchronize().map_err(|source| GpuError::Cuda { what: "cuStreamSynchronize (read_heap)", source })?;
+        Ok(())
+    }
+
+    /// Wait for everything queued on [`GpuPe::stream`] (kernels, copies),
+    /// then check the status block. Local.
+    ///
+    /// # Errors
+    /// [`Error::Gpu`] (a kernel faulted); [`Error::Device`] when a kernel
+    /// reported a device-side error (a wait that timed out, an abort),
+    /// naming the work-group, PE, heap address, expected and found values.
+    pub fn synchronize(&self) -> pe::Result<()> {
+        self.stream.synchronize().map_err(|source| GpuError::Cuda { what: "cuStreamSynchronize (kernel)", source })?;
+        self.check_status()
+    }
+
+    /// [`Error::Device`] if the status block holds a device-side error.
+    ///
+    /// # Errors
+    /// As said.
+    pub fn check_status(&self) -> pe::Result<()> {
+        let s = self.queues.status();
+        match ErrorCode::from_i32(s.dev_error as i32) {
+            None => Ok(()),
+            Some(code) => {
+                let cmp = Cmp::from_u8(s.dev_cmp as u8).map_or("?", Cmp::name);
+                Err(Error::Device {
+                    pe: self.my_pe(),
+                    report: format!(
+                        "work-group {}: wait on PE {} heap+{:#x} for {cmp} {} (found {}): {code}",
+                        s.dev_wg, s.dev_pe, s.dev_addr, s.dev_expected as i64, s.dev_found as i64
+                    ),
+                })
+            }
+        }
+    }
+
+    /// A snapshot of the status block.
+    pub fn status(&self) -> Status {
+        self.queues.status()
+    }
+
+    /// Wait until every PE has called it (`shmem_barrier_all` from the host,
+    /// through the bootstrap; kernels use `cpnet_barrier_all`). **Collective.**
+    ///
+    /// # Errors
+    /// [`Error::Bootstrap`].
+    pub fn barrier_all(&self) -> pe::Result<()> {
+        self.boot().barrier().map_err(|cause| Error::Bootstrap { pe: self.my_pe(), cause })
+    }
+
+    /// Exchange `data` with every PE (host-side setup). **Collective.**
+    ///
+    /// # Errors
+    /// [`Error::Bootstrap`].
+    pub fn allgather_bytes(&self, data: &[u8]) -> pe::Result<Vec<Vec<u8>>> {
+        self.boot().allgather(data).map_err(|cause| Error::Bootstrap { pe: self.my_pe(), cause })
+    }
+
+    /// Tell every other PE that this PE is failing. One-sided.
+    pub fn abort_job(&self, reason: &str) {
+        self.boot().abort(reason);
+    }
+
+    /// Commands the proxy rejected or that failed, so far (each was also
+    /// returned to the work-group that issued it).
+    pub fn command_errors(&self) -> Vec<CommandError> {
+        self.proxies.command_errors()
+    }
+
+    /// End this PE (`shmem_finalize`, §9.2.2): synchronize the stream,
+    /// barrier, stop the proxy after it has drained, leave the rendezvous.
+    /// **Collective.**
+    ///
+    /// # Errors
+    /// [`Error::Gpu`], [`Error::Bootstrap`], [`Error::Proxy`].
+    pub fn finalize(mut self) -> pe::Result<()> {
+        let me = self.launch.pe;
+        self.stream.synchronize().map_err(|source| GpuError::Cuda { what: "cuStreamSynchronize (finalize)", source })?;
+        self.barrier_all()?;
+        self.proxies.stop(me)?;
+        self.finalized = true;
+        let n = self.proxies.command_errors().len();
+        if n > 0 {
+            tracing::warn!("PE {me}: {n} command(s) failed during the run (each reported to its work-group)");
+        }
+        match self.boot.take() {
+            Some(b) => b.finalize().map_err(|cause| Error::Bootstrap { pe: me, cause }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for GpuPe {
+    fn drop(&mut self) {
+        if !self.finalized {
+            // A kernel may still be running and waiting on the queues: abort
+            // them so it ends, then stop the proxy without draining.
+            self.queues.abort(ErrorCode::Aborted);
+            let _ = self.stream.synchronize();
+            self.proxies.abandon();
+            let _ = self.proxies.stop(self.launch.pe);
+        }
+    }
 }

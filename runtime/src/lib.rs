@@ -7,15 +7,17 @@
 //! - [`bootstrap`]: the TCP rendezvous (allgather, barrier, peer-failure
 //!   notices) and the server that `cpnet-run` (or PE 0 under mpirun/srun) runs;
 //! - [`pe`]: the host API proper ([`Pe`]);
-//! - [`gpu`]: the CUDA device of a PE, mapped queues, kernel handle and
-//!   builds (the GPU backend, in progress).
+//! - [`gpu`]: GPU PEs ([`GpuPe`]): the CUDA device of a PE, the symmetric
+//!   heap in GPU memory, mapped queues, the kernel handle and builds.
 #![warn(missing_docs)]
 
 pub mod bootstrap;
 pub mod env;
 pub mod gpu;
 pub mod pe;
+mod proxy_threads;
 
 pub use cpnet_device as device;
 pub use cpnet_proxy as proxy;
+pub use gpu::GpuPe;
 pub use pe::{Pe, WorkGroup};

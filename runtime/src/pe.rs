@@ -35,16 +35,16 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::mpsc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cpnet_device::cpu::{CpuCtx, HeapView, HostHeap, PeInfo, SymAddr};
 use cpnet_device::layout::ErrorCode;
 use cpnet_device::ring::{QueueGeometry, QueuePool, RingError};
 use cpnet_proxy::decode::Limits;
-use cpnet_proxy::service::{CommandError, Service};
+use cpnet_proxy::service::CommandError;
 use cpnet_proxy::transport::{FabricConfig, FabricEndpoint, PeerCard, region_len};
+
+use crate::proxy_threads::{Backend, Proxies};
 use std::sync::Mutex;
 
 use crate::bootstrap::{Bootstrap, BootstrapError, PeerFailure};
@@ -117,6 +117,31 @@ pub enum Error {
         /// The address.
         addr: u64,
     },
+    /// A host access to the heap falls outside it.
+    #[error("PE {pe}: heap+{addr:#x} ({size} bytes) is outside the symmetric heap ({heap} bytes)")]
+    OutsideHeap {
+        /// This PE.
+        pe: i32,
+        /// Heap offset.
+        addr: u64,
+        /// Bytes.
+        size: u64,
+        /// Heap size.
+        heap: u64,
+    },
+    /// No usable GPU, or a CUDA call of the GPU backend failed.
+    #[error(transparent)]
+    Gpu(#[from] crate::gpu::GpuError),
+    /// A kernel reported a device-side error in the PE's status block (a
+    /// wait that timed out, an operation that failed inside a kernel).
+    #[error("PE {pe}: device-side error: {report}")]
+    Device {
+        /// This PE.
+        pe: i32,
+        /// What the status block says: code, work-group, PE, address,
+        /// expected and found values.
+        report: String,
+    },
     /// A service thread died or could not start.
     #[error("PE {pe}: proxy service thread {thread}: {why}")]
     Proxy {
@@ -135,7 +160,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// First-fit allocator over the heap's offsets. Every PE performs the same
 /// sequence of collective calls, so every PE gets the same offsets.
 #[derive(Debug)]
-struct SymAlloc {
+pub(crate) struct SymAlloc {
     /// Free blocks (offset, bytes), sorted by offset, coalesced.
     free: Vec<(u64, u64)>,
     /// Live blocks: offset -> bytes.
@@ -146,10 +171,10 @@ struct SymAlloc {
 pub const SHMALLOC_ALIGN: u64 = 64;
 
 impl SymAlloc {
-    fn new(size: u64) -> SymAlloc {
+    pub(crate) fn new(size: u64) -> SymAlloc {
         SymAlloc { free: vec![(0, size)], live: Default::default() }
     }
-    fn alloc(&mut self, bytes: u64) -> Option<u64> {
+    pub(crate) fn alloc(&mut self, bytes: u64) -> Option<u64> {
         let want = bytes.max(1).next_multiple_of(SHMALLOC_ALIGN);
         let i = self.free.iter().position(|&(_, len)| len >= want)?;
         let (off, len) = self.free[i];
@@ -161,7 +186,7 @@ impl SymAlloc {
         self.live.insert(off, want);
         Some(off)
     }
-    fn release(&mut self, off: u64) -> bool {
+    pub(crate) fn release(&mut self, off: u64) -> bool {
         let Some(len) = self.live.remove(&off) else { return false };
         let i = self.free.partition_point(|&(o, _)| o < off);
         self.free.insert(i, (off, len));
@@ -176,13 +201,9 @@ impl SymAlloc {
         }
         true
     }
-    fn free_bytes(&self) -> u64 {
+    pub(crate) fn free_bytes(&self) -> u64 {
         self.free.iter().map(|&(_, l)| l).sum()
     }
-}
-
-struct ServiceThread {
-    handle: JoinHandle<()>,
 }
 
 /// This process's PE: bootstrap, symmetric heap, queues and proxy threads.
@@ -198,12 +219,7 @@ pub struct Pe {
     pool: QueuePool,
     heap: HeapView,
     alloc: Mutex<SymAlloc>,
-    stop: Arc<AtomicBool>,
-    /// Set when the job is failing (a peer died) or the PE is dropped
-    /// without finalize: the proxy stops without draining.
-    abandon: Arc<AtomicBool>,
-    services: Vec<ServiceThread>,
-    errors: Arc<Mutex<Vec<CommandError>>>,
+    proxies: Proxies,
     finalized: bool,
     // Last: freed after the service threads are joined (Drop joins them).
     _region: Arc<HostHeap>,
@@ -222,7 +238,7 @@ impl std::fmt::Debug for Pe {
 
 /// Sets up `tracing` output on stderr once per process (`RUST_LOG`, default
 /// `warn`), unless the program installed a subscriber already.
-fn init_logging() {
+pub(crate) fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
@@ -230,7 +246,7 @@ fn init_logging() {
 
 /// The provider to use when `CPNET_PROVIDER` is not set: `shm` when every
 /// PE is on this host, `tcp;ofi_rxm` otherwise; and where tcp binds.
-fn default_fabric(launch: &Launch, tuning: &Tuning) -> FabricConfig {
+pub(crate) fn default_fabric(launch: &Launch, tuning: &Tuning) -> FabricConfig {
     let all_local = launch.local_size == launch.n_pes;
     let provider = tuning
         .provider
@@ -277,68 +293,17 @@ impl Pe {
         let heap = unsafe { HeapView::from_raw(region_view.base(), heap_size) };
         let fabric = default_fabric(&launch, &tuning);
         let threads = tuning.proxy_threads.min(tuning.queues).max(1);
-        let stop = Arc::new(AtomicBool::new(false));
-        let abandon = Arc::new(AtomicBool::new(false));
-        let errors = Arc::new(Mutex::new(Vec::new()));
-        let epoch = Arc::new(AtomicU64::new(0));
         let limits = Limits { n_pes: launch.n_pes, heap_size };
-
-        // Start the service threads; each opens its own endpoint and sends
-        // back its card, then waits for every PE's cards.
-        let (card_tx, card_rx) = mpsc::channel::<(usize, std::result::Result<PeerCard, String>)>();
-        let mut peer_txs = Vec::new();
-        let mut services = Vec::new();
-        let (ready_tx, ready_rx) = mpsc::channel::<(usize, std::result::Result<(), String>)>();
-        for t in 0..threads {
-            let (peer_tx, peer_rx) = mpsc::channel::<Vec<PeerCard>>();
-            peer_txs.push(peer_tx);
-            let queues: Vec<_> = (t..tuning.queues).step_by(threads).map(|q| pool.queue(q)).collect();
-            let (card_tx, ready_tx, stop, errors, epoch, fabric) =
-                (card_tx.clone(), ready_tx.clone(), Arc::clone(&stop), Arc::clone(&errors), Arc::clone(&epoch), fabric.clone());
-            let abandon = Arc::clone(&abandon);
-            let idle_sleep = tuning.proxy_idle_sleep;
-            let handle = std::thread::Builder::new()
-                .name(format!("cpnet-proxy-{t}"))
-                .spawn(move || {
-                    let ep = match FabricEndpoint::open(&fabric, me, region_view, heap_size) {
-                        Ok(ep) => ep,
-                        Err(e) => {
-                            let _ = card_tx.send((t, Err(e.to_string())));
-                            return;
-                        }
-                    };
-                    let _ = card_tx.send((t, Ok(ep.card())));
-                    let Ok(cards) = peer_rx.recv() else { return };
-                    let transport = match ep.connect(&cards, epoch) {
-                        Ok(tr) => tr,
-                        Err(e) => {
-                            let _ = ready_tx.send((t, Err(e.to_string())));
-                            return;
-                        }
-                    };
-                    let _ = ready_tx.send((t, Ok(())));
-                    let mut service = Service::new(queues, transport, limits, me);
-                    service.run_with(idle_sleep, || {
-                        // Acquire: pairs with the Release store in `stop_services`.
-                        stop.load(std::sync::atomic::Ordering::Acquire)
-                    });
-                    // Finish what is in flight; bounded so a dead peer cannot
-                    // hang finalize, and skipped when the job is failing.
-                    let until = Instant::now() + Duration::from_secs(5);
-                    // Acquire: pairs with the Release stores of `abandon`.
-                    service.drain(|| abandon.load(std::sync::atomic::Ordering::Acquire) || Instant::now() > until);
-                    let failed = service.take_errors();
-                    if !failed.is_empty() {
-                        errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(failed);
-                    }
-                })
-                .map_err(|e| Error::Proxy { pe: me, thread: t, why: format!("spawn: {e}") })?;
-            services.push(ServiceThread { handle });
-        }
-        drop(card_tx);
-        drop(ready_tx);
-
-        let pe = Pe {
+        let queues = (0..threads).map(|t| (t..tuning.queues).step_by(threads).map(|q| pool.queue(q)).collect()).collect();
+        let backend = Arc::new(HostBackend {
+            fabric: fabric.clone(),
+            me,
+            region: region_view,
+            heap_size,
+            epoch: Arc::new(AtomicU64::new(0)),
+        });
+        let proxies = Proxies::spawn(backend, me, queues, limits, tuning.proxy_idle_sleep)?;
+        let mut pe = Pe {
             launch,
             tuning,
             provider: fabric.provider.clone(),
@@ -346,69 +311,16 @@ impl Pe {
             pool,
             heap,
             alloc: Mutex::new(SymAlloc::new(heap_size)),
-            stop,
-            abandon,
-            services,
-            errors,
+            proxies,
             finalized: false,
             _region: region,
         };
-        pe.install_failure_handler();
-
-        // Collect our threads' cards, exchange them, hand every thread the
-        // cards of its counterparts.
-        let mut mine = vec![None; threads];
-        for _ in 0..threads {
-            let (t, card) =
-                card_rx.recv().map_err(|_| Error::Proxy { pe: me, thread: 0, why: "exited during start-up".into() })?;
-            match card {
-                Ok(c) => mine[t] = Some(c),
-                Err(why) => {
-                    pe.boot().abort(&format!("fabric setup failed: {why}"));
-                    return Err(Error::Proxy { pe: me, thread: t, why });
-                }
-            }
-        }
-        let mut blob = Vec::new();
-        blob.extend_from_slice(&(threads as u32).to_le_bytes());
-        for c in mine.iter().flatten() {
-            let b = c.to_bytes();
-            blob.extend_from_slice(&(b.len() as u32).to_le_bytes());
-            blob.extend_from_slice(&b);
-        }
-        let all = pe.boot().allgather(&blob).map_err(boot_err)?;
-        let mut per_thread: Vec<Vec<PeerCard>> = vec![Vec::new(); threads];
-        for (peer, b) in all.iter().enumerate() {
-            let cards = parse_cards(b).ok_or_else(|| Error::NotSymmetric {
-                pe: me,
-                call: "init",
-                detail: format!("PE {peer} sent a malformed fabric card"),
-            })?;
-            if cards.len() != threads {
-                return Err(Error::NotSymmetric {
-                    pe: me,
-                    call: "init",
-                    detail: format!(
-                        "PE {peer} runs {} proxy threads, this PE {threads} (set CPNET_PROXY_THREADS alike)",
-                        cards.len()
-                    ),
-                });
-            }
-            for (t, c) in cards.into_iter().enumerate() {
-                per_thread[t].push(c);
-            }
-        }
-        for (tx, cards) in peer_txs.into_iter().zip(per_thread) {
-            let _ = tx.send(cards);
-        }
-        for _ in 0..threads {
-            let (t, r) =
-                ready_rx.recv().map_err(|_| Error::Proxy { pe: me, thread: 0, why: "exited during start-up".into() })?;
-            if let Err(why) = r {
-                pe.boot().abort(&format!("fabric connect failed: {why}"));
-                return Err(Error::Proxy { pe: me, thread: t, why });
-            }
-        }
+        let queues: Vec<_> = (0..pe.pool.len()).map(|q| pe.pool.queue(q)).collect();
+        install_failure_handler(pe.boot(), queues, Arc::clone(&pe.proxies.abandon), me, pe.tuning.abort_grace);
+        let boot = pe.boot.take().expect("just set");
+        let r = pe.proxies.connect(&boot, me);
+        pe.boot = Some(boot);
+        r?;
         pe.boot().barrier().map_err(boot_err)?;
         tracing::debug!(pe = me, n_pes = pe.n_pes(), provider = %pe.provider, threads, "cpnet PE up");
         Ok(pe)
@@ -416,40 +328,6 @@ impl Pe {
 
     fn boot(&self) -> &Bootstrap {
         self.boot.as_ref().expect("the bootstrap lives until finalize")
-    }
-
-    fn install_failure_handler(&self) {
-        let queues: Vec<_> = (0..self.pool.len()).map(|q| self.pool.queue(q)).collect();
-        let abandon = Arc::clone(&self.abandon);
-        let me = self.launch.pe;
-        let grace = self.tuning.abort_grace;
-        let fired = AtomicBool::new(false);
-        self.boot().set_failure_handler(Box::new(move |f: &PeerFailure| {
-            if fired.swap(true, std::sync::atomic::Ordering::AcqRel) {
-                return;
-            }
-            say(&format!("cpnet: PE {me}: {f}; aborting this PE"));
-            // Release: pairs with the service threads' Acquire in drain.
-            abandon.store(true, std::sync::atomic::Ordering::Release);
-            for q in &queues {
-                q.set_abort(ErrorCode::PeerDead);
-            }
-            let f = f.clone();
-            let _ = std::thread::Builder::new().name("cpnet-abort".into()).spawn(move || {
-                std::thread::sleep(grace);
-                say(&format!(
-                    "cpnet: PE {me}: the program did not end within {:.1} s of the failure ({f}); exiting with status 1",
-                    grace.as_secs_f64()
-                ));
-                // _exit, not exit: other threads may be inside libfabric
-                // (holding its locks) or blocked on a dead peer; running
-                // atexit handlers and library destructors under them can
-                // hang the exit itself.
-                // SAFETY: _exit(2) ends the process at once; nothing after
-                // it runs, and stderr is unbuffered (the line above is out).
-                unsafe { libc::_exit(1) };
-            });
-        }));
     }
 
     /// This PE's number, `0..n_pes` (`shmem_my_pe`, §9.2.3). Local.
@@ -511,20 +389,7 @@ impl Pe {
     /// Allgather `arg` and check every PE passed the same value (this is
     /// also the collective's barrier).
     fn symmetric(&self, call: &'static str, arg: u64) -> Result<()> {
-        let all = self
-            .boot()
-            .allgather(&arg.to_le_bytes())
-            .map_err(|source| Error::Bootstrap { pe: self.my_pe(), cause: source })?;
-        for (peer, b) in all.iter().enumerate() {
-            if b.as_slice() != arg.to_le_bytes() {
-                return Err(Error::NotSymmetric {
-                    pe: self.my_pe(),
-                    call,
-                    detail: format!("this PE passed {arg}, PE {peer} passed {:?}", b),
-                });
-            }
-        }
-        Ok(())
+        check_symmetric(self.boot(), self.my_pe(), call, arg)
     }
 
     /// Run `n` CPU work-groups on this PE, each on its own thread with its
@@ -613,19 +478,11 @@ impl Pe {
     /// Command errors the proxy recorded so far (each was also returned to
     /// the work-group that issued the command, or will be at its next quiet).
     pub fn command_errors(&self) -> Vec<CommandError> {
-        self.errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.proxies.command_errors()
     }
 
     fn stop_services(&mut self) -> Result<()> {
-        // Release: pairs with the service threads' Acquire load of `stop`.
-        self.stop.store(true, std::sync::atomic::Ordering::Release);
-        let mut first = Ok(());
-        for (t, s) in self.services.drain(..).enumerate() {
-            if s.handle.join().is_err() && first.is_ok() {
-                first = Err(Error::Proxy { pe: self.launch.pe, thread: t, why: "panicked".into() });
-            }
-        }
-        first
+        self.proxies.stop(self.launch.pe)
     }
 
     /// End this PE (`shmem_finalize`, §9.2.2): barrier, stop the proxy
@@ -638,7 +495,7 @@ impl Pe {
         self.barrier_all()?;
         self.stop_services()?;
         self.finalized = true;
-        let n = self.errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len();
+        let n = self.proxies.command_errors().len();
         if n > 0 {
             tracing::warn!("PE {me}: {n} command(s) failed during the run (each reported to its work-group)");
         }
@@ -649,17 +506,97 @@ impl Pe {
     }
 }
 
-fn parse_cards(b: &[u8]) -> Option<Vec<PeerCard>> {
-    let n = u32::from_le_bytes(b.get(0..4)?.try_into().ok()?) as usize;
-    let mut at = 4;
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        let len = u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?) as usize;
-        at += 4;
-        out.push(PeerCard::from_bytes(b.get(at..at + len)?)?);
-        at += len;
+/// Allgather `arg` and check every PE passed the same value (also the
+/// collective's barrier). **Collective.**
+pub(crate) fn check_symmetric(boot: &Bootstrap, me: i32, call: &'static str, arg: u64) -> Result<()> {
+    let all = boot.allgather(&arg.to_le_bytes()).map_err(|source| Error::Bootstrap { pe: me, cause: source })?;
+    for (peer, b) in all.iter().enumerate() {
+        if b.as_slice() != arg.to_le_bytes() {
+            return Err(Error::NotSymmetric { pe: me, call, detail: format!("this PE passed {arg}, PE {peer} passed {:?}", b) });
+        }
     }
-    (at == b.len()).then_some(out)
+    Ok(())
+}
+
+/// On a peer failure reported by the bootstrap: log it, abort `queues`
+/// (waits return `PEER_DEAD` at once), let the proxy stop without draining,
+/// and exit the process with status 1 if the program has not ended within
+/// `grace`.
+pub(crate) fn install_failure_handler(
+    boot: &Bootstrap,
+    queues: Vec<cpnet_device::ring::QueueMem>,
+    abandon: Arc<AtomicBool>,
+    me: i32,
+    grace: Duration,
+) {
+    install_failure_handler_with(boot, abandon, me, grace, move |code| {
+        for q in &queues {
+            q.set_abort(code);
+        }
+    });
+}
+
+/// [`install_failure_handler`] with a custom abort action (GPU PEs also
+/// abort their status block).
+pub(crate) fn install_failure_handler_with(
+    boot: &Bootstrap,
+    abandon: Arc<AtomicBool>,
+    me: i32,
+    grace: Duration,
+    abort: impl Fn(ErrorCode) + Send + Sync + 'static,
+) {
+    let fired = AtomicBool::new(false);
+    boot.set_failure_handler(Box::new(move |f: &PeerFailure| {
+        if fired.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
+        say(&format!("cpnet: PE {me}: {f}; aborting this PE"));
+        // Release: pairs with the service threads' Acquire in drain.
+        abandon.store(true, std::sync::atomic::Ordering::Release);
+        abort(ErrorCode::PeerDead);
+        let f = f.clone();
+        let _ = std::thread::Builder::new().name("cpnet-abort".into()).spawn(move || {
+            std::thread::sleep(grace);
+            say(&format!(
+                "cpnet: PE {me}: the program did not end within {:.1} s of the failure ({f}); exiting with status 1",
+                grace.as_secs_f64()
+            ));
+            // _exit, not exit: other threads may be inside libfabric
+            // (holding its locks) or blocked on a dead peer; running
+            // atexit handlers and library destructors under them can
+            // hang the exit itself.
+            // SAFETY: _exit(2) ends the process at once; nothing after
+            // it runs, and stderr is unbuffered (the line above is out).
+            unsafe { libc::_exit(1) };
+        });
+    }));
+}
+
+/// The CPU PE's transport: libfabric RMA and atomics on the host heap.
+struct HostBackend {
+    fabric: FabricConfig,
+    me: i32,
+    region: HeapView,
+    heap_size: u64,
+    epoch: Arc<AtomicU64>,
+}
+
+impl Backend for HostBackend {
+    type Endpoint = FabricEndpoint;
+    type Transport = cpnet_proxy::transport::FabricTransport;
+    fn open(&self, _t: usize) -> std::result::Result<FabricEndpoint, String> {
+        FabricEndpoint::open(&self.fabric, self.me, self.region, self.heap_size).map_err(|e| e.to_string())
+    }
+    fn card(ep: &FabricEndpoint) -> Vec<u8> {
+        ep.card().to_bytes()
+    }
+    fn connect(&self, ep: FabricEndpoint, cards: Vec<Vec<u8>>) -> std::result::Result<Self::Transport, String> {
+        let mut parsed = Vec::with_capacity(cards.len());
+        for (peer, c) in cards.iter().enumerate() {
+            parsed.push(PeerCard::from_bytes(c).ok_or_else(|| format!("PE {peer} sent a malformed fabric card"))?);
+        }
+        ep.connect(&parsed, Arc::clone(&self.epoch)).map_err(|e| e.to_string())
+    }
 }
 
 /// One line to stderr in a single write, so lines of several PEs sharing
@@ -672,8 +609,7 @@ fn say(line: &str) {
 impl Drop for Pe {
     fn drop(&mut self) {
         if !self.finalized {
-            // Release: pairs with the service threads' Acquire in drain.
-            self.abandon.store(true, std::sync::atomic::Ordering::Release);
+            self.proxies.abandon();
             let _ = self.stop_services();
         }
     }

@@ -95,6 +95,19 @@ int cpnet_fi_getname(fid_t fid, void *addr, size_t *addrlen)
 	return fi_getname(fid, addr, addrlen);
 }
 
+/* fi_endpoint.h: messages */
+ssize_t cpnet_fi_send(struct fid_ep *ep, const void *buf, size_t len,
+		      void *desc, fi_addr_t dest_addr, void *context)
+{
+	return fi_send(ep, buf, len, desc, dest_addr, context);
+}
+
+ssize_t cpnet_fi_recv(struct fid_ep *ep, void *buf, size_t len, void *desc,
+		      fi_addr_t src_addr, void *context)
+{
+	return fi_recv(ep, buf, len, desc, src_addr, context);
+}
+
 /* fi_rma.h */
 ssize_t cpnet_fi_read(struct fid_ep *ep, void *buf, size_t len, void *desc,
 		      fi_addr_t src_addr, uint64_t addr, uint64_t key,

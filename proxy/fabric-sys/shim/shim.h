@@ -64,6 +64,12 @@ int cpnet_fi_ep_bind(struct fid_ep *ep, struct fid *bfid, uint64_t flags);
 int cpnet_fi_enable(struct fid_ep *ep);
 int cpnet_fi_getname(fid_t fid, void *addr, size_t *addrlen);
 
+/* fi_endpoint.h: messages */
+ssize_t cpnet_fi_send(struct fid_ep *ep, const void *buf, size_t len,
+		      void *desc, fi_addr_t dest_addr, void *context);
+ssize_t cpnet_fi_recv(struct fid_ep *ep, void *buf, size_t len, void *desc,
+		      fi_addr_t src_addr, void *context);
+
 /* fi_rma.h */
 ssize_t cpnet_fi_read(struct fid_ep *ep, void *buf, size_t len, void *desc,
 		      fi_addr_t src_addr, uint64_t addr, uint64_t key,

@@ -442,6 +442,44 @@ impl Endpoint {
         };
         self.settle(c, r)
     }
+
+    /// Sends `len` bytes from `src` to `dest` as one message (fi_msg(3) `fi_send`);
+    /// the peer receives it into a buffer it posted with [`Endpoint::recv`]. The
+    /// completion means `src` may be reused (the provider's default completion).
+    ///
+    /// # Safety
+    /// 1. As [`Endpoint::write`] for `src` and `len`; `dest` came from this
+    ///    endpoint's address vector.
+    /// 2. The endpoint was opened with `FI_MSG` (an [`InfoRequest`](super::InfoRequest)
+    ///    with [`MSG_CAPS`](super::MSG_CAPS)).
+    ///
+    /// # Errors
+    /// `fi_send` failures other than `-FI_EAGAIN`.
+    pub unsafe fn send(&self, src: LocalBuf, len: usize, dest: super::types::FiAddr, ctx: u64) -> Result<Post> {
+        let c = OpContext::into_raw(ctx, self.boxed);
+        // SAFETY: the endpoint is open and enabled; buffer and peer per contract.
+        let r = unsafe { result::send(self.raw, src.ptr.cast(), len, src.desc.0, dest.0, c) };
+        self.settle(c, r)
+    }
+
+    /// Posts `dst` (`len` bytes) to receive one message from any peer (fi_msg(3)
+    /// `fi_recv` with `FI_ADDR_UNSPEC`). Its completion reports `ctx`; a message
+    /// longer than `len` completes in error (`FI_ETRUNC`).
+    ///
+    /// # Safety
+    /// 1. `dst.ptr..dst.ptr + len` is writable, lies in a registered region of this
+    ///    domain whose descriptor is `dst.desc`, and is not touched by anyone else
+    ///    until the completion for `ctx` is read.
+    /// 2. The endpoint was opened with `FI_MSG`.
+    ///
+    /// # Errors
+    /// `fi_recv` failures other than `-FI_EAGAIN`.
+    pub unsafe fn recv(&self, dst: LocalBufMut, len: usize, ctx: u64) -> Result<Post> {
+        let c = OpContext::into_raw(ctx, self.boxed);
+        // SAFETY: the endpoint is open and enabled; buffer per contract.
+        let r = unsafe { result::recv(self.raw, dst.ptr.cast(), len, dst.desc.0, sys::FI_ADDR_UNSPEC, c) };
+        self.settle(c, r)
+    }
 }
 
 impl Drop for Endpoint {

@@ -16,6 +16,10 @@ pub const CAPS: u64 = sys::FI_RMA
     | sys::FI_REMOTE_READ
     | sys::FI_REMOTE_WRITE;
 
+/// Capabilities of a message endpoint (two-sided sends and receives), what the
+/// staged GPU transport asks for: [`InfoRequest::with_caps`]`(MSG_CAPS)`.
+pub const MSG_CAPS: u64 = sys::FI_MSG | sys::FI_SEND | sys::FI_RECV;
+
 /// Memory-registration modes the fabric layer knows how to honour (fi_mr(3)). The
 /// provider grants the subset it needs; [`Info::mr_mode`] reports it.
 ///
@@ -48,6 +52,8 @@ pub struct InfoRequest {
     /// to keep `tcp;ofi_rxm` on loopback. `None` for providers without IP addressing
     /// such as `shm`.
     pub src_node: Option<String>,
+    /// Capabilities to ask for; `None` means [`CAPS`] (RMA and atomics).
+    pub caps: Option<u64>,
 }
 
 impl InfoRequest {
@@ -56,7 +62,14 @@ impl InfoRequest {
         InfoRequest {
             provider: Some(name.to_owned()),
             src_node: None,
+            caps: None,
         }
+    }
+
+    /// Asks for capabilities `caps` instead of [`CAPS`] (for example [`MSG_CAPS`]).
+    pub fn with_caps(mut self, caps: u64) -> Self {
+        self.caps = Some(caps);
+        self
     }
 
     /// Binds to local address `node` (see [`InfoRequest::src_node`]).
@@ -263,7 +276,7 @@ impl Hints {
         // fi_freeinfo frees it: libc::strdup does that.
         unsafe {
             let h = &mut *hints.0;
-            h.caps = CAPS;
+            h.caps = req.caps.unwrap_or(CAPS);
             h.mode = MODE_SUPPORTED;
             (*h.ep_attr).type_ = sys::FI_EP_RDM;
             let d = &mut *h.domain_attr;

@@ -65,7 +65,7 @@ pub use cq::CompletionQueue;
 pub use domain::{Domain, Fabric};
 pub use ep::Endpoint;
 pub use error::{FabricError, Result, strerror};
-pub use info::{CAPS, Info, InfoRequest, MODE_SUPPORTED, MR_MODE_SUPPORTED};
+pub use info::{CAPS, Info, InfoRequest, MODE_SUPPORTED, MR_MODE_SUPPORTED, MSG_CAPS};
 pub use mr::{MR_ACCESS, MemoryRegion};
 pub use result::{AtomicClass, Post};
 pub use types::{

@@ -16,7 +16,7 @@ pub const MR_ACCESS: u64 =
     sys::FI_READ | sys::FI_WRITE | sys::FI_REMOTE_READ | sys::FI_REMOTE_WRITE;
 
 /// A caller-owned byte range registered with a domain (fi_mr(3) `fi_mr_reg`), with
-/// access [`MR_ACCESS`]. Deregistered (`fi_close`) on drop; the memory itself stays
+/// access [`MR_ACCESS`] on an RMA domain, plus `FI_SEND | FI_RECV` on a message one. Deregistered (`fi_close`) on drop; the memory itself stays
 /// the caller's.
 #[derive(Debug)]
 pub struct MemoryRegion {
@@ -75,6 +75,16 @@ impl MemoryRegion {
         } else {
             domain.next_requested_key()
         };
+        // Access for what the domain was opened for: RMA/atomics ([`MR_ACCESS`])
+        // and, on a message domain, sends and receives.
+        let caps = info.caps();
+        let mut access = 0;
+        if caps & (sys::FI_RMA | sys::FI_ATOMIC) != 0 {
+            access |= MR_ACCESS;
+        }
+        if caps & sys::FI_MSG != 0 {
+            access |= sys::FI_SEND | sys::FI_RECV;
+        }
         // SAFETY: the domain is open; the range is live and outlives the region
         // (contract 1).
         let raw = unsafe {
@@ -82,7 +92,7 @@ impl MemoryRegion {
                 domain.as_raw(),
                 ptr.cast(),
                 len,
-                MR_ACCESS,
+                access,
                 0,
                 requested_key,
                 0,

@@ -452,6 +452,46 @@ pub unsafe fn writemsg(ep: *mut sys::fid_ep, msg: &sys::fi_msg_rma, flags: u64) 
     })
 }
 
+/// fi_msg(3) `fi_send`.
+///
+/// # Safety
+/// 1. `ep` is an open, enabled endpoint with `FI_MSG` | `FI_SEND`.
+/// 2. `buf..buf+len` stays valid and unmodified until the completion is read, and is
+///    registered with descriptor `desc` if the provider needs `FI_MR_LOCAL`.
+/// 3. `context` as for [`write()`].
+pub unsafe fn send(
+    ep: *mut sys::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    desc: *mut c_void,
+    dest_addr: sys::fi_addr_t,
+    context: *mut c_void,
+) -> Result<Post> {
+    // SAFETY: forwarded contract.
+    let rc = unsafe { sys::cpnet_fi_send(ep, buf, len, desc, dest_addr, context) };
+    post("fi_send", rc)
+}
+
+/// fi_msg(3) `fi_recv`.
+///
+/// # Safety
+/// 1. `ep` is an open, enabled endpoint with `FI_MSG` | `FI_RECV`.
+/// 2. `buf..buf+len` is written by the provider and must not be read or written by
+///    anyone else until the completion is read; registered as for [`send()`].
+/// 3. `context` as for [`write()`].
+pub unsafe fn recv(
+    ep: *mut sys::fid_ep,
+    buf: *mut c_void,
+    len: usize,
+    desc: *mut c_void,
+    src_addr: sys::fi_addr_t,
+    context: *mut c_void,
+) -> Result<Post> {
+    // SAFETY: forwarded contract.
+    let rc = unsafe { sys::cpnet_fi_recv(ep, buf, len, desc, src_addr, context) };
+    post("fi_recv", rc)
+}
+
 /// fi_rma(3) `fi_read`.
 ///
 /// # Safety

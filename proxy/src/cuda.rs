@@ -1,0 +1,223 @@
+//! The few CUDA driver objects the staged transport needs, through cudarc's
+//! raw driver API (dynamically loaded, so the proxy builds and runs its CPU
+//! paths without CUDA): pinned host memory, a non-blocking stream, and a
+//! pool of timing-free events that are *queried*, never waited on.
+//!
+//! Every function here must run on a thread where the PE's CUDA context is
+//! current (`CudaContext::bind_to_thread`); the staged transport binds it
+//! when it opens.
+
+use cudarc::driver::sys as cusys;
+use cudarc::driver::{DriverError, result as cu};
+
+/// A CUDA driver failure: the call and the driver's answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what}: {source:?}")]
+pub struct CudaError {
+    /// The call and its purpose.
+    pub what: &'static str,
+    /// The driver's answer.
+    pub source: DriverError,
+}
+
+/// `Result` of this module.
+pub type Result<T> = std::result::Result<T, CudaError>;
+
+fn check(what: &'static str, r: cusys::CUresult) -> Result<()> {
+    r.result().map_err(|source| CudaError { what, source })
+}
+
+/// Page-locked host memory (`cuMemHostAlloc(PORTABLE)`), zeroed: the copy
+/// engines reach it by DMA, so asynchronous copies from and to it really are
+/// asynchronous, and libfabric may register it like any host memory.
+#[derive(Debug)]
+pub struct Pinned {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Pinned {
+    /// `len` bytes (at least 64), page aligned, zeroed.
+    ///
+    /// # Errors
+    /// `cuMemHostAlloc` failures.
+    pub fn new(len: usize) -> Result<Pinned> {
+        let len = len.max(64);
+        // SAFETY: a context is current (module contract); the memory is zeroed
+        // below before anyone reads it.
+        let ptr = unsafe { cu::malloc_host(len, cusys::CU_MEMHOSTALLOC_PORTABLE) }
+            .map_err(|source| CudaError { what: "cuMemHostAlloc (staging buffers)", source })?
+            .cast::<u8>();
+        // SAFETY: a fresh allocation of `len` bytes.
+        unsafe { std::ptr::write_bytes(ptr, 0, len) };
+        Ok(Pinned { ptr, len })
+    }
+
+    /// First byte. The memory is shared with the copy engines and the
+    /// fabric: touch it through raw pointers only.
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never empty; for clippy's `len` convention.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemHostAlloc, freed once; the owner drops it
+        // only after its stream is synchronized and its memory region closed.
+        let _ = unsafe { cu::free_host(self.ptr.cast()) };
+    }
+}
+
+/// A `CU_STREAM_NON_BLOCKING` stream: it runs beside kernels on other
+/// streams (the persistent kernels cpnet serves) and never waits for the
+/// legacy default stream.
+#[derive(Debug)]
+pub struct Stream {
+    raw: cusys::CUstream,
+}
+
+impl Stream {
+    /// A new non-blocking stream.
+    ///
+    /// # Errors
+    /// `cuStreamCreate` failures.
+    pub fn new() -> Result<Stream> {
+        let raw = cu::stream::create(cu::stream::StreamKind::NonBlocking)
+            .map_err(|source| CudaError { what: "cuStreamCreate (proxy copy stream)", source })?;
+        Ok(Stream { raw })
+    }
+
+    /// The raw handle.
+    pub fn raw(&self) -> cusys::CUstream {
+        self.raw
+    }
+
+    /// `cuMemcpyHtoDAsync`.
+    ///
+    /// # Safety
+    /// 1. `src..src+len` is pinned host memory that stays allocated and
+    ///    unmodified until a later event on this stream has completed.
+    /// 2. `dst..dst+len` is device memory of the current context.
+    pub unsafe fn htod(&self, dst: u64, src: *const u8, len: usize) -> Result<()> {
+        // SAFETY: the caller's contract.
+        check("cuMemcpyHtoDAsync", unsafe { cusys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len, self.raw) })
+    }
+
+    /// `cuMemcpyDtoHAsync`.
+    ///
+    /// # Safety
+    /// 1. `dst..dst+len` is pinned host memory nobody reads or writes until a
+    ///    later event on this stream has completed.
+    /// 2. `src..src+len` is device memory of the current context.
+    pub unsafe fn dtoh(&self, dst: *mut u8, src: u64, len: usize) -> Result<()> {
+        // SAFETY: the caller's contract.
+        check("cuMemcpyDtoHAsync", unsafe { cusys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len, self.raw) })
+    }
+
+    /// `cuMemcpyDtoDAsync` (the ranges may overlap only if equal).
+    ///
+    /// # Safety
+    /// 1. Both ranges are device memory of the current context.
+    pub unsafe fn dtod(&self, dst: u64, src: u64, len: usize) -> Result<()> {
+        // SAFETY: the caller's contract.
+        check("cuMemcpyDtoDAsync", unsafe { cusys::cuMemcpyDtoDAsync_v2(dst, src, len, self.raw) })
+    }
+
+    /// Wait until everything queued on the stream has run (teardown only).
+    ///
+    /// # Errors
+    /// `cuStreamSynchronize` failures (a sticky context error).
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: the stream is alive.
+        check("cuStreamSynchronize", unsafe { cusys::cuStreamSynchronize(self.raw) })
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: created by cuStreamCreate and destroyed once; work still
+        // queued completes first (the driver defers the release).
+        let _ = unsafe { cu::stream::destroy(self.raw) };
+    }
+}
+
+/// Events (`CU_EVENT_DISABLE_TIMING`) recorded after copies and polled with
+/// `cuEventQuery`; reused through a free list.
+#[derive(Debug, Default)]
+pub struct EventPool {
+    free: Vec<cusys::CUevent>,
+    all: Vec<cusys::CUevent>,
+}
+
+/// Whether a recorded event has passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventState {
+    /// Everything before it on its stream has completed.
+    Done,
+    /// Not yet.
+    Pending,
+}
+
+impl EventPool {
+    /// Record an event on `stream` (after the work queued so far) and return it.
+    ///
+    /// # Errors
+    /// `cuEventCreate` / `cuEventRecord` failures.
+    pub fn record(&mut self, stream: &Stream) -> Result<cusys::CUevent> {
+        let ev = match self.free.pop() {
+            Some(e) => e,
+            None => {
+                let e = cu::event::create(cusys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+                    .map_err(|source| CudaError { what: "cuEventCreate", source })?;
+                self.all.push(e);
+                e
+            }
+        };
+        // SAFETY: `ev` is a live event of this pool and `stream` a live stream
+        // of the same context.
+        if let Err(source) = unsafe { cu::event::record(ev, stream.raw()) } {
+            self.free.push(ev);
+            return Err(CudaError { what: "cuEventRecord", source });
+        }
+        Ok(ev)
+    }
+
+    /// Query `ev` (from [`EventPool::record`]) without blocking.
+    ///
+    /// # Errors
+    /// Any answer other than success and `CUDA_ERROR_NOT_READY` (a failed copy
+    /// leaves a sticky error in the context).
+    pub fn query(&self, ev: cusys::CUevent) -> Result<EventState> {
+        // SAFETY: `ev` is a live event of this pool.
+        match unsafe { cusys::cuEventQuery(ev) } {
+            cusys::CUresult::CUDA_SUCCESS => Ok(EventState::Done),
+            cusys::CUresult::CUDA_ERROR_NOT_READY => Ok(EventState::Pending),
+            e => Err(CudaError { what: "cuEventQuery", source: DriverError(e) }),
+        }
+    }
+
+    /// Give `ev` back for reuse (after it passed, or when abandoning it).
+    pub fn release(&mut self, ev: cusys::CUevent) {
+        self.free.push(ev);
+    }
+}
+
+impl Drop for EventPool {
+    fn drop(&mut self) {
+        for &e in &self.all {
+            // SAFETY: created by this pool, destroyed once; the driver defers
+            // the release of an event still pending.
+            let _ = unsafe { cu::event::destroy(e) };
+        }
+    }
+}

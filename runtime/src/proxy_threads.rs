@@ -1,0 +1,252 @@
+//! The proxy service threads of a PE, whatever their transport: spawn them
+//! (each opens its own endpoint on its own thread), exchange the endpoints'
+//! cards with every PE through the bootstrap, run the service loops, and
+//! stop them (draining, or abandoning when the job is failing).
+
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use cpnet_device::ring::QueueMem;
+use cpnet_proxy::decode::Limits;
+use cpnet_proxy::service::{CommandError, Service, Transport};
+
+use crate::bootstrap::Bootstrap;
+use crate::pe::{Error, Result};
+
+/// How long finalize lets the proxy finish operations in flight.
+const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+
+type CardResult = (usize, std::result::Result<Vec<u8>, String>);
+type ReadyResult = (usize, std::result::Result<(), String>);
+
+/// The running service threads of a PE.
+pub(crate) struct Proxies {
+    handles: Vec<JoinHandle<()>>,
+    /// Set by `stop`: the services leave their loops.
+    stop: Arc<AtomicBool>,
+    /// Set when the job is failing (or the PE is dropped without
+    /// finalize): the services stop without draining.
+    pub(crate) abandon: Arc<AtomicBool>,
+    /// Command errors the services recorded.
+    pub(crate) errors: Arc<Mutex<Vec<CommandError>>>,
+    card_rx: Option<mpsc::Receiver<CardResult>>,
+    ready_rx: Option<mpsc::Receiver<ReadyResult>>,
+    peer_txs: Vec<mpsc::Sender<Vec<Vec<u8>>>>,
+}
+
+/// What a transport needs from the runtime to start: opened on the service
+/// thread (`open`), described to peers (`card`), connected to them
+/// (`connect`, with every PE's card of the same thread index, PE order).
+pub(crate) trait Backend: Send + Sync + 'static {
+    /// The endpoint before the peers are known.
+    type Endpoint;
+    /// The connected transport.
+    type Transport: Transport;
+    /// Open thread `t`'s endpoint.
+    fn open(&self, t: usize) -> std::result::Result<Self::Endpoint, String>;
+    /// Its card.
+    fn card(ep: &Self::Endpoint) -> Vec<u8>;
+    /// Connect it.
+    fn connect(&self, ep: Self::Endpoint, cards: Vec<Vec<u8>>) -> std::result::Result<Self::Transport, String>;
+}
+
+impl Proxies {
+    /// Spawn `threads` service threads; thread `t` serves `queues[t]`.
+    /// They open their endpoints and wait for [`Proxies::connect`].
+    pub(crate) fn spawn<B: Backend>(
+        backend: Arc<B>,
+        me: i32,
+        queues: Vec<Vec<QueueMem>>,
+        limits: Limits,
+        idle_sleep: Option<Duration>,
+    ) -> Result<Proxies> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let abandon = Arc::new(AtomicBool::new(false));
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let (card_tx, card_rx) = mpsc::channel::<CardResult>();
+        let (ready_tx, ready_rx) = mpsc::channel::<ReadyResult>();
+        let mut peer_txs = Vec::new();
+        let mut handles = Vec::new();
+        for (t, queues) in queues.into_iter().enumerate() {
+            let (peer_tx, peer_rx) = mpsc::channel::<Vec<Vec<u8>>>();
+            peer_txs.push(peer_tx);
+            let (card_tx, ready_tx, stop, abandon, errors, backend) = (
+                card_tx.clone(),
+                ready_tx.clone(),
+                Arc::clone(&stop),
+                Arc::clone(&abandon),
+                Arc::clone(&errors),
+                Arc::clone(&backend),
+            );
+            let handle = std::thread::Builder::new()
+                .name(format!("cpnet-proxy-{t}"))
+                .spawn(move || {
+                    let ep = match backend.open(t) {
+                        Ok(ep) => ep,
+                        Err(e) => {
+                            let _ = card_tx.send((t, Err(e)));
+                            return;
+                        }
+                    };
+                    let _ = card_tx.send((t, Ok(B::card(&ep))));
+                    let Ok(cards) = peer_rx.recv() else { return };
+                    let transport = match backend.connect(ep, cards) {
+                        Ok(tr) => tr,
+                        Err(e) => {
+                            let _ = ready_tx.send((t, Err(e)));
+                            return;
+                        }
+                    };
+                    let _ = ready_tx.send((t, Ok(())));
+                    let mut service = Service::new(queues, transport, limits, me);
+                    service.run_with(idle_sleep, || {
+                        // Acquire: pairs with the Release store in `stop`.
+                        stop.load(std::sync::atomic::Ordering::Acquire)
+                    });
+                    // Finish what is in flight; bounded so a dead peer cannot
+                    // hang finalize, and skipped when the job is failing.
+                    let until = Instant::now() + DRAIN_LIMIT;
+                    // Acquire: pairs with the Release stores of `abandon`.
+                    service.drain(|| abandon.load(std::sync::atomic::Ordering::Acquire) || Instant::now() > until);
+                    let failed = service.take_errors();
+                    if !failed.is_empty() {
+                        errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(failed);
+                    }
+                })
+                .map_err(|e| Error::Proxy { pe: me, thread: t, why: format!("spawn: {e}") })?;
+            handles.push(handle);
+        }
+        Ok(Proxies {
+            handles,
+            stop,
+            abandon,
+            errors,
+            card_rx: Some(card_rx),
+            ready_rx: Some(ready_rx),
+            peer_txs,
+        })
+    }
+
+    /// Collect our threads' cards, exchange them with every PE, hand every
+    /// thread the cards of its counterparts and wait until all connected.
+    /// **Collective** (an allgather).
+    pub(crate) fn connect(&mut self, boot: &Bootstrap, me: i32) -> Result<()> {
+        let threads = self.handles.len();
+        let (Some(card_rx), Some(ready_rx)) = (self.card_rx.take(), self.ready_rx.take()) else {
+            return Ok(());
+        };
+        let mut mine = vec![Vec::new(); threads];
+        for _ in 0..threads {
+            let (t, card) =
+                card_rx.recv().map_err(|_| Error::Proxy { pe: me, thread: 0, why: "exited during start-up".into() })?;
+            match card {
+                Ok(c) => mine[t] = c,
+                Err(why) => {
+                    boot.abort(&format!("fabric setup failed: {why}"));
+                    return Err(Error::Proxy { pe: me, thread: t, why });
+                }
+            }
+        }
+        let mut blob = Vec::new();
+        blob.extend_from_slice(&(threads as u32).to_le_bytes());
+        for c in &mine {
+            blob.extend_from_slice(&(c.len() as u32).to_le_bytes());
+            blob.extend_from_slice(c);
+        }
+        let all = boot.allgather(&blob).map_err(|cause| Error::Bootstrap { pe: me, cause })?;
+        let mut per_thread: Vec<Vec<Vec<u8>>> = vec![Vec::new(); threads];
+        for (peer, b) in all.iter().enumerate() {
+            let cards = parse_cards(b).ok_or_else(|| Error::NotSymmetric {
+                pe: me,
+                call: "init",
+                detail: format!("PE {peer} sent a malformed fabric card"),
+            })?;
+            if cards.len() != threads {
+                return Err(Error::NotSymmetric {
+                    pe: me,
+                    call: "init",
+                    detail: format!(
+                        "PE {peer} runs {} proxy threads, this PE {threads} (set CPNET_PROXY_THREADS alike)",
+                        cards.len()
+                    ),
+                });
+            }
+            for (t, c) in cards.into_iter().enumerate() {
+                per_thread[t].push(c);
+            }
+        }
+        for (tx, cards) in self.peer_txs.drain(..).zip(per_thread) {
+            let _ = tx.send(cards);
+        }
+        for _ in 0..threads {
+            let (t, r) =
+                ready_rx.recv().map_err(|_| Error::Proxy { pe: me, thread: 0, why: "exited during start-up".into() })?;
+            if let Err(why) = r {
+                boot.abort(&format!("fabric connect failed: {why}"));
+                return Err(Error::Proxy { pe: me, thread: t, why });
+            }
+        }
+        Ok(())
+    }
+
+    /// Command errors recorded so far.
+    pub(crate) fn command_errors(&self) -> Vec<CommandError> {
+        self.errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Stop the services (they drain unless abandoned) and join them.
+    pub(crate) fn stop(&mut self, me: i32) -> Result<()> {
+        // Release: pairs with the service threads' Acquire load of `stop`.
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        // Unblock threads still waiting for cards (start-up failed).
+        self.peer_txs.clear();
+        let mut first = Ok(());
+        for (t, h) in self.handles.drain(..).enumerate() {
+            if h.join().is_err() && first.is_ok() {
+                first = Err(Error::Proxy { pe: me, thread: t, why: "panicked".into() });
+            }
+        }
+        first
+    }
+
+    /// Mark the job as failing: services stop without draining.
+    pub(crate) fn abandon(&self) {
+        // Release: pairs with the service threads' Acquire in drain.
+        self.abandon.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+fn parse_cards(b: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let n = u32::from_le_bytes(b.get(0..4)?.try_into().ok()?) as usize;
+    let mut at = 4;
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let len = u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?) as usize;
+        at += 4;
+        out.push(b.get(at..at + len)?.to_vec());
+        at += len;
+    }
+    (at == b.len()).then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_cards;
+
+    #[test]
+    fn cards_round_trip_and_reject_garbage() {
+        let mut blob = 2u32.to_le_bytes().to_vec();
+        for c in [&b"ab"[..], &b""[..]] {
+            blob.extend_from_slice(&(c.len() as u32).to_le_bytes());
+            blob.extend_from_slice(c);
+        }
+        assert_eq!(parse_cards(&blob), Some(vec![b"ab".to_vec(), Vec::new()]));
+        assert_eq!(parse_cards(&blob[..blob.len() - 1]), None, "truncated");
+        let mut extra = blob.clone();
+        extra.push(0);
+        assert_eq!(parse_cards(&extra), None, "trailing bytes");
+    }
+}
