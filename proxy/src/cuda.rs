@@ -151,6 +151,10 @@ impl Drop for Stream {
     }
 }
 
+/// An event of an [`EventPool`], recorded on a stream (only the pool makes them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event(cusys::CUevent);
+
 /// Events (`CU_EVENT_DISABLE_TIMING`) recorded after copies and polled with
 /// `cuEventQuery`; reused through a free list.
 #[derive(Debug, Default)]
@@ -173,7 +177,7 @@ impl EventPool {
     ///
     /// # Errors
     /// `cuEventCreate` / `cuEventRecord` failures.
-    pub fn record(&mut self, stream: &Stream) -> Result<cusys::CUevent> {
+    pub fn record(&mut self, stream: &Stream) -> Result<Event> {
         let ev = match self.free.pop() {
             Some(e) => e,
             None => {
@@ -189,7 +193,7 @@ impl EventPool {
             self.free.push(ev);
             return Err(CudaError { what: "cuEventRecord", source });
         }
-        Ok(ev)
+        Ok(Event(ev))
     }
 
     /// Query `ev` (from [`EventPool::record`]) without blocking.
@@ -197,9 +201,10 @@ impl EventPool {
     /// # Errors
     /// Any answer other than success and `CUDA_ERROR_NOT_READY` (a failed copy
     /// leaves a sticky error in the context).
-    pub fn query(&self, ev: cusys::CUevent) -> Result<EventState> {
-        // SAFETY: `ev` is a live event of this pool.
-        match unsafe { cusys::cuEventQuery(ev) } {
+    pub fn query(&self, ev: Event) -> Result<EventState> {
+        // SAFETY: `ev` is a live event made by a pool (events are destroyed
+        // only when their pool drops, and an Event never outlives its use).
+        match unsafe { cusys::cuEventQuery(ev.0) } {
             cusys::CUresult::CUDA_SUCCESS => Ok(EventState::Done),
             cusys::CUresult::CUDA_ERROR_NOT_READY => Ok(EventState::Pending),
             e => Err(CudaError { what: "cuEventQuery", source: DriverError(e) }),
@@ -207,8 +212,8 @@ impl EventPool {
     }
 
     /// Give `ev` back for reuse (after it passed, or when abandoning it).
-    pub fn release(&mut self, ev: cusys::CUevent) {
-        self.free.push(ev);
+    pub fn release(&mut self, ev: Event) {
+        self.free.push(ev.0);
     }
 }
 

@@ -68,9 +68,8 @@ use cpnet_device::layout::{AmoOp, AmoType, ErrorCode, SignalOp};
 use cpnet_device::ring::Outcome;
 use cpnet_fabric_sys as sys;
 use cudarc::driver::CudaContext;
-use cudarc::driver::sys as cusys;
 
-use crate::cuda::{CudaError, EventPool, EventState, Pinned, Stream};
+use crate::cuda::{CudaError, Event, EventPool, EventState, Pinned, Stream};
 use crate::decode::{GetDst, Op, PutSrc};
 use crate::fabric::{
     AddressVector, CompletionQueue, Domain, Endpoint, Fabric, FabricError, FiAddr, Info, InfoRequest, LocalBuf,
@@ -494,7 +493,7 @@ pub struct StagedTransport {
     /// Ops with requests still to start.
     to_stage: VecDeque<u32>,
     /// Copies in stream order, each with its event.
-    copies: VecDeque<(cusys::CUevent, After)>,
+    copies: VecDeque<(Event, After)>,
     /// Sends that met `-FI_EAGAIN`: (context, length, peer).
     to_send: VecDeque<(u64, usize, i32)>,
     /// Header-only messages waiting for a small buffer: (peer, header, op).
@@ -909,14 +908,17 @@ impl StagedTransport {
         let op = s.op.expect("live op");
         // A multi-chunk put-signal sends its signal after every chunk landed,
         // as one more request (stage_one builds it in phase Signal).
-        if s.error.is_none() && s.phase == Phase::Data && s.chunks > 1 && op.pe() != Some(self.inner.my_pe) {
-            if let Op::PutSignal { .. } = op {
-                let st = &mut self.ops[i as usize];
-                st.phase = Phase::Signal;
-                st.chunks += 1;
-                self.to_stage.push_back(i);
-                return;
-            }
+        if s.error.is_none()
+            && s.phase == Phase::Data
+            && s.chunks > 1
+            && op.pe() != Some(self.inner.my_pe)
+            && matches!(op, Op::PutSignal { .. })
+        {
+            let st = &mut self.ops[i as usize];
+            st.phase = Phase::Signal;
+            st.chunks += 1;
+            self.to_stage.push_back(i);
+            return;
         }
         let outcome = match s.error {
             Some(code) => Outcome::Failed(code),
@@ -954,7 +956,7 @@ impl StagedTransport {
         match h.kind {
             K_PUT => {
                 let pe = h.src_pe;
-                let sig_ok = h.flags & F_SIGNAL == 0 || (in_heap(h.sig, 8) && h.sig % 8 == 0);
+                let sig_ok = h.flags & F_SIGNAL == 0 || (in_heap(h.sig, 8) && h.sig.is_multiple_of(8));
                 let len_ok = if h.flags & F_INLINE != 0 { h.size <= 8 } else { h.size <= self.inner.cfg.chunk as u64 };
                 if !in_heap(h.dst, h.size) || !sig_ok || !len_ok {
                     self.repost(r);
@@ -1007,7 +1009,7 @@ impl StagedTransport {
                 self.repost(r);
                 let (ty, op) = (AmoType::from_u8(h.ty), AmoOp::from_u8(h.sub));
                 match (ty, op) {
-                    (Some(ty), Some(op)) if in_heap(h.dst, ty.size()) && h.dst % ty.size() == 0 => {
+                    (Some(ty), Some(op)) if in_heap(h.dst, ty.size()) && h.dst.is_multiple_of(ty.size()) => {
                         self.amo_pending.push_back(AmoItem {
                             ty,
                             op,
@@ -1297,8 +1299,7 @@ impl StagedTransport {
                     continue;
                 }
             };
-            for k in 0..n {
-                let ctx = buf[k];
+            for &ctx in &buf[..n] {
                 let i = (ctx & CTX_MASK) as u32;
                 match ctx & !CTX_MASK {
                     CTX_RECV => self.on_recv(i, done)?,

@@ -69,7 +69,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     pe.synchronize()?;
     let took = t.elapsed();
     pe.barrier_all()?;
-    let read_i32 = |a: cpnet::device::cpu::SymAddr, k: usize| -> Result<Vec<i32>, Error> {
+    let read_i32 = |a: cpnet::device::cpu::SymAddr, k: usize| -> Result<Vec<i32>, Box<Error>> {
         let mut v = vec![0u8; 4 * k];
         pe.read_heap(a, &mut v)?;
         Ok(v.chunks(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect())

@@ -298,9 +298,9 @@ impl DeviceHeap {
 
 impl Drop for DeviceHeap {
     fn drop(&mut self) {
+        let _ = self.cuda.bind_to_thread();
         // SAFETY: allocated by cuMemAlloc in `new`, freed once; the owner
         // drops it after every kernel and proxy thread using it has ended.
-        let _ = self.cuda.bind_to_thread();
         let _ = unsafe { cu::free_sync(self.base) };
     }
 }
