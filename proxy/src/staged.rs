@@ -236,6 +236,9 @@ pub struct StagedEndpoint {
     heap: GpuHeap,
     cfg: StagedConfig,
     shared: Arc<PeShared>,
+    /// Per PE: the device address of its heap mapped into this process
+    /// (CUDA IPC, same host), for the peer path; `None`: messages.
+    peer_heaps: Vec<Option<u64>>,
     _cuda: Arc<CudaContext>,
 }
 
@@ -283,6 +286,7 @@ impl StagedEndpoint {
         n_pes: i32,
         heap: GpuHeap,
         shared: Arc<PeShared>,
+        peer_heaps: Vec<Option<u64>>,
     ) -> Result<StagedEndpoint, TransportError> {
         let cuda_err = |e: CudaError| TransportError::Cuda { pe: my_pe, what: e.what, why: format!("{:?}", e.source) };
         cuda.bind_to_thread().map_err(|e| TransportError::Cuda { pe: my_pe, what: "cuCtxSetCurrent", why: format!("{e:?}") })?;
@@ -339,6 +343,7 @@ impl StagedEndpoint {
             heap,
             cfg: cfg.clone(),
             shared,
+            peer_heaps,
             _cuda: cuda,
         })
     }
@@ -430,6 +435,9 @@ struct OpSlot {
     outstanding: u32,
     error: Option<ErrorCode>,
     value: u64,
+    /// A put-signal whose signal goes as its own message once the data has
+    /// landed (multi-chunk staged puts; ADD signals on the peer path).
+    signal_msg: bool,
 }
 
 /// What to do when a copy's event has passed.
@@ -680,8 +688,15 @@ impl StagedTransport {
         s.outstanding = 0;
         s.error = None;
         s.value = 0;
+        s.signal_msg = false;
         let pe = op.pe().expect("data operation");
-        let r = if pe == self.inner.my_pe { self.start_local(i, op) } else { self.start_remote(i, op) };
+        let r = if pe == self.inner.my_pe {
+            self.start_local(i, op)
+        } else if let (Some(Some(peer)), false) = (self.inner.peer_heaps.get(pe as usize), matches!(op, Op::Amo { .. })) {
+            self.start_peer(i, op, *peer)
+        } else {
+            self.start_remote(i, op)
+        };
         match r {
             Ok(()) => Submit::Pending,
             Err(e) => {
@@ -765,6 +780,60 @@ impl StagedTransport {
         }
     }
 
+    /// The peer path: `peer` is the target's heap mapped into this process.
+    fn start_peer(&mut self, i: u32, op: &Op, peer: u64) -> Result<(), CudaError> {
+        let s = &mut self.ops[i as usize];
+        s.outstanding = 1;
+        s.chunks = 1;
+        s.started = 1;
+        match *op {
+            Op::Put { dst, src, size, .. } | Op::PutSignal { dst, src, size, .. } => {
+                if size > 0 {
+                    match src {
+                        // SAFETY: decoder-checked ranges of our heap and of
+                        // the peer's (same size), mapped by CUDA IPC.
+                        PutSrc::Heap(src) => unsafe { self.inner.stream.dtod(peer + dst, self.dev(src), size as usize)? },
+                        PutSrc::Inline(bits) => {
+                            // SAFETY: the op's own scratch word.
+                            unsafe { self.scratch(i, 0).write(bits) };
+                            // SAFETY: pinned word kept until the event passes;
+                            // checked range in the mapped peer heap.
+                            unsafe { self.inner.stream.htod(peer + dst, self.scratch(i, 0).cast(), size as usize)? };
+                        }
+                    }
+                }
+                if let Op::PutSignal { sig, signal, op: sop, .. } = *op {
+                    match sop {
+                        SignalOp::Set => {
+                            // SAFETY: the op's own scratch word.
+                            unsafe { self.scratch(i, 1).write(signal) };
+                            // SAFETY: as above; after the data on the same
+                            // stream, so the signal never overtakes it.
+                            unsafe { self.inner.stream.htod(peer + sig, self.scratch(i, 1).cast(), 8)? };
+                        }
+                        // Atomic at the target: its executor, by message,
+                        // once the data has landed.
+                        SignalOp::Add => self.ops[i as usize].signal_msg = true,
+                    }
+                }
+                self.after(After::LocalDone { op: i })
+            }
+            Op::Get { dst: GetDst::Heap(dst), src, size, .. } => {
+                // SAFETY: decoder-checked ranges (ours, and the mapped peer's).
+                unsafe { self.inner.stream.dtod(self.dev(dst), peer + src, size as usize)? };
+                self.after(After::LocalDone { op: i })
+            }
+            Op::Get { dst: GetDst::Result, src, size, .. } => {
+                // SAFETY: the op's own scratch word, zeroed for short reads.
+                unsafe { self.scratch(i, 2).write(0) };
+                // SAFETY: pinned word (8 >= size) read after the event passes.
+                unsafe { self.inner.stream.dtoh(self.scratch(i, 2).cast(), peer + src, size as usize)? };
+                self.after(After::LocalResult { op: i })
+            }
+            Op::Amo { .. } | Op::Nop | Op::Fence | Op::Quiet | Op::BarrierAll => unreachable!("not on the peer path"),
+        }
+    }
+
     fn start_remote(&mut self, i: u32, op: &Op) -> Result<(), CudaError> {
         let chunk = self.inner.cfg.chunk as u64;
         let s = &mut self.ops[i as usize];
@@ -775,6 +844,7 @@ impl StagedTransport {
             Op::Get { size, .. } => size.div_ceil(chunk).max(1) as u32,
             _ => 1,
         };
+        s.signal_msg = s.chunks > 1 && matches!(op, Op::PutSignal { .. });
         self.to_stage.push_back(i);
         self.stage_all()
     }
@@ -906,14 +976,9 @@ impl StagedTransport {
             return;
         }
         let op = s.op.expect("live op");
-        // A multi-chunk put-signal sends its signal after every chunk landed,
-        // as one more request (stage_one builds it in phase Signal).
-        if s.error.is_none()
-            && s.phase == Phase::Data
-            && s.chunks > 1
-            && op.pe() != Some(self.inner.my_pe)
-            && matches!(op, Op::PutSignal { .. })
-        {
+        // A put-signal with `signal_msg` sends its signal after its data
+        // landed, as one more request (stage_one builds it in phase Signal).
+        if s.error.is_none() && s.phase == Phase::Data && s.signal_msg {
             let st = &mut self.ops[i as usize];
             st.phase = Phase::Signal;
             st.chunks += 1;

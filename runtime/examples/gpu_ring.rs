@@ -109,7 +109,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             bad += 1;
         }
     }
-    println!("PE {me}/{npes} ({}): kernel {:.1} us, {} errors", pe.provider(), took.as_secs_f64() * 1e6, bad);
+    println!(
+        "PE {me}/{npes} ({}, CUDA IPC peers {:?}): kernel {:.1} us, {} errors",
+        pe.provider(),
+        pe.peer_path(),
+        took.as_secs_f64() * 1e6,
+        bad
+    );
     for e in pe.command_errors() {
         eprintln!("  {e}");
     }

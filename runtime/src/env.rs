@@ -58,6 +58,7 @@
 //! | `CPNET_ABORT_GRACE` | after learning that a peer died, how long a PE lets its program end on its own before the runtime exits the process with status 1 | seconds (decimal) | `5` |
 //! | `CPNET_CONNECT_TIMEOUT` | how long a PE may take to reach the rendezvous, and all PEs to arrive there | seconds (decimal), > 0 | `60` |
 //! | `CPNET_PROXY_IDLE_SLEEP` | once a proxy thread has had no command to take for 5 ms, sleep this long per polling pass (saves CPU while idle, but the provider's target-side progress, which rxm and shm atomics and delivery-complete writes need, then waits up to a sleep, plus the kernel's timer slack); `0` spins (yielding) forever | microseconds | `0` |
+//! | `CPNET_GPU_IPC` | GPU PEs: reach the heaps of PEs on the same host through CUDA IPC (the proxy's puts, gets and SET signals become peer copies over NVLink or PCIe); `0` sends everything through the staged path | `0` or `1` | `1` |
 //! | `CPNET_STAGE_CHUNK` | GPU PEs on the staged path: data bytes per message (larger puts and gets are split); each proxy thread keeps `2 x credits x (PEs - 1) + 16` receive buffers and `CPNET_STAGE_BUFS` send buffers of this size plus 64 in pinned memory | bytes (K/M/G) | `256K` |
 //! | `CPNET_STAGE_CREDITS` | GPU PEs on the staged path: requests in flight per proxy thread and target PE | count, `1..=1024` | `8` |
 //! | `CPNET_STAGE_BUFS` | GPU PEs on the staged path: send buffers per proxy thread | count, `1..=4096` | `16` |
@@ -101,6 +102,8 @@ pub const WAIT_TIMEOUT: &str = "CPNET_WAIT_TIMEOUT";
 pub const ABORT_GRACE: &str = "CPNET_ABORT_GRACE";
 /// `CPNET_CONNECT_TIMEOUT`: seconds to reach the rendezvous and for all PEs to arrive.
 pub const CONNECT_TIMEOUT: &str = "CPNET_CONNECT_TIMEOUT";
+/// `CPNET_GPU_IPC`: use CUDA IPC peer copies between GPU PEs of one host (1) or not (0).
+pub const GPU_IPC: &str = "CPNET_GPU_IPC";
 /// `CPNET_STAGE_CHUNK`: data bytes per staged message.
 pub const STAGE_CHUNK: &str = "CPNET_STAGE_CHUNK";
 /// `CPNET_STAGE_CREDITS`: staged requests in flight per thread and target.
@@ -386,6 +389,8 @@ pub struct Tuning {
     /// `CPNET_PROXY_IDLE_SLEEP`: sleep per polling pass of a proxy thread
     /// idle for 5 ms; `None` (the default) spins, yielding.
     pub proxy_idle_sleep: Option<Duration>,
+    /// `CPNET_GPU_IPC`: peer copies through CUDA IPC between GPU PEs of one host.
+    pub gpu_ipc: bool,
     /// `CPNET_STAGE_CHUNK`: data bytes per staged message (GPU PEs), > 0.
     pub stage_chunk: u64,
     /// `CPNET_STAGE_CREDITS`: staged requests in flight per thread and target PE.
@@ -407,6 +412,7 @@ impl Default for Tuning {
             abort_grace: DEFAULT_ABORT_GRACE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             proxy_idle_sleep: None,
+            gpu_ipc: true,
             stage_chunk: 256 << 10,
             stage_credits: 8,
             stage_bufs: 16,
@@ -455,6 +461,13 @@ impl Tuning {
                         &format!("an integer in 1..={MAX_PROXY_THREADS}"),
                     )
                 })?;
+        }
+        if let Some(v) = get(GPU_IPC) {
+            t.gpu_ipc = match v.as_str() {
+                "1" => true,
+                "0" => false,
+                _ => return Err(invalid(GPU_IPC, &v, "0 or 1")),
+            };
         }
         if let Some(v) = get(STAGE_CHUNK) {
             t.stage_chunk = parse_bytes(&v)

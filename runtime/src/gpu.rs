@@ -305,6 +305,93 @@ impl Drop for DeviceHeap {
     }
 }
 
+/// The heaps of the other GPU PEs of this host, mapped into this process
+/// with CUDA IPC (`cuIpcOpenMemHandle`), closed on drop.
+#[derive(Debug)]
+struct PeerHeaps {
+    /// Per PE: the mapped base, where mapped.
+    bases: Vec<Option<u64>>,
+    cuda: Arc<CudaContext>,
+}
+
+/// This host's identity for "same host" (the kernel's boot id, else the
+/// host name).
+fn host_id() -> Vec<u8> {
+    std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_else(|_| {
+        let mut b = [0u8; 256];
+        // SAFETY: gethostname writes at most `len` bytes into `b`.
+        let r = unsafe { libc::gethostname(b.as_mut_ptr().cast(), b.len()) };
+        if r == 0 { b.split(|&c| c == 0).next().unwrap_or(&[]).to_vec() } else { Vec::new() }
+    })
+}
+
+impl PeerHeaps {
+    /// Exchange IPC handles of every PE's heap (**collective**, an
+    /// allgather) and open those of the other PEs on this host. A handle
+    /// that does not open leaves that PE on the staged path (logged).
+    fn exchange(boot: &Bootstrap, me: i32, heap: &DeviceHeap, enabled: bool) -> pe::Result<PeerHeaps> {
+        let mut card = Vec::new();
+        let id = host_id();
+        let mut handle = cusys::CUipcMemHandle_st { reserved: [0; 64] };
+        let ok = enabled && !id.is_empty() && {
+            // SAFETY: `heap.base` is the start of a cuMemAlloc allocation of
+            // the current context; `handle` is a valid out-parameter.
+            let r = unsafe { cusys::cuIpcGetMemHandle(&mut handle, heap.base) };
+            if r != cusys::CUresult::CUDA_SUCCESS {
+                tracing::warn!("PE {me}: cuIpcGetMemHandle failed ({r:?}): peers on this host use the staged path");
+            }
+            r == cusys::CUresult::CUDA_SUCCESS
+        };
+        if ok {
+            card.extend_from_slice(&(id.len() as u32).to_le_bytes());
+            card.extend_from_slice(&id);
+            card.extend(handle.reserved.iter().map(|&c| c as u8));
+        }
+        let all = boot.allgather(&card).map_err(|cause| Error::Bootstrap { pe: me, cause })?;
+        let mut bases = vec![None; all.len()];
+        for (peer, c) in all.iter().enumerate() {
+            if peer as i32 == me || !ok || c.len() < 4 {
+                continue;
+            }
+            let n = u32::from_le_bytes(c[..4].try_into().expect("4 bytes")) as usize;
+            if c.len() != 4 + n + 64 || c[4..4 + n] != id[..] {
+                continue; // another host, or IPC off there
+            }
+            let mut h = cusys::CUipcMemHandle_st { reserved: [0; 64] };
+            for (d, &s) in h.reserved.iter_mut().zip(&c[4 + n..]) {
+                *d = s as std::ffi::c_char;
+            }
+            let mut base: cusys::CUdeviceptr = 0;
+            // SAFETY: `h` is the handle PE `peer` got from cuIpcGetMemHandle
+            // on its heap; a context is current; `base` is a valid out-param.
+            let r = unsafe {
+                cusys::cuIpcOpenMemHandle_v2(
+                    &mut base,
+                    h,
+                    cusys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as std::ffi::c_uint,
+                )
+            };
+            if r == cusys::CUresult::CUDA_SUCCESS {
+                bases[peer] = Some(base);
+            } else {
+                tracing::warn!("PE {me}: cuIpcOpenMemHandle for PE {peer}'s heap failed ({r:?}): staged path to it");
+            }
+        }
+        Ok(PeerHeaps { bases, cuda: Arc::clone(&heap.cuda) })
+    }
+}
+
+impl Drop for PeerHeaps {
+    fn drop(&mut self) {
+        let _ = self.cuda.bind_to_thread();
+        for b in self.bases.iter().flatten() {
+            // SAFETY: opened by cuIpcOpenMemHandle in `exchange`, closed once,
+            // after the proxy threads that copy through it were joined.
+            let _ = unsafe { cusys::cuIpcCloseMemHandle(*b) };
+        }
+    }
+}
+
 /// The GPU PE's transport: the staged path (DESIGN.md "Data paths").
 struct GpuBackend {
     cfg: StagedConfig,
@@ -313,13 +400,22 @@ struct GpuBackend {
     n_pes: i32,
     heap: GpuHeap,
     shared: Arc<PeShared>,
+    peer_heaps: Vec<Option<u64>>,
 }
 
 impl Backend for GpuBackend {
     type Endpoint = StagedEndpoint;
     type Transport = StagedTransport;
     fn open(&self, _t: usize) -> Result<StagedEndpoint, String> {
-        StagedEndpoint::open(&self.cfg, Arc::clone(&self.cuda), self.me, self.n_pes, self.heap, Arc::clone(&self.shared))
+        StagedEndpoint::open(
+            &self.cfg,
+            Arc::clone(&self.cuda),
+            self.me,
+            self.n_pes,
+            self.heap,
+            Arc::clone(&self.shared),
+            self.peer_heaps.clone(),
+        )
             .map_err(|e| e.to_string())
     }
     fn card(ep: &StagedEndpoint) -> Vec<u8> {
@@ -369,6 +465,7 @@ pub struct GpuPe {
     finalized: bool,
     stream: Arc<CudaStream>,
     // Freed after the service threads are joined (Drop stops them first).
+    peers: PeerHeaps,
     queues: Arc<GpuQueues>,
     heap: DeviceHeap,
     cuda: Arc<CudaContext>,
@@ -419,6 +516,7 @@ impl GpuPe {
         let heap_size = tuning.heap_size.next_multiple_of(SHMALLOC_ALIGN);
         let heap = DeviceHeap::new(&cuda, heap_size)?;
         let queues = Arc::new(GpuQueues::new(tuning.queues, geom)?);
+        let peers = PeerHeaps::exchange(&boot, me, &heap, tuning.gpu_ipc)?;
         let stream = cuda.new_stream().map_err(|source| GpuError::Cuda { what: "cuStreamCreate (application stream)", source })?;
         let fabric = pe::default_fabric(&launch, &tuning);
         let cfg = StagedConfig {
@@ -438,6 +536,7 @@ impl GpuPe {
             n_pes: launch.n_pes,
             heap: GpuHeap { base: heap.base, size: heap_size },
             shared: Arc::new(PeShared::default()),
+            peer_heaps: peers.bases.clone(),
         });
         let proxies = Proxies::spawn(backend, me, per_thread, limits, tuning.proxy_idle_sleep)?;
         let mut pe = GpuPe {
@@ -449,6 +548,7 @@ impl GpuPe {
             proxies,
             finalized: false,
             stream,
+            peers,
             queues,
             heap,
             cuda,
@@ -483,6 +583,13 @@ impl GpuPe {
     /// The libfabric provider the staged transport uses.
     pub fn provider(&self) -> &str {
         &self.provider
+    }
+
+    /// Which PEs this PE reaches by CUDA IPC peer copies (same host,
+    /// `CPNET_GPU_IPC=1`), per PE; the others (and AMOs always) go through
+    /// the staged path.
+    pub fn peer_path(&self) -> Vec<bool> {
+        self.peers.bases.iter().map(Option::is_some).collect()
     }
 
     /// The PE's CUDA context (its GPU).
