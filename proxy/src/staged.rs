@@ -1,7 +1,7 @@
 //! The staged transport: GPU symmetric heaps over a provider that cannot
 //! reach GPU memory (no `FI_HMEM` CUDA support, as in the libfabric that
 //! Debian and Ubuntu ship). DESIGN.md "Data paths"; the plan and its
-//! reasons are in `docs/gpu-data-path-plan.md`.
+//! reasons are in `docs/gpu-data-paths.md`.
 //!
 //! # Shape
 //!
