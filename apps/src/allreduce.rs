@@ -76,6 +76,8 @@ use crate::cli::{Variant, init_pe, parse_size};
 use crate::mem::SymArray;
 use crate::team::TeamBarrier;
 
+pub mod gpu;
+
 /// How often an idle ring checks its queue for a failing job.
 const PROBE_EVERY: Duration = Duration::from_millis(2);
 
@@ -756,16 +758,13 @@ fn count_wrong<T: Elem>(pe: &Pe, layout: &Layout, count: usize, in_place: bool) 
 type Line = [(f64, u64); 2];
 
 fn sweep<T: Elem>(pe: &Pe, args: &Args, rings: &Rings) -> anyhow::Result<u64> {
-    let (me, n) = (pe.my_pe(), pe.n_pes());
-    let esize = size_of::<T>() as u64;
-    let piece = (args.chunk / esize) as usize;
-    let mut wrong_total = 0;
-    let mut busbw_sum = 0.0;
-    let mut busbw_n = 0u32;
-    for size in args.sizes() {
-        let count = (size / esize) as usize;
-        let mut line: Line = [(0.0, 0); 2];
-        for (mode, in_place) in [false, true].into_iter().enumerate() {
+    let piece = (args.chunk / size_of::<T>() as u64) as usize;
+    sweep_with::<T>(
+        pe.my_pe(),
+        pe.n_pes(),
+        args,
+        |blob| Ok(pe.allgather_bytes(blob)?),
+        |count, in_place| {
             // In-place: the output is the input.
             let layout = Layout {
                 output: if in_place {
@@ -785,6 +784,32 @@ fn sweep<T: Elem>(pe: &Pe, args: &Args, rings: &Rings) -> anyhow::Result<u64> {
                 rings.run::<T>(pe, &layout, count, in_place, 0, 1, piece)?;
                 wrong = count_wrong::<T>(pe, &layout, count, in_place);
             }
+            Ok((secs, wrong))
+        },
+    )
+}
+
+/// The sweep of nccl-tests, whatever runs the allreduces: for each size,
+/// out-of-place then in-place, `measure(count, in_place)` returns this PE's
+/// seconds per timed allreduce and its wrong elements; the times are
+/// averaged and the wrong elements summed over PEs (`allgather`), and PE 0
+/// (`me`) prints the line. Returns the total `#wrong`, the same on every PE.
+fn sweep_with<T: Elem>(
+    me: i32,
+    n: i32,
+    args: &Args,
+    allgather: impl Fn(&[u8]) -> anyhow::Result<Vec<Vec<u8>>>,
+    mut measure: impl FnMut(usize, bool) -> anyhow::Result<(f64, u64)>,
+) -> anyhow::Result<u64> {
+    let esize = size_of::<T>() as u64;
+    let mut wrong_total = 0;
+    let mut busbw_sum = 0.0;
+    let mut busbw_n = 0u32;
+    for size in args.sizes() {
+        let count = (size / esize) as usize;
+        let mut line: Line = [(0.0, 0); 2];
+        for (mode, in_place) in [false, true].into_iter().enumerate() {
+            let (secs, wrong) = measure(count, in_place)?;
             line[mode] = (secs * 1e6, wrong);
         }
         let mut mine = Vec::new();
@@ -792,7 +817,7 @@ fn sweep<T: Elem>(pe: &Pe, args: &Args, rings: &Rings) -> anyhow::Result<u64> {
             mine.extend_from_slice(&t.to_le_bytes());
             mine.extend_from_slice(&w.to_le_bytes());
         }
-        let all = pe.allgather_bytes(&mine)?;
+        let all = allgather(&mine)?;
         let mut sum: Line = [(0.0, 0); 2];
         for blob in &all {
             for (m, s) in sum.iter_mut().enumerate() {
@@ -883,13 +908,17 @@ fn fmt_g(v: f64) -> String {
 }
 
 /// The whole program. **Collective.** Returns the total `#wrong` (summed
-/// over PEs, sizes and both modes; the same on every PE).
+/// over PEs, sizes and both modes; the same on every PE). The GPU variants
+/// run in [`gpu::run`].
 ///
 /// # Errors
-/// Bad flags, an unimplemented variant, init and run errors.
+/// Bad flags, a GPU variant without a GPU, init and run errors.
 pub fn run(args: &Args) -> anyhow::Result<u64> {
-    args.variant.require_implemented()?;
+    args.variant.require_available()?;
     args.validate()?;
+    if args.variant.is_gpu() {
+        return gpu::run(args);
+    }
     let (pe, raised) = init_pe(|_| heap_need(args))?;
     let (me, n) = (pe.my_pe(), pe.n_pes());
     let (r, k) = (u64::from(args.wgs), u64::from(args.slots));
@@ -918,65 +947,7 @@ pub fn run(args: &Args) -> anyhow::Result<u64> {
     };
     pe.barrier_all()?;
     if me == 0 {
-        println!(
-            "# cpnet allreduce: multi-ring (ComP-Net §5.4), variant {}, {n} PEs, {} rings (work-groups) per PE, provider {}",
-            args.variant.name(),
-            args.wgs,
-            pe.provider()
-        );
-        println!(
-            "# minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} validation: {} chunk: {} slots: {}{}",
-            args.min_bytes,
-            args.max_bytes,
-            if args.step_factor > 1 {
-                format!("{}(factor)", args.step_factor)
-            } else {
-                format!("{}(bytes)", args.step_bytes)
-            },
-            args.warmup,
-            args.iters,
-            args.check,
-            args.chunk,
-            args.slots,
-            raised.map(|h| format!(" heap: {h}")).unwrap_or_default()
-        );
-        println!("#");
-        println!(
-            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place          ",
-            "", "", "", "", ""
-        );
-        println!(
-            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
-            "size",
-            "count",
-            "type",
-            "redop",
-            "root",
-            "time",
-            "algbw",
-            "busbw",
-            "#wrong",
-            "time",
-            "algbw",
-            "busbw",
-            "#wrong"
-        );
-        println!(
-            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
-            "(B)",
-            "(elements)",
-            "",
-            "",
-            "",
-            "(us)",
-            "(GB/s)",
-            "(GB/s)",
-            "",
-            "(us)",
-            "(GB/s)",
-            "(GB/s)",
-            ""
-        );
+        print_header(args, n, pe.provider(), raised);
     }
     let wrong = match args.dtype {
         DataType::Float => sweep::<f32>(&pe, args, &rings)?,
@@ -985,6 +956,69 @@ pub fn run(args: &Args) -> anyhow::Result<u64> {
     };
     pe.finalize()?;
     Ok(wrong)
+}
+
+/// nccl-tests' header (PE 0).
+fn print_header(args: &Args, n: i32, provider: &str, raised: Option<u64>) {
+    println!(
+        "# cpnet allreduce: multi-ring (ComP-Net §5.4), variant {}, {n} PEs, {} rings (work-groups) per PE, provider {}",
+        args.variant.name(),
+        args.wgs,
+        provider
+    );
+    println!(
+        "# minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} validation: {} chunk: {} slots: {}{}",
+        args.min_bytes,
+        args.max_bytes,
+        if args.step_factor > 1 {
+            format!("{}(factor)", args.step_factor)
+        } else {
+            format!("{}(bytes)", args.step_bytes)
+        },
+        args.warmup,
+        args.iters,
+        args.check,
+        args.chunk,
+        args.slots,
+        raised.map(|h| format!(" heap: {h}")).unwrap_or_default()
+    );
+    println!("#");
+    println!(
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place          ",
+        "", "", "", "", ""
+    );
+    println!(
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong"
+    );
+    println!(
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
+        "(B)",
+        "(elements)",
+        "",
+        "",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        ""
+    );
 }
 
 #[cfg(test)]

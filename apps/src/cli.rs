@@ -6,17 +6,19 @@
 //!   clap does not; [`parse_args`] rewrites `-name` to `--name` for every
 //!   long flag of the command, so both spellings work.
 //! - [`Variant`] selects how the work-groups run: `cpu` (CPU threads as
-//!   work-groups, the only one implemented today), `intra-kernel` and
-//!   `inter-kernel` (GPU, later).
-//! - [`init_pe`] starts the PE with a symmetric heap large enough for the
-//!   run, the way NVIDIA's Jacobi sets `NVSHMEM_SYMMETRIC_SIZE` for itself.
+//!   work-groups), `intra-kernel` and `inter-kernel` (GPU kernels; a
+//!   machine without a GPU refuses them with a clear error).
+//! - [`init_pe`] and [`init_gpu_pe`] start the PE with a symmetric heap
+//!   large enough for the run, the way NVIDIA's Jacobi sets
+//!   `NVSHMEM_SYMMETRIC_SIZE` for itself.
 
 use std::ffi::OsString;
 
 use anyhow::{Context, bail};
 use clap::{CommandFactory, Parser, ValueEnum};
-use cpnet::Pe;
 use cpnet::env::{HEAP_SIZE, Launch, Tuning};
+use cpnet::gpu::GpuError;
+use cpnet::{GpuPe, Pe};
 
 /// How an app's work-groups run (ComP-Net §5: "CPU", "Intra-Kernel",
 /// "Inter-Kernel").
@@ -27,10 +29,12 @@ pub enum Variant {
     /// through cpnet's queues (the paper's "CPU" configuration; CI runs it).
     Cpu,
     /// One persistent GPU kernel runs the whole loop and communicates from
-    /// inside (the paper's "Intra-Kernel"). Not implemented yet.
+    /// inside (the paper's "Intra-Kernel").
     IntraKernel,
-    /// A GPU kernel per step; the host issues the communication between
-    /// kernels (the paper's "Inter-Kernel" baseline). Not implemented yet.
+    /// A GPU kernel per step, the communication issued between kernels and
+    /// synchronized at kernel boundaries (the paper's "Inter-Kernel"
+    /// baseline; a GPU PE's heap is reachable only from its GPU, so the
+    /// host issues it as a short communication kernel).
     InterKernel,
 }
 
@@ -44,21 +48,27 @@ impl Variant {
         }
     }
 
-    /// `Ok` for a variant this build can run; otherwise an error that says
-    /// so and what to use instead (no variant is ever faked by another).
+    /// Whether the variant runs on a GPU.
+    pub fn is_gpu(self) -> bool {
+        self != Variant::Cpu
+    }
+
+    /// `Ok` for a variant this machine can run; otherwise an error that
+    /// says why and what to use instead (no variant is ever faked by
+    /// another). [`init_gpu_pe`] checks the device itself.
     ///
     /// # Errors
-    /// For `intra-kernel` and `inter-kernel`: the GPU variants are not
-    /// implemented yet.
-    pub fn require_implemented(self) -> anyhow::Result<()> {
-        match self {
-            Variant::Cpu => Ok(()),
-            Variant::IntraKernel | Variant::InterKernel => bail!(
-                "-variant {} is not implemented yet: the GPU variants come with the GPU \
-                 backend (issue 5, GPU part); this build runs -variant cpu only",
-                self.name()
-            ),
+    /// For `intra-kernel` and `inter-kernel` where no CUDA driver is
+    /// installed.
+    pub fn require_available(self) -> anyhow::Result<()> {
+        if self.is_gpu() && !cpnet::gpu::driver_present() {
+            bail!(
+                "-variant {} needs a GPU: {}; run -variant cpu on this machine",
+                self.name(),
+                GpuError::NoDriver
+            );
         }
+        Ok(())
     }
 }
 
@@ -132,17 +142,15 @@ fn init_logging() {
         .try_init();
 }
 
-/// Start this PE (**collective**, [`Pe::init_with`]) with a symmetric heap
-/// of at least `need(n_pes)` bytes. When `CPNET_HEAP_SIZE` is unset and its
+/// The launch facts and tuning of this PE, with a symmetric heap of at
+/// least `need(n_pes)` bytes. When `CPNET_HEAP_SIZE` is unset and its
 /// default is too small, the heap is raised to what the run needs and the
 /// new size is returned (for the app to report); when the user set it too
 /// small, this fails before any PE starts, naming both sizes.
 ///
 /// # Errors
-/// A malformed launch or tuning variable, a heap set too small, and every
-/// error of [`Pe::init_with`].
-pub fn init_pe(need: impl FnOnce(i32) -> u64) -> anyhow::Result<(Pe, Option<u64>)> {
-    init_logging();
+/// A malformed launch or tuning variable, a heap set too small.
+fn sized_launch(need: impl FnOnce(i32) -> u64) -> anyhow::Result<(Launch, Tuning, Option<u64>)> {
     let launch = Launch::from_env()?;
     let mut tuning = Tuning::from_env()?;
     let required = need(launch.n_pes);
@@ -160,8 +168,44 @@ pub fn init_pe(need: impl FnOnce(i32) -> u64) -> anyhow::Result<(Pe, Option<u64>
         tuning.heap_size = required;
         raised = Some(required);
     }
+    Ok((launch, tuning, raised))
+}
+
+/// Start this PE (**collective**, [`Pe::init_with`]) with a symmetric heap
+/// of at least `need(n_pes)` bytes (sized as [`init_gpu_pe`] does).
+///
+/// # Errors
+/// A malformed launch or tuning variable, a heap set too small, and every
+/// error of [`Pe::init_with`].
+pub fn init_pe(need: impl FnOnce(i32) -> u64) -> anyhow::Result<(Pe, Option<u64>)> {
+    init_logging();
+    let (launch, tuning, raised) = sized_launch(need)?;
     let pe = Pe::init_with(launch, tuning).context("cpnet init")?;
     Ok((pe, raised))
+}
+
+/// Start this PE on its GPU (**collective**, [`GpuPe::init_with`]) for
+/// `variant`, with a symmetric heap (GPU memory) of at least `need(n_pes)`
+/// bytes: raised to it when `CPNET_HEAP_SIZE` is unset (the new size is
+/// returned), an error when it is set too small.
+///
+/// # Errors
+/// No GPU ("-variant ... needs a GPU: ..."), a malformed launch or tuning
+/// variable, a heap set too small, and every error of [`GpuPe::init_with`].
+pub fn init_gpu_pe(
+    variant: Variant,
+    need: impl FnOnce(i32) -> u64,
+) -> anyhow::Result<(GpuPe, Option<u64>)> {
+    variant.require_available()?;
+    let (launch, tuning, raised) = sized_launch(need)?;
+    match GpuPe::init_with(launch, tuning) {
+        Ok(pe) => Ok((pe, raised)),
+        Err(cpnet::pe::Error::Gpu(e @ (GpuError::NoDriver | GpuError::NoDevice { .. }))) => bail!(
+            "-variant {} needs a GPU: {e}; run -variant cpu on this machine",
+            variant.name()
+        ),
+        Err(e) => Err(anyhow::Error::new(e).context("cpnet init (GPU PE)")),
+    }
 }
 
 #[cfg(test)]
@@ -222,11 +266,26 @@ mod tests {
     }
 
     #[test]
-    fn gpu_variants_are_refused_not_faked() {
-        assert!(Variant::Cpu.require_implemented().is_ok());
+    fn gpu_variants_need_a_driver_and_say_so() {
+        assert!(Variant::Cpu.require_available().is_ok());
+        assert!(!Variant::Cpu.is_gpu());
         for v in [Variant::IntraKernel, Variant::InterKernel] {
-            let e = v.require_implemented().unwrap_err().to_string();
-            assert!(e.contains("not implemented") && e.contains(v.name()), "{e}");
+            assert!(v.is_gpu());
+            match v.require_available() {
+                Ok(()) => assert!(
+                    cpnet::gpu::driver_present(),
+                    "{v:?} accepted without a driver"
+                ),
+                Err(e) => {
+                    let e = e.to_string();
+                    assert!(!cpnet::gpu::driver_present());
+                    assert!(
+                        e.contains(&format!("-variant {} needs a GPU", v.name()))
+                            && e.contains("-variant cpu"),
+                        "{e}"
+                    );
+                }
+            }
         }
     }
 }

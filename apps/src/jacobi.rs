@@ -100,6 +100,8 @@ use crate::cli::{Variant, init_pe};
 use crate::mem::SymArray;
 use crate::team::TeamBarrier;
 
+pub mod gpu;
+
 /// The element type (`real` in their code).
 pub type Real = f32;
 
@@ -139,10 +141,11 @@ pub struct Args {
     /// Which variant runs the loop.
     #[arg(long, value_enum, default_value_t = Variant::Cpu)]
     pub variant: Variant,
-    /// Work-groups per PE (CPU threads with the cpu variant); capped at the
-    /// PE's row count.
-    #[arg(long, default_value_t = 2)]
-    pub wgs: u32,
+    /// Work-groups per PE, capped at the PE's row count: CPU threads with
+    /// the cpu variant (default 2); thread blocks of the GPU variants
+    /// (default: as many as fit on the GPU at once).
+    #[arg(long)]
+    pub wgs: Option<u32>,
     /// Compare every PE's final chunk with the single-PE reference
     /// (max abs diff <= 1e-5) and fail if it differs.
     #[arg(long)]
@@ -178,8 +181,13 @@ impl Args {
             self.ny - 2
         );
         ensure!(self.nccheck >= 1, "-nccheck must be at least 1");
-        ensure!(self.wgs >= 1, "-wgs must be at least 1");
+        ensure!(self.wgs != Some(0), "-wgs must be at least 1");
         Ok(())
+    }
+
+    /// `-wgs` for the CPU (variant and reference): 2 when not given.
+    pub fn cpu_work_groups(&self) -> usize {
+        self.wgs.unwrap_or(2).max(1) as usize
     }
 }
 
@@ -308,7 +316,7 @@ pub fn single_pe(args: &Args) -> (Vec<Real>, Solution) {
             b[iy * nx + nx - 1] = y0;
         }
     }
-    let wgs = (args.wgs as usize).clamp(1, ny - 2);
+    let wgs = args.cpu_work_groups().min(ny - 2);
     let team = TeamBarrier::new(wgs);
     let partials: Vec<[AtomicU64; 3]> = (0..wgs).map(|_| Default::default()).collect();
     let norms = Mutex::new(Vec::new());
@@ -672,7 +680,7 @@ pub fn run_cpu(pe: &Pe, args: &Args) -> anyhow::Result<(Solution, SymArray<Real>
     }
     let top_pe = if me > 0 { me - 1 } else { n - 1 };
     let bottom_pe = (me + 1) % n;
-    let wgs = (args.wgs as usize).min(chunk).max(1);
+    let wgs = args.cpu_work_groups().min(chunk);
     let shared = Shared {
         args,
         grids,
@@ -770,13 +778,17 @@ fn compare_all(
 
 /// The whole program: reference on PE 0, distributed run, optional
 /// verification, report. Returns whether the verification passed (`true`
-/// without `-verify`). **Collective.**
+/// without `-verify`). **Collective.** The GPU variants run in
+/// [`gpu::run`].
 ///
 /// # Errors
-/// Bad flags, an unimplemented variant, init and run errors.
+/// Bad flags, a GPU variant without a GPU, init and run errors.
 pub fn run(args: &Args) -> anyhow::Result<bool> {
-    args.variant.require_implemented()?;
+    args.variant.require_available()?;
     args.validate(cpnet::env::Launch::from_env()?.n_pes)?;
+    if args.variant.is_gpu() {
+        return gpu::run(args);
+    }
     let (pe, raised) = init_pe(|n| heap_need(args, n))?;
     let (me, n) = (pe.my_pe(), pe.n_pes());
     let say = me == 0 && !args.csv;
@@ -787,7 +799,7 @@ pub fn run(args: &Args) -> anyhow::Result<bool> {
         if say {
             println!(
                 "Single PE jacobi relaxation ({} work-groups): {} iterations on {} x {} mesh with norm check every {} iterations",
-                (args.wgs as usize).clamp(1, args.ny - 2),
+                args.cpu_work_groups().min(args.ny - 2),
                 args.niter,
                 args.ny,
                 args.nx,
@@ -804,20 +816,11 @@ pub fn run(args: &Args) -> anyhow::Result<bool> {
     };
     pe.barrier_all()?;
     if say {
-        println!(
-            "Jacobi relaxation (cpnet {}, {} work-groups per PE, provider {}): {} iterations on {} x {} mesh with norm check every {} iterations",
-            args.variant.name(),
-            args.wgs,
-            pe.provider(),
-            args.niter,
-            args.ny,
-            args.nx,
-            args.nccheck
-        );
+        print_run_header(args, args.cpu_work_groups(), pe.provider());
     }
     let (sol, fin, scratch) = match args.variant {
         Variant::Cpu => run_cpu(&pe, args)?,
-        Variant::IntraKernel | Variant::InterKernel => bail!("unreachable: checked above"),
+        Variant::IntraKernel | Variant::InterKernel => bail!("unreachable: dispatched above"),
     };
     if say {
         print_norms(&sol);
@@ -827,24 +830,14 @@ pub fn run(args: &Args) -> anyhow::Result<bool> {
         let mut verdict = [1u8];
         if let Some((grid, ref_sol)) = &reference {
             let (worst, at) = compare_all(&pe, args, grid, fin, scratch)?;
-            let same_iters = ref_sol.iters == sol.iters;
-            ok = worst <= VERIFY_TOL && same_iters;
-            let line = format!(
-                "Verification: {} PEs vs the single-PE reference: max abs diff {worst:e} (at {at}), tolerance {VERIFY_TOL:e}, \
-                 iterations {} vs {}: {}",
-                n,
+            ok = print_verdict(
+                args,
+                &format!("{n} PEs"),
+                worst,
+                &at,
                 sol.iters,
                 ref_sol.iters,
-                if ok { "OK" } else { "FAILED" }
             );
-            if args.csv && ok {
-                // CSV output stays one line; the verdict goes to stderr.
-                eprintln!("{line}");
-            } else if ok {
-                println!("{line}");
-            } else {
-                eprintln!("{line}");
-            }
             verdict[0] = u8::from(ok);
         }
         let all = pe.allgather_bytes(&verdict)?;
@@ -852,35 +845,72 @@ pub fn run(args: &Args) -> anyhow::Result<bool> {
     }
     if me == 0 && ok {
         let serial = reference.as_ref().map_or(0.0, |(_, s)| s.secs);
-        let t = sol.secs;
-        if args.csv {
-            println!(
-                "cpnet-{}, {}, {}, {}, {}, {}, 1, {:.6}, {:.6}",
-                args.variant.name(),
-                args.nx,
-                args.ny,
-                args.niter,
-                args.nccheck,
-                n,
-                t,
-                serial
-            );
-        } else {
-            println!("Num GPUs: {n}.");
-            println!(
-                "{}x{}: 1 GPU: {:8.4} s, {} GPUs: {:8.4} s, speedup: {:8.2}, efficiency: {:8.2} ",
-                args.ny,
-                args.nx,
-                serial,
-                n,
-                t,
-                serial / t,
-                serial / (f64::from(n) * t) * 100.0
-            );
-        }
+        print_report(args, n, serial, sol.secs);
     }
     pe.finalize()?;
     Ok(ok)
+}
+
+/// The line that introduces the distributed run.
+fn print_run_header(args: &Args, work_groups: usize, provider: &str) {
+    println!(
+        "Jacobi relaxation (cpnet {}, {work_groups} work-groups per PE, provider {provider}): {} iterations on {} x {} mesh with norm check every {} iterations",
+        args.variant.name(),
+        args.niter,
+        args.ny,
+        args.nx,
+        args.nccheck
+    );
+}
+
+/// The verification line of `who` (`"2 PEs"`, ...) against the single-PE
+/// reference, printed where it belongs (stdout when it passed, stderr when
+/// not or with `-csv`); returns whether it passed: the largest difference
+/// is at most [`VERIFY_TOL`] and the iteration counts agree.
+fn print_verdict(args: &Args, who: &str, worst: f32, at: &str, iters: u32, ref_iters: u32) -> bool {
+    let ok = worst <= VERIFY_TOL && iters == ref_iters;
+    let line = format!(
+        "Verification: {who} vs the single-PE reference: max abs diff {worst:e} (at {at}), tolerance {VERIFY_TOL:e}, \
+         iterations {iters} vs {ref_iters}: {}",
+        if ok { "OK" } else { "FAILED" }
+    );
+    if ok && !args.csv {
+        println!("{line}");
+    } else {
+        // CSV output stays one line; the verdict goes to stderr.
+        eprintln!("{line}");
+    }
+    ok
+}
+
+/// The report of their tool (or its CSV line): the single-PE ("1 GPU")
+/// time `serial`, the `n`-PE time `t`, speedup and efficiency.
+fn print_report(args: &Args, n: i32, serial: f64, t: f64) {
+    if args.csv {
+        println!(
+            "cpnet-{}, {}, {}, {}, {}, {}, 1, {:.6}, {:.6}",
+            args.variant.name(),
+            args.nx,
+            args.ny,
+            args.niter,
+            args.nccheck,
+            n,
+            t,
+            serial
+        );
+    } else {
+        println!("Num GPUs: {n}.");
+        println!(
+            "{}x{}: 1 GPU: {:8.4} s, {} GPUs: {:8.4} s, speedup: {:8.2}, efficiency: {:8.2} ",
+            args.ny,
+            args.nx,
+            serial,
+            n,
+            t,
+            serial / t,
+            serial / (f64::from(n) * t) * 100.0
+        );
+    }
 }
 
 /// The norm lines of their tool: every 100th iteration, `"%5d, %0.6f"`.
@@ -939,7 +969,7 @@ mod tests {
             "jacobi", "--nx", "37", "--ny", "29", "--niter", "40", "--wgs", "1",
         ]);
         let (g1, s1) = single_pe(&args);
-        args.wgs = 5;
+        args.wgs = Some(5);
         let (g5, s5) = single_pe(&args);
         assert_eq!(g1, g5, "bit-identical grids");
         assert_eq!(s1.iters, 40);

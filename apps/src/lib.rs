@@ -12,17 +12,22 @@
 //! - [`cli`]: what the binaries share on the command line (single-dash long
 //!   flags as the tools they compare against spell them, the `-variant`
 //!   flag, byte sizes, heap sizing at init);
+//! - [`gpu`]: what the GPU variants share (kernel prelude, the kernels'
+//!   failure record, cooperative launch sizing);
 //! - [`mem`]: typed views of the local symmetric heap for compute loops;
 //! - [`team`]: the barrier among the CPU work-groups of one PE.
 //!
-//! Only the CPU variant (the paper's "CPU" configuration: CPU threads as
-//! work-groups, speaking the same command protocol as GPU work-groups) runs
-//! today; `-variant intra-kernel` and `-variant inter-kernel` are refused
-//! with an error until the GPU backend carries them.
+//! Each app has three variants (`-variant`): `cpu` (the paper's "CPU"
+//! configuration: CPU threads as work-groups, speaking the same command
+//! protocol as GPU work-groups; CI runs it), `intra-kernel` (one persistent
+//! GPU kernel communicating from inside) and `inter-kernel` (a kernel per
+//! step, communication between kernels). On a machine without a GPU the
+//! GPU variants fail with an error that says so.
 #![warn(missing_docs)]
 
 pub mod allreduce;
 pub mod cli;
+pub mod gpu;
 pub mod jacobi;
 pub mod mem;
 pub mod team;

@@ -1,9 +1,15 @@
 //! The apps as a user runs them: `jacobi` and `allreduce` as N real
 //! processes under `cpnet-run`, over libfabric's `shm` provider and over
-//! `tcp;ofi_rxm` on loopback, CPU variant. Jacobi is checked against its
-//! single-PE reference (`-verify`, bit-identical expected); allreduce counts
-//! every element that differs from the exact sum (`#wrong`, asserted 0 on
-//! every line).
+//! `tcp;ofi_rxm` on loopback. Jacobi is checked against its single-PE
+//! reference (`-verify`, bit-identical expected); allreduce counts every
+//! element that differs from the exact sum (`#wrong`, asserted 0 on every
+//! line).
+//!
+//! The CPU variant runs everywhere. The GPU variants (`-variant
+//! intra-kernel`, `inter-kernel`, over `shm`, one GPU per PE) run where
+//! there is a usable GPU and are skipped loudly elsewhere
+//! (`CPNET_REQUIRE_GPU=1` turns the skip into a failure); without a GPU,
+//! the test that they fail clearly runs instead.
 //!
 //! Jobs run one at a time (a static lock), as in `tests/tests/multi_pe.rs`:
 //! the CI machine has two cores.
@@ -291,19 +297,192 @@ fn allreduce_2_pes_double_tcp() {
 
 // -------------------------------------------------------------- variants
 
-/// The GPU variants are refused with a clear error, never run as something
-/// else.
+/// Whether this machine can run the GPU variants (a CUDA driver and a
+/// device). Without one, `CPNET_REQUIRE_GPU=1` (set it on the GPU machine)
+/// makes that a failure instead of a skip.
+fn gpu_usable() -> bool {
+    let usable = cpnet::gpu::driver_present() && cpnet::gpu::open_device(0).is_ok();
+    if !usable {
+        assert!(
+            std::env::var("CPNET_REQUIRE_GPU").as_deref() != Ok("1"),
+            "CPNET_REQUIRE_GPU=1 but no usable GPU here"
+        );
+    }
+    usable
+}
+
+/// True when the GPU tests can run; otherwise says loudly that `test` is
+/// skipped (straight to stderr: libtest captures eprintln! of passing tests).
+fn gpu_or_skip(test: &str) -> bool {
+    if gpu_usable() {
+        return true;
+    }
+    let line = format!("\n*** SKIPPED {test}: no usable GPU (CUDA driver and device) on this machine\n");
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    false
+}
+
+/// Without a GPU, the GPU variants fail with an error that says so, never
+/// run as something else.
 #[test]
-fn gpu_variants_are_refused() {
+fn gpu_variants_without_a_gpu_fail_clearly() {
+    if gpu_usable() {
+        let line = "\n*** SKIPPED gpu_variants_without_a_gpu_fail_clearly: this machine has a GPU\n";
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+        return;
+    }
     for (bin, name) in [(JACOBI, "jacobi"), (ALLREDUCE, "allreduce")] {
         for v in ["intra-kernel", "inter-kernel"] {
             let j = job(1, SHM, bin, &["-variant", v], Duration::from_secs(60));
             assert!(!j.status.success(), "{name} -variant {v} must fail:\n{}", j.all);
             assert!(
-                j.all
-                    .contains(&format!("-variant {v} is not implemented yet")),
+                j.all.contains(&format!("-variant {v} needs a GPU")) && j.all.contains("-variant cpu"),
                 "{name} -variant {v}: no clear error:\n{}",
                 j.all
+            );
+        }
+    }
+}
+
+// ------------------------------------------------------------ GPU jacobi
+
+/// Runs a GPU variant of jacobi with `-verify` (every PE against the CPU
+/// single-PE reference, and the single-GPU run too) and checks both
+/// verdicts and the report.
+fn jacobi_gpu_verified(n: u32, variant: &str, args: &[&str]) -> String {
+    let mut a = vec!["-variant", variant];
+    a.extend_from_slice(args);
+    let out = jacobi_verified(n, SHM, &a);
+    let single = out
+        .lines()
+        .find(|l| l.starts_with("Single-GPU run vs the single-PE reference:"))
+        .unwrap_or_else(|| panic!("no single-GPU verdict:\n{out}"));
+    assert!(single.ends_with(": OK"), "{single}");
+    assert!(out.contains(&format!("cpnet {variant}")), "{out}");
+    out
+}
+
+#[test]
+fn jacobi_intra_kernel_2_pes_matches_reference() {
+    if gpu_or_skip("jacobi_intra_kernel_2_pes_matches_reference") {
+        jacobi_gpu_verified(2, "intra-kernel", &["-nx", "256", "-ny", "256", "-niter", "100"]);
+    }
+}
+
+/// Uneven chunks (128 and 129 rows), norm every 7 iterations, two blocks
+/// (no block dedicated to a boundary row), then three (the smallest grid
+/// with dedicated boundary blocks).
+#[test]
+fn jacobi_intra_kernel_2_pes_uneven_few_blocks() {
+    if gpu_or_skip("jacobi_intra_kernel_2_pes_uneven_few_blocks") {
+        for wgs in ["2", "3"] {
+            jacobi_gpu_verified(
+                2,
+                "intra-kernel",
+                &["-nx", "200", "-ny", "259", "-niter", "100", "-nccheck", "7", "-wgs", wgs],
+            );
+        }
+    }
+}
+
+#[test]
+fn jacobi_intra_kernel_1_pe_matches_reference() {
+    if gpu_or_skip("jacobi_intra_kernel_1_pe_matches_reference") {
+        jacobi_gpu_verified(1, "intra-kernel", &["-nx", "256", "-ny", "130", "-niter", "100"]);
+    }
+}
+
+/// One interior row per PE (4 x 4 on 2 PEs): the row is both boundaries;
+/// the loop stops early at the reference's iteration.
+#[test]
+fn jacobi_intra_kernel_early_stop_one_row_chunks() {
+    if gpu_or_skip("jacobi_intra_kernel_early_stop_one_row_chunks") {
+        jacobi_gpu_verified(2, "intra-kernel", &["-nx", "4", "-ny", "4", "-niter", "5000"]);
+    }
+}
+
+#[test]
+fn jacobi_inter_kernel_2_pes_matches_reference() {
+    if gpu_or_skip("jacobi_inter_kernel_2_pes_matches_reference") {
+        jacobi_gpu_verified(
+            2,
+            "inter-kernel",
+            &["-nx", "200", "-ny", "259", "-niter", "100", "-nccheck", "7"],
+        );
+    }
+}
+
+#[test]
+fn jacobi_inter_kernel_1_pe_and_early_stop() {
+    if gpu_or_skip("jacobi_inter_kernel_1_pe_and_early_stop") {
+        jacobi_gpu_verified(1, "inter-kernel", &["-nx", "128", "-ny", "66", "-niter", "50"]);
+        jacobi_gpu_verified(2, "inter-kernel", &["-nx", "4", "-ny", "4", "-niter", "5000"]);
+    }
+}
+
+// --------------------------------------------------------- GPU allreduce
+
+/// A GPU variant's sweep as [`sweep`] does it for the CPU (odd counts, up
+/// to 6.4 MB).
+fn gpu_sweep(n: u32, variant: &str, ty: &str, wgs: &str) {
+    let b = if ty == "double" { "8" } else { "12" };
+    let out = allreduce_exact(
+        n,
+        SHM,
+        &[
+            "-variant", variant, "-b", b, "-e", "7M", "-f", "3", "-type", ty, "-wgs", wgs, "-iters", "2",
+            "-warmup", "1",
+        ],
+        13,
+    );
+    assert!(out.contains(&format!("variant {variant}, {n} PEs, {wgs} rings")), "{out}");
+}
+
+macro_rules! gpu_allreduce_matrix {
+    ($($name:ident: $n:expr, $variant:expr, $wgs:expr;)*) => {$(
+        mod $name {
+            use super::*;
+            #[test] fn float() { if gpu_or_skip(concat!(stringify!($name), "::float")) { gpu_sweep($n, $variant, "float", $wgs); } }
+            #[test] fn int32() { if gpu_or_skip(concat!(stringify!($name), "::int32")) { gpu_sweep($n, $variant, "int32", $wgs); } }
+            #[test] fn double() { if gpu_or_skip(concat!(stringify!($name), "::double")) { gpu_sweep($n, $variant, "double", $wgs); } }
+        }
+    )*};
+}
+
+gpu_allreduce_matrix! {
+    allreduce_intra_kernel_1_pe: 1, "intra-kernel", "2";
+    allreduce_intra_kernel_2_pes: 2, "intra-kernel", "3";
+    allreduce_inter_kernel_2_pes: 2, "inter-kernel", "3";
+}
+
+/// Tiny pieces and one staging slot per ring on the GPU: every message
+/// waits for the acknowledgement of the one before, and the
+/// output-overwrite rule is exercised on every piece.
+#[test]
+fn allreduce_intra_kernel_one_slot_tiny_chunks() {
+    if gpu_or_skip("allreduce_intra_kernel_one_slot_tiny_chunks") {
+        allreduce_exact(
+            2,
+            SHM,
+            &[
+                "-variant", "intra-kernel", "-b", "8", "-e", "64K", "-f", "8", "-chunk", "64", "-slots", "1",
+                "-wgs", "2", "-iters", "3", "-warmup", "2",
+            ],
+            5,
+        );
+    }
+}
+
+/// The 8-byte line with more rings than elements, both GPU variants.
+#[test]
+fn allreduce_gpu_8_bytes_4_rings() {
+    if gpu_or_skip("allreduce_gpu_8_bytes_4_rings") {
+        for v in ["intra-kernel", "inter-kernel"] {
+            allreduce_exact(
+                2,
+                SHM,
+                &["-variant", v, "-b", "8", "-e", "8", "-wgs", "4", "-iters", "3", "-warmup", "1"],
+                1,
             );
         }
     }

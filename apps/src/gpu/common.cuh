@@ -1,0 +1,207 @@
+/*
+ * Device helpers shared by the apps' GPU kernels (jacobi.cu, allreduce.cu).
+ * Prepended to each kernel source by apps/src/gpu.rs, after the #defines it
+ * generates (APP_CTL_*, APP_OP_*: the one definition is in that file).
+ *
+ * - The kernel's control block: u64 words in device memory (not the
+ *   symmetric heap), zeroed by the host before each launch. It holds the
+ *   grid barrier's arrival counter, the first failure of any block (code,
+ *   block, iteration, operation, PE, heap address, expected and found value:
+ *   what the host prints), and app words from APP_CTL_APP on.
+ * - Waits that a failing block of the same grid can interrupt (the cpnet
+ *   waits cannot: they end on their timeout or on an abort), bounded by the
+ *   handle's wait timeout and ended by the PE's abort word, like cpnet's own.
+ * - A grid barrier for cooperative (co-resident) launches.
+ *
+ * Every function whose name ends in _leader runs on thread 0 of the block
+ * only; the others are called by every thread of the block (converged).
+ */
+#include <cpnet/device.cuh>
+
+typedef unsigned long long app_u64;
+typedef long long app_i64;
+
+/** Poll a word this many times before the first sleep. */
+#define APP_TIGHT_POLLS 16
+/** Sleep between later polls (ns). */
+#define APP_POLL_SLEEP_NS 64
+/** Check the abort word and the clock every this many polls (power of two). */
+#define APP_CHECK_EVERY 64
+
+/** Relaxed load of a control word (gpu scope: only this GPU writes them). */
+__device__ __forceinline__ app_u64 app_ld_relaxed_gpu(const app_u64* p)
+{
+    app_u64 v;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/** Relaxed store of a control word (gpu scope). */
+__device__ __forceinline__ void app_st_relaxed_gpu(app_u64* p, app_u64 v)
+{
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+/** A full fence at gpu scope: after a relaxed load that observed a value,
+ *  an acquire pattern; before a relaxed store, a release pattern. */
+__device__ __forceinline__ void app_fence_gpu(void)
+{
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
+/** The abort code the host has set for this PE (0: none). */
+__device__ __forceinline__ int app_abort_code(const cpnet_handle_t* h)
+{
+    if (h->status == 0) return CPNET_E_OK;
+    const cpnet_status_t* s = (const cpnet_status_t*)h->status;
+    const uint32_t a = cpnet_ld_relaxed_sys_u32(&s->abort);
+    if (a == 0) return CPNET_E_OK;
+    return a < CPNET_E_COUNT ? (int)a : CPNET_E_ABORTED;
+}
+
+/** Record the first failure of the grid (leader only): claims
+ *  ctl[APP_CTL_FAIL] 0 -> code, then fills the details. `code` != 0. */
+__device__ __noinline__ void app_fail_leader(app_u64* ctl, int code, app_u64 op, app_u64 iter, int pe,
+                                             app_u64 addr, app_u64 expected, app_u64 found)
+{
+    if (code == CPNET_E_OK) code = CPNET_E_BAD_OP;
+    if (atomicCAS(&ctl[APP_CTL_FAIL], 0ull, (app_u64)code) != 0ull) return;
+    app_st_relaxed_gpu(&ctl[APP_CTL_FAIL_WG], (app_u64)blockIdx.x);
+    app_st_relaxed_gpu(&ctl[APP_CTL_FAIL_ITER], iter);
+    app_st_relaxed_gpu(&ctl[APP_CTL_FAIL_OP], op);
+    app_st_relaxed_gpu(&ctl[APP_CTL_FAIL_PE], (app_u64)(app_i64)pe);
+    app_st_relaxed_gpu(&ctl[APP_CTL_FAIL_ADDR], addr);
+    app_st_relaxed_gpu(&ctl[APP_CTL_FAIL_EXPECTED], expected);
+    app_st_relaxed_gpu(&ctl[APP_CTL_FAIL_FOUND], found);
+    __threadfence();
+}
+
+/** Whether some block of the grid has failed. */
+__device__ __forceinline__ bool app_failed(const app_u64* ctl)
+{
+    return app_ld_relaxed_gpu(&ctl[APP_CTL_FAIL]) != 0ull;
+}
+
+/** The bounded poll of every app wait (leader only): call `pause` after each
+ *  poll that found nothing. Returns 0 to go on, -1 when another block failed
+ *  (already recorded), or a CPNET_E_* (abort code, CPNET_E_TIMEOUT) that the
+ *  caller records. */
+struct app_spin {
+    app_u64 start;
+    unsigned polls;
+
+    __device__ __forceinline__ app_spin() : start(cpnet_globaltimer_ns()), polls(0) {}
+
+    __device__ __forceinline__ int pause(const cpnet_handle_t* h, const app_u64* ctl)
+    {
+        ++polls;
+        if (app_failed(ctl)) return -1;
+        if ((polls & (APP_CHECK_EVERY - 1)) == 0) {
+            const int a = app_abort_code(h);
+            if (a != CPNET_E_OK) return a;
+            if (h->wait_timeout_ns != 0 && cpnet_globaltimer_ns() - start > h->wait_timeout_ns)
+                return CPNET_E_TIMEOUT;
+        }
+        if (polls > APP_TIGHT_POLLS) __nanosleep(APP_POLL_SLEEP_NS);
+        return 0;
+    }
+
+    /** Nanoseconds since the spin started. */
+    __device__ __forceinline__ app_u64 elapsed() const { return cpnet_globaltimer_ns() - start; }
+};
+
+/** Leader only: poll the heap word `word` (written by the proxy: relaxed
+ *  loads at system scope) until it is >= `value`, then a system-scope
+ *  acq_rel fence, so data delivered before the word (put-with-signal) is
+ *  visible. Returns 0, -1 (another block failed) or the recorded failure. */
+__device__ __noinline__ int app_wait_ge_leader(const cpnet_handle_t* h, app_u64* ctl, const app_u64* word,
+                                               app_u64 value, app_u64 op, app_u64 iter)
+{
+    app_spin sp;
+    for (;;) {
+        const app_u64 v = cpnet_ld_relaxed_sys_u64((const uint64_t*)word);
+        if (v >= value) {
+            cpnet_fence_acq_rel_sys();
+            return 0;
+        }
+        const int e = sp.pause(h, ctl);
+        if (e != 0) {
+            if (e > 0)
+                app_fail_leader(ctl, e, op, iter, h->my_pe, (app_u64)word - h->heap_base, value, v);
+            return e;
+        }
+    }
+}
+
+/** app_wait_ge_leader for the whole block: returns the same result in every
+ *  thread; on success the data is visible to every thread. */
+__device__ __forceinline__ int app_wait_ge(const cpnet_handle_t* h, app_u64* ctl, const app_u64* word,
+                                           app_u64 value, app_u64 op, app_u64 iter)
+{
+    __shared__ int app_wait_result;
+    __syncthreads();
+    if (threadIdx.x == 0) app_wait_result = app_wait_ge_leader(h, ctl, word, value, op, iter);
+    __syncthreads();
+    const int r = app_wait_result;
+    __syncthreads();
+    return r;
+}
+
+/**
+ * Grid barrier number `gen` (1, 2, ...) of a cooperative launch: every block
+ * calls it the same number of times; it returns once all gridDim.x blocks
+ * have arrived `gen` times. Everything any block wrote before it is visible
+ * to every block after it. Returns 0 in every thread, or nonzero when a
+ * block failed, the host aborted, or the wait timed out (recorded).
+ */
+__device__ __noinline__ int app_grid_sync(const cpnet_handle_t* h, app_u64* ctl, app_u64 gen, app_u64 iter)
+{
+    __shared__ int app_sync_result;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        /* Release: this block's writes (ordered before by the block barrier)
+         * before the arrival. */
+        __threadfence();
+        atomicAdd(&ctl[APP_CTL_BARRIER], 1ull);
+        const app_u64 target = gen * (app_u64)gridDim.x;
+        app_spin sp;
+        int r = 0;
+        for (;;) {
+            const app_u64 v = app_ld_relaxed_gpu(&ctl[APP_CTL_BARRIER]);
+            if (v >= target) {
+                app_fence_gpu(); /* acquire: every block's writes before its arrival */
+                break;
+            }
+            r = sp.pause(h, ctl);
+            if (r != 0) {
+                if (r > 0) app_fail_leader(ctl, r, APP_OP_GRID_BARRIER, iter, h->my_pe, ~0ull, target, v);
+                break;
+            }
+        }
+        app_sync_result = r;
+    }
+    __syncthreads();
+    const int r = app_sync_result;
+    __syncthreads();
+    return r;
+}
+
+/** Sum of `v` over the block (every thread passes its value; the result is
+ *  valid in thread 0). A fixed order for a given blockDim.x (a multiple of
+ *  32, at most 1024), so a run is reproducible. */
+__device__ __noinline__ double app_block_sum(double v)
+{
+    __shared__ double app_red[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0) app_red[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        const unsigned nwarps = (blockDim.x + 31u) >> 5;
+        v = lane < nwarps ? app_red[lane] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    }
+    __syncthreads();
+    return v;
+}

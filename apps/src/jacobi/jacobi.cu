@@ -1,0 +1,411 @@
+/*
+ * The Jacobi kernels of the GPU variants (apps/src/jacobi/gpu.rs has the
+ * design notes; apps/src/jacobi.rs the problem and the CPU variant, whose
+ * logic the persistent kernel follows step for step).
+ *
+ * Prepended by the host: the #defines of gpu.rs (APP_CTL_*, APP_OP_*),
+ * the ones of jacobi/gpu.rs (SYNC_*: the sync block of the symmetric heap,
+ * JACOBI_CTL_*, JACOBI_TOL, JACOBI_THREADS), then gpu/common.cuh.
+ *
+ *   jacobi_persistent  -variant intra-kernel, and the single-GPU run (solo)
+ *   jacobi_step        -variant inter-kernel: one iteration's stencil
+ *   jacobi_comm        -variant inter-kernel: the halo exchange and the norm
+ *                      reduction of one iteration, between two jacobi_step
+ *
+ * The arithmetic is the CPU variant's, term for term: a_new = 0.25f *
+ * (((E + W) + S) + N) in float (nothing to contract into an FMA: the
+ * multiplication comes last), so grids are bit-identical to the CPU
+ * reference; the norm's sum of squares is accumulated in double, in a
+ * different order than on the CPU (it only decides an early stop and is
+ * printed).
+ */
+
+/** Everything a Jacobi kernel needs besides the cpnet handle (by value; all
+ *  fields 8 bytes, mirrored by JacobiParams in jacobi/gpu.rs). */
+struct jacobi_params {
+    app_u64 a0, a1;      /* float grids, chunk + 2 rows of nx (halos included) */
+    app_u64 sync;        /* the sync block in the symmetric heap (unused when solo) */
+    app_u64 ctl;         /* the control block (app_u64[APP_CTL_WORDS]) */
+    app_u64 partials;    /* double[2 * gridDim.x] (persistent) or double[blocks] (step) */
+    app_u64 norms;       /* app_u64[2 * max_norms]: (iteration, double bits) per norm */
+    app_u64 row_start;   /* app_u64[blocks + 1]: block b owns rows [row_start[b], row_start[b+1]) */
+    app_i64 nx;          /* columns */
+    app_i64 chunk;       /* interior rows of this PE (rows 1..=chunk) */
+    app_i64 top_pe;      /* the PE above (its last row is this PE's row 0) */
+    app_i64 bottom_pe;   /* the PE below (its first row is this PE's row chunk + 1) */
+    app_i64 top_pe_halo; /* the bottom halo row of the PE above (its chunk + 1) */
+    app_i64 niter;       /* iterations */
+    app_i64 nccheck;     /* norm every nccheck iterations ... */
+    app_i64 csv;         /* ... and every 100th unless csv */
+    app_i64 solo;        /* 1: one GPU alone, periodic halos copied locally, no cpnet */
+    app_i64 iter;        /* jacobi_step / jacobi_comm: the iteration */
+    app_i64 round;       /* jacobi_comm: the norm round (check iterations before this one) */
+    app_i64 blocks;      /* jacobi_comm: blocks of jacobi_step (partials to sum) */
+    app_i64 max_norms;   /* capacity of norms */
+};
+
+__device__ __forceinline__ bool jacobi_is_check(const jacobi_params& p, app_i64 it)
+{
+    return it % p.nccheck == 0 || (p.csv == 0 && it % 100 == 0);
+}
+
+/** Row r of dst from src (whole block; thread t takes columns 1 + t, 1 + t +
+ *  blockDim.x, ...); returns this thread's share of sum((new - old)^2) when
+ *  `norm`. `fresh`: load through L2 only (__ldcg), for rows next to a halo
+ *  that the proxy may have rewritten since this SM last cached it. */
+__device__ __forceinline__ double jacobi_row(const float* src, float* dst, app_i64 nx, app_i64 r, bool norm,
+                                             bool fresh)
+{
+    const float* above = src + (r - 1) * nx;
+    const float* row = src + r * nx;
+    const float* below = src + (r + 1) * nx;
+    float* out = dst + r * nx;
+    double sum = 0.0;
+    for (app_i64 ix = 1 + threadIdx.x; ix < nx - 1; ix += blockDim.x) {
+        float e, w, s, n, c;
+        if (fresh) {
+            e = __ldcg(row + ix + 1);
+            w = __ldcg(row + ix - 1);
+            s = __ldcg(below + ix);
+            n = __ldcg(above + ix);
+            c = __ldcg(row + ix);
+        } else {
+            e = row[ix + 1];
+            w = row[ix - 1];
+            s = below[ix];
+            n = above[ix];
+            c = row[ix];
+        }
+        const float v = 0.25f * (((e + w) + s) + n);
+        out[ix] = v;
+        if (norm) {
+            const float d = v - c;
+            sum += (double)(d * d);
+        }
+    }
+    return sum;
+}
+
+/** Copy row `from` of dst to row `to` (the periodic halo of a solo run). Each
+ *  thread copies the columns it wrote in jacobi_row, so no barrier is
+ *  needed; the boundary columns of halo rows are never read. */
+__device__ __forceinline__ void jacobi_copy_row(float* dst, app_i64 nx, app_i64 from, app_i64 to)
+{
+    for (app_i64 ix = 1 + threadIdx.x; ix < nx - 1; ix += blockDim.x) dst[to * nx + ix] = dst[from * nx + ix];
+}
+
+__device__ __forceinline__ app_u64* jacobi_word(app_u64 sync, app_u64 byte_off)
+{
+    return (app_u64*)(sync + byte_off);
+}
+
+/** Block 0 of the norm, thread 0: append (iteration, norm) to the list; the
+ *  last one also goes to JACOBI_CTL_LAST_NORM(_ITER) for the inter-kernel host. */
+__device__ __forceinline__ void jacobi_record_norm_leader(const jacobi_params& p, app_i64 at, double norm)
+{
+    app_u64* ctl = (app_u64*)p.ctl;
+    app_u64* norms = (app_u64*)p.norms;
+    const app_u64 k = ctl[JACOBI_CTL_NNORMS];
+    if (k < (app_u64)p.max_norms) {
+        norms[2 * k] = (app_u64)at;
+        norms[2 * k + 1] = (app_u64)__double_as_longlong(norm);
+        ctl[JACOBI_CTL_NNORMS] = k + 1;
+    }
+    ctl[JACOBI_CTL_LAST_NORM_ITER] = (app_u64)at;
+    ctl[JACOBI_CTL_LAST_NORM] = (app_u64)__double_as_longlong(norm);
+}
+
+/** Put this PE's partial sum `local` (valid in thread 0) into slot
+ *  [round % 2][my_pe] of every PE, adding 1 to that PE's counter [round % 2]
+ *  (collective over the block; 8 bytes travel inline, from shared memory). */
+__device__ __forceinline__ void jacobi_contribute(cpnet_ctx_t* ctx, const jacobi_params& p, double* shared_val,
+                                                  double local, app_u64 round)
+{
+    const app_u64 par = round & 1;
+    const int me = cpnet_my_pe(ctx), n = cpnet_n_pes(ctx);
+    if (threadIdx.x == 0) *shared_val = local;
+    double* slot = (double*)(p.sync + SYNC_NORM_SLOTS + 8 * (par * (app_u64)n + (app_u64)me));
+    app_u64* cnt = jacobi_word(p.sync, SYNC_NORM_CNT + 64 * par);
+    /* The collective call's entry barrier orders the shared store before the
+     * leader reads the inline payload. */
+    for (int q = 0; q < n; ++q)
+        cpnet_putmem_signal_nbi(ctx, slot, shared_val, 8, (uint64_t*)cnt, 1, CPNET_SIGNAL_ADD, q);
+}
+
+/** Wait until every PE contributed to `round`, then the norm (thread 0: the
+ *  slots summed in PE order, the same bits on every PE). Returns 0, or
+ *  nonzero on failure (recorded). Collective over the block. */
+__device__ __forceinline__ int jacobi_collect(const cpnet_handle_t* h, const jacobi_params& p, app_u64 round,
+                                              app_i64 it, double* norm)
+{
+    const app_u64 par = round & 1;
+    const app_u64 n = (app_u64)h->n_pes;
+    const int r = app_wait_ge(h, (app_u64*)p.ctl, jacobi_word(p.sync, SYNC_NORM_CNT + 64 * par),
+                              n * (round / 2 + 1), APP_OP_NORM, (app_u64)it);
+    if (r != 0) return r;
+    if (threadIdx.x == 0) {
+        const double* slots = (const double*)(p.sync + SYNC_NORM_SLOTS) + par * n;
+        double s = 0.0;
+        for (app_u64 q = 0; q < n; ++q) s += __ldcg(slots + q);
+        *norm = sqrt(s);
+    }
+    return 0;
+}
+
+/** Thread 0: the sum of `count` block partials, in block order. */
+__device__ __forceinline__ double jacobi_sum_partials(const double* partials, app_u64 count)
+{
+    double s = 0.0;
+    for (app_u64 k = 0; k < count; ++k) s += __ldcg(partials + k);
+    return s;
+}
+
+/**
+ * -variant intra-kernel (and the single-GPU run with p.solo): the whole
+ * iteration loop in one cooperative launch, gridDim.x co-resident blocks of
+ * JACOBI_THREADS threads; block b owns rows [row_start[b], row_start[b+1]).
+ * Per iteration it (reading grid it % 2, writing grid (it + 1) % 2):
+ *
+ *  1. The block owning row 1 waits for the top halo of iteration it - 1
+ *     (TOP_SIG >= it, SET by the PE above), computes row 1 and pushes it with
+ *     putmem_signal_nbi into the bottom halo of the PE above (its BOT_SIG :=
+ *     it + 1). The block owning row `chunk` does the same downwards. With
+ *     three or more blocks these two own nothing else: every other block
+ *     computes its band meanwhile, never waiting on the network.
+ *  2. Check iterations: each block's sum of squared updates goes to
+ *     partials[it % 2][b].
+ *  3. Block 0 collects the norm contributed one iteration earlier (round r:
+ *     every PE's slot, in PE order) and sets JACOBI_CTL_STOP when it is at
+ *     most JACOBI_TOL.
+ *  4. Grid barrier; everyone stops after it when JACOBI_CTL_STOP is set.
+ *  5. Check iterations: block 0 sums partials[it % 2] and contributes it to
+ *     every PE (round r + 1), to be collected in the next iteration.
+ *
+ * Why nothing races is the CPU variant's argument (jacobi.rs, "Why nothing
+ * races"), with the grid barrier for the team barrier; the put sources need
+ * no per-iteration quiet here: row 1 of grid B, pushed at iteration it, is
+ * rewritten at it + 2 only after this block saw TOP_SIG >= it + 2, which the
+ * PE above raised after it waited for BOT_SIG >= it + 1, i.e. after our put
+ * of iteration it was delivered (put-with-signal: data first). The same
+ * holds downwards. The context's final quiet (ctx_destroy) surfaces any
+ * error of a non-blocking put.
+ */
+extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(cpnet_handle_t h, jacobi_params p)
+{
+    __shared__ cpnet_ctx_t ctx;
+    __shared__ double norm_src;
+    app_u64* ctl = (app_u64*)p.ctl;
+    float* grid[2] = {(float*)p.a0, (float*)p.a1};
+    double* partials = (double*)p.partials;
+    const app_u64* rows = (const app_u64*)p.row_start;
+    const app_u64 b = blockIdx.x, nb = gridDim.x;
+    const app_i64 r0 = (app_i64)rows[b], r1 = (app_i64)rows[b + 1];
+    const app_i64 nx = p.nx, chunk = p.chunk;
+    const bool solo = p.solo != 0;
+    const bool owns_top = r0 == 1;               /* always block 0 */
+    const bool owns_bottom = r1 == chunk + 1;
+    const bool comm = !solo && (owns_top || owns_bottom);
+    const app_u64 row_bytes = (app_u64)nx * sizeof(float);
+    app_u64* top_sig = solo ? nullptr : jacobi_word(p.sync, SYNC_TOP_SIG);
+    app_u64* bot_sig = solo ? nullptr : jacobi_word(p.sync, SYNC_BOT_SIG);
+
+    if (comm) {
+        const int e = cpnet_ctx_create(&h, &ctx);
+        if (e != CPNET_E_OK) {
+            if (threadIdx.x == 0) app_fail_leader(ctl, e, APP_OP_CTX_CREATE, 0, h.my_pe, ~0ull, 0, 0);
+            return;
+        }
+    }
+    app_u64 round = 0;        /* norm rounds contributed so far */
+    bool pending = false;     /* a contribution not collected yet ... */
+    app_i64 pending_at = 0;   /* ... of this iteration */
+    app_u64 pending_round = 0;
+    double solo_sum = 0.0;    /* solo: the pending sum (thread 0) */
+    bool stopped = false;
+    int fail = 0;
+    app_i64 it = 0;
+    for (; it < p.niter; ++it) {
+        const float* src = grid[it & 1];
+        float* dst = grid[(it + 1) & 1];
+        const bool check = jacobi_is_check(p, it);
+        double partial = 0.0;
+        bool done_top = false, done_bottom = false;
+        if (owns_top) {
+            if (!solo) {
+                fail = app_wait_ge(&h, ctl, top_sig, (app_u64)it, APP_OP_TOP_HALO, (app_u64)it);
+                if (fail == 0 && chunk == 1)
+                    fail = app_wait_ge(&h, ctl, bot_sig, (app_u64)it, APP_OP_BOTTOM_HALO, (app_u64)it);
+                if (fail != 0) break;
+            }
+            partial += jacobi_row(src, dst, nx, 1, check, true);
+            done_top = true;
+            done_bottom = chunk == 1;
+            if (!solo) {
+                cpnet_putmem_signal_nbi(&ctx, dst + p.top_pe_halo * nx, dst + nx, row_bytes, (uint64_t*)bot_sig,
+                                        (uint64_t)it + 1, CPNET_SIGNAL_SET, (int)p.top_pe);
+                if (chunk == 1)
+                    cpnet_putmem_signal_nbi(&ctx, dst, dst + nx, row_bytes, (uint64_t*)top_sig, (uint64_t)it + 1,
+                                            CPNET_SIGNAL_SET, (int)p.bottom_pe);
+            } else {
+                jacobi_copy_row(dst, nx, 1, chunk + 1);
+                if (chunk == 1) jacobi_copy_row(dst, nx, 1, 0);
+            }
+        }
+        if (owns_bottom && !done_bottom) {
+            if (!solo) {
+                fail = app_wait_ge(&h, ctl, bot_sig, (app_u64)it, APP_OP_BOTTOM_HALO, (app_u64)it);
+                if (fail != 0) break;
+            }
+            partial += jacobi_row(src, dst, nx, chunk, check, true);
+            done_bottom = true;
+            if (!solo)
+                cpnet_putmem_signal_nbi(&ctx, dst, dst + chunk * nx, row_bytes, (uint64_t*)top_sig,
+                                        (uint64_t)it + 1, CPNET_SIGNAL_SET, (int)p.bottom_pe);
+            else
+                jacobi_copy_row(dst, nx, chunk, 0);
+        }
+        for (app_i64 r = r0; r < r1; ++r) {
+            if ((r == 1 && done_top) || (r == chunk && done_bottom)) continue;
+            partial += jacobi_row(src, dst, nx, r, check, r == 1 || r == chunk);
+        }
+        if (check) {
+            const double s = app_block_sum(partial);
+            if (threadIdx.x == 0) partials[(it & 1) * nb + b] = s;
+        }
+        if (b == 0 && pending) {
+            double norm = 0.0;
+            if (solo) {
+                norm = sqrt(solo_sum);
+            } else {
+                fail = jacobi_collect(&h, p, pending_round, it, &norm);
+                if (fail != 0) break;
+            }
+            if (threadIdx.x == 0) {
+                jacobi_record_norm_leader(p, pending_at, norm);
+                if (norm <= JACOBI_TOL) app_st_relaxed_gpu(&ctl[JACOBI_CTL_STOP], (app_u64)it + 1);
+            }
+            pending = false;
+        }
+        fail = app_grid_sync(&h, ctl, (app_u64)it + 1, (app_u64)it);
+        if (fail != 0) break;
+        if (app_ld_relaxed_gpu(&ctl[JACOBI_CTL_STOP]) != 0) {
+            stopped = true;
+            ++it;
+            break;
+        }
+        if (b == 0 && check) {
+            const double local = threadIdx.x == 0 ? jacobi_sum_partials(partials + (it & 1) * nb, nb) : 0.0;
+            if (solo)
+                solo_sum = local;
+            else
+                jacobi_contribute(&ctx, p, &norm_src, local, round);
+            pending = true;
+            pending_at = it;
+            pending_round = round;
+            ++round;
+        }
+    }
+    if (fail == 0 && !stopped && b == 0 && pending) {
+        double norm = 0.0;
+        if (solo)
+            norm = sqrt(solo_sum);
+        else
+            fail = jacobi_collect(&h, p, pending_round, it, &norm);
+        if (fail == 0 && threadIdx.x == 0) jacobi_record_norm_leader(p, pending_at, norm);
+    }
+    if (comm && fail == 0) {
+        const int e = cpnet_ctx_destroy(&ctx);
+        if (e != CPNET_E_OK) {
+            fail = e;
+            if (threadIdx.x == 0) app_fail_leader(ctl, e, APP_OP_QUIET, (app_u64)it, h.my_pe, ~0ull, 0, 0);
+        }
+    }
+    if (b == 0 && threadIdx.x == 0 && fail == 0) ctl[JACOBI_CTL_ITERS] = (app_u64)it;
+}
+
+/**
+ * -variant inter-kernel, compute: iteration p.iter on this PE's rows, no
+ * communication (the halos were delivered before the previous jacobi_comm
+ * ended). Any grid size: block b owns rows [row_start[b], row_start[b+1]);
+ * check iterations leave block b's sum of squared updates in partials[b].
+ */
+extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_step(jacobi_params p)
+{
+    const app_i64 it = p.iter;
+    const float* src = (const float*)((it & 1) ? p.a1 : p.a0);
+    float* dst = (float*)((it & 1) ? p.a0 : p.a1);
+    const app_u64* rows = (const app_u64*)p.row_start;
+    const app_u64 b = blockIdx.x;
+    const app_i64 r0 = (app_i64)rows[b], r1 = (app_i64)rows[b + 1];
+    const bool check = jacobi_is_check(p, it);
+    double partial = 0.0;
+    for (app_i64 r = r0; r < r1; ++r) partial += jacobi_row(src, dst, p.nx, r, check, r == 1 || r == p.chunk);
+    if (check) {
+        const double s = app_block_sum(partial);
+        if (threadIdx.x == 0) ((double*)p.partials)[b] = s;
+    }
+}
+
+/**
+ * -variant inter-kernel, communication of iteration p.iter, launched after
+ * jacobi_step on the same stream (so the rows it sends are complete): the
+ * "host-issued" step of the paper's Inter-Kernel baseline. A GPU PE's heap is
+ * not reachable by CPU work-groups, so the host issues it as this short
+ * kernel instead. Three blocks, each with its own context:
+ *
+ *  block 0: row 1 into the bottom halo of the PE above (BOT_SIG := it + 1),
+ *           then wait for this PE's top halo (TOP_SIG >= it + 1);
+ *  block 1: row chunk into the top halo of the PE below, then wait for the
+ *           bottom halo;
+ *  block 2: check iterations only: sum the step kernel's partials, contribute
+ *           them to every PE (round p.round), wait for every PE's, and record
+ *           the norm (the host reads it after the kernel).
+ *
+ * When it ends, both halos of grid (it + 1) % 2 hold the neighbours' rows of
+ * iteration it and every put is complete (ctx_destroy quiets). A neighbour
+ * writes our halo of grid B at iteration it only after we sent ours of
+ * iteration it - 1, i.e. after our jacobi_step of iteration it - 1 -- the
+ * last one that read that halo -- ended.
+ */
+extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_comm(cpnet_handle_t h, jacobi_params p)
+{
+    __shared__ cpnet_ctx_t ctx;
+    __shared__ double norm_src;
+    app_u64* ctl = (app_u64*)p.ctl;
+    const app_i64 it = p.iter;
+    float* dst = (float*)((it & 1) ? p.a0 : p.a1);
+    const app_i64 nx = p.nx, chunk = p.chunk;
+    const app_u64 row_bytes = (app_u64)nx * sizeof(float);
+    app_u64* top_sig = jacobi_word(p.sync, SYNC_TOP_SIG);
+    app_u64* bot_sig = jacobi_word(p.sync, SYNC_BOT_SIG);
+    const unsigned b = blockIdx.x;
+    if (b >= 3 || (b == 2 && !jacobi_is_check(p, it))) return;
+
+    const int e = cpnet_ctx_create(&h, &ctx);
+    if (e != CPNET_E_OK) {
+        if (threadIdx.x == 0) app_fail_leader(ctl, e, APP_OP_CTX_CREATE, (app_u64)it, h.my_pe, ~0ull, 0, 0);
+        return;
+    }
+    int fail = 0;
+    if (b == 0) {
+        cpnet_putmem_signal_nbi(&ctx, dst + p.top_pe_halo * nx, dst + nx, row_bytes, (uint64_t*)bot_sig,
+                                (uint64_t)it + 1, CPNET_SIGNAL_SET, (int)p.top_pe);
+        fail = app_wait_ge(&h, ctl, top_sig, (app_u64)it + 1, APP_OP_TOP_HALO, (app_u64)it);
+    } else if (b == 1) {
+        cpnet_putmem_signal_nbi(&ctx, dst, dst + chunk * nx, row_bytes, (uint64_t*)top_sig, (uint64_t)it + 1,
+                                CPNET_SIGNAL_SET, (int)p.bottom_pe);
+        fail = app_wait_ge(&h, ctl, bot_sig, (app_u64)it + 1, APP_OP_BOTTOM_HALO, (app_u64)it);
+    } else {
+        const double local =
+            threadIdx.x == 0 ? jacobi_sum_partials((const double*)p.partials, (app_u64)p.blocks) : 0.0;
+        jacobi_contribute(&ctx, p, &norm_src, local, (app_u64)p.round);
+        double norm = 0.0;
+        fail = jacobi_collect(&h, p, (app_u64)p.round, it, &norm);
+        if (fail == 0 && threadIdx.x == 0) jacobi_record_norm_leader(p, it, norm);
+    }
+    if (fail == 0) {
+        const int d = cpnet_ctx_destroy(&ctx);
+        if (d != CPNET_E_OK && threadIdx.x == 0)
+            app_fail_leader(ctl, d, APP_OP_QUIET, (app_u64)it, h.my_pe, ~0ull, 0, 0);
+    }
+}
