@@ -4,8 +4,13 @@
 //! each run as N real processes under the launcher by `tests/multi_pe.rs`,
 //! over the real libfabric providers (`shm`, `tcp;ofi_rxm`).
 //!
+//! `cpnet-gpu-check` (src/bin) is the same matrix for GPU PEs, its kernels
+//! in [`gpu`], run by `tests/gpu_multi_pe.rs`.
+//!
 //! This library holds what the scenarios share.
 #![warn(missing_docs)]
+
+pub mod gpu;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};

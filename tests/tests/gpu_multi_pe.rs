@@ -1,0 +1,144 @@
+//! The GPU operation matrix: each test runs `cpnet-gpu-check <scenario>` as
+//! real GPU PEs under `cpnet-run` (PE i on GPU i % device count) and checks
+//! the exit status and output.
+//!
+//! Where there is no GPU (no CUDA driver, or no device) every job test
+//! prints a loud SKIPPED line and passes, unless `CPNET_REQUIRE_GPU=1`
+//! (set it on the GPU machine), which makes a missing GPU a failure.
+//! `every_kernel_compiles` needs no GPU, only libnvrtc: it compiles every
+//! scenario's kernel for sm_90 (skipped without libnvrtc unless
+//! `CPNET_REQUIRE_NVRTC=1`).
+
+use std::path::Path;
+use std::time::Duration;
+
+use cpnet_device::nvrtc::{self, BuildOptions};
+use cpnet_tests::gpu;
+use cpnet_tests::launch::{self, Job};
+
+const SHM: &str = "shm";
+const TCP: &str = "tcp;ofi_rxm";
+
+/// Whether to run a GPU job: true with a GPU; false (after a loud message)
+/// without one; a panic without one when `CPNET_REQUIRE_GPU=1`.
+fn have_gpu(test: &str) -> bool {
+    match gpu::gpu_available() {
+        Ok(_) => true,
+        Err(why) => {
+            if std::env::var("CPNET_REQUIRE_GPU").as_deref() == Ok("1") {
+                panic!("CPNET_REQUIRE_GPU=1 but {why}");
+            }
+            eprintln!("SKIPPED {test}: {why} (set CPNET_REQUIRE_GPU=1 to make this a failure)");
+            false
+        }
+    }
+}
+
+/// Run `cpnet-gpu-check args` as `n` GPU PEs over `provider`.
+fn job(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Job {
+    let check = Path::new(env!("CARGO_BIN_EXE_cpnet-gpu-check"));
+    let run = launch::cpnet_run(check.parent().expect("bin dir"), env!("CARGO"));
+    // The ops scenario moves 1 MiB cases through ~20 lanes per PE.
+    let mut all = vec![("CPNET_HEAP_SIZE", "256M")];
+    all.extend_from_slice(env);
+    launch::job(&run, n, provider, check, args, &all, limit)
+}
+
+/// The job must succeed with every PE reporting OK; returns its output.
+fn ok_env(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+    let j = job(n, provider, args, env, Duration::from_secs(300));
+    assert!(
+        j.status.success(),
+        "cpnet-run -n {n} cpnet-gpu-check {args:?} over {provider} failed ({}):\n{}",
+        j.all,
+        j.status
+    );
+    assert!(!j.all.contains("SKIP"), "a PE skipped although this machine has a GPU:\n{}", j.all);
+    for pe in 0..n {
+        assert!(j.all.contains(&format!("PE {pe}: OK")), "PE {pe} did not report OK:\n{}", j.all);
+    }
+    j.all
+}
+
+fn ok(n: u32, provider: &str, args: &[&str]) -> String {
+    ok_env(n, provider, args, &[])
+}
+
+macro_rules! gpu_test {
+    ($($name:ident: $body:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            if have_gpu(stringify!($name)) {
+                $body;
+            }
+        }
+    )*};
+}
+
+gpu_test! {
+    ops_1_pe: ok(1, SHM, &["ops"]);
+    ops_2_pes_shm: ok(2, SHM, &["ops"]);
+    ops_2_pes_tcp: ok(2, TCP, &["ops"]);
+    amo_1_pe: ok(1, SHM, &["amo", "--iters", "30"]);
+    amo_2_pes_shm: ok(2, SHM, &["amo", "--iters", "30"]);
+    amo_2_pes_tcp: ok(2, TCP, &["--wgs", "2", "amo", "--iters", "20"]);
+    order_2_pes_shm: ok(2, SHM, &["order", "--rounds", "100", "--msgs", "300"]);
+    order_2_pes_tcp: ok(2, TCP, &["order", "--rounds", "40", "--msgs", "100"]);
+    barrier_2_pes_shm: ok(2, SHM, &["barrier", "--rounds", "50"]);
+    bad_input_2_pes_shm: bad_input(SHM);
+    stuck_wait_2_pes_shm: stuck_wait();
+}
+
+/// Every case is reported by the proxy naming PE, work-group, operation and
+/// heap address, on every PE.
+fn bad_input(provider: &str) {
+    let out = ok(2, provider, &["--wgs", "2", "bad-input"]);
+    for pe in 0..2 {
+        for (what, _, _) in gpu::BAD_CASES {
+            for wg in 0..2 {
+                let line = out
+                    .lines()
+                    .find(|l| l.starts_with(&format!("bad-input PE {pe} wg {wg}: {what}: ")))
+                    .unwrap_or_else(|| panic!("no report of '{what}' on PE {pe} wg {wg}:\n{out}"));
+                assert!(line.contains(&format!("PE {pe} work-group {wg}")) && line.contains("heap+0x"), "{line}");
+            }
+        }
+    }
+}
+
+/// The timed-out wait is reported by `synchronize` with PE, work-group,
+/// address, expected and found value; the scenario checks the details and
+/// prints the report.
+fn stuck_wait() {
+    let j = job(2, SHM, &["stuck-wait"], &[("CPNET_WAIT_TIMEOUT", "1")], Duration::from_secs(120));
+    assert!(j.status.success(), "{}", j.all);
+    for pe in 0..2 {
+        let line = j
+            .all
+            .lines()
+            .find(|l| l.starts_with(&format!("stuck-wait PE {pe}: ")))
+            .unwrap_or_else(|| panic!("no report from PE {pe}:\n{}", j.all));
+        assert!(line.contains("work-group 1") && line.contains("42") && line.contains("found 7"), "{line}");
+    }
+}
+
+/// Every scenario's kernel compiles with NVRTC for sm_90 (no GPU needed).
+#[test]
+fn every_kernel_compiles() {
+    if !nvrtc::is_available() {
+        if std::env::var("CPNET_REQUIRE_NVRTC").as_deref() == Ok("1") {
+            panic!("CPNET_REQUIRE_NVRTC=1 but libnvrtc was not found ({:?})", nvrtc::library_candidates());
+        }
+        eprintln!("SKIPPED every_kernel_compiles: libnvrtc not found (source scripts/nvrtc-env.sh)");
+        return;
+    }
+    for (scenario, func, kernel) in gpu::KERNELS {
+        let opts = BuildOptions { name: format!("{scenario}.cu"), ..BuildOptions::default() };
+        let t = std::time::Instant::now();
+        let out = nvrtc::compile(&gpu::source(kernel), &opts)
+            .unwrap_or_else(|e| panic!("{scenario}: {e}\n{}", e.log().unwrap_or_default()));
+        assert!(out.log.trim().is_empty(), "{scenario}: NVRTC warnings:\n{}", out.log);
+        assert!(out.ptx.contains(&format!(".entry {func}(")), "{scenario}: no entry {func} in the PTX");
+        eprintln!("{scenario}: compiled in {:.1} s", t.elapsed().as_secs_f64());
+    }
+}
