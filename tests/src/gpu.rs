@@ -936,3 +936,58 @@ pub fn gpu_available() -> Result<i32, String> {
         Err(e) => Err(format!("cuDeviceGetCount failed: {e:?}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logs_quote_the_failing_kernel_line() {
+        let src = source("extern \"C\" __global__ void k() {\n    EXPECT_EQ(a, 3, 9);\n}\n");
+        let line = src.lines().position(|l| l.contains("EXPECT_EQ(a, 3, 9)")).expect("line") + 1;
+        let mut words = vec![0u64; 2 * LOG_WORDS];
+        words[1] = DONE_MAGIC;
+        words[LOG_WORDS] = 1; // block 1: one failure, not done, ctx_create failed with 10
+        words[LOG_WORDS + 2] = 10;
+        words[LOG_WORDS + 4..LOG_WORDS + 8].copy_from_slice(&[line as u64, 2, 3, 9]);
+        let e = check_logs(&words, 2, &src, "PE 0").expect_err("block 1 failed");
+        assert!(e.contains(&format!("PE 0 block 1: kernel line {line} `EXPECT_EQ(a, 3, 9);`: got 2 (0x2), expected 3 (0x3), aux 0x9")), "{e}");
+        assert!(e.contains("PE 0 block 1: cpnet_ctx_create failed with CPNET_E code 10"), "{e}");
+        assert!(!e.contains("block 0"), "{e}");
+        words[LOG_WORDS..].fill(0);
+        words[LOG_WORDS + 1] = DONE_MAGIC;
+        assert_eq!(check_logs(&words, 2, &src, "PE 0"), Ok(()));
+    }
+
+    #[test]
+    fn ops_cases_leave_a_zero_guard_after_each_case() {
+        let (sizes, offs, lane) = ops_cases();
+        assert_eq!(sizes.len(), 2 * OPS_SIZES.len());
+        for c in 0..sizes.len() {
+            let end = offs.get(c + 1).copied().unwrap_or(lane);
+            assert!(end - offs[c] >= sizes[c] + 64, "case {c}");
+        }
+    }
+
+    #[test]
+    fn rma_values_are_the_c_conversions() {
+        // k = 0 (char), pe 0, w 0, j 0: -(1) -> 0xff.
+        assert_eq!(rma_value_bytes(0, 0, 0, 0), vec![0xff]);
+        // uint (k = 8): -(1 + 8 + 2 + 4) = -15 as a 4-byte two's complement.
+        assert_eq!(rma_value_bytes(8, 1, 1, 0), (-15i32).to_le_bytes().to_vec());
+        // double (k = 22): -(1 + 22 + 50) = -73.0.
+        assert_eq!(rma_value_bytes(22, 0, 0, 1), (-73.0f64).to_le_bytes().to_vec());
+        assert_eq!(RMA_TYPES.len(), 23);
+    }
+
+    #[test]
+    fn every_kernel_uses_the_prelude_macros_consistently() {
+        for (name, func, k) in KERNELS {
+            assert!(k.contains(&format!("__global__ void {func}(")), "{name}");
+            assert!(k.contains("BEGIN(h, logs);"), "{name}");
+            assert!(k.contains("END();"), "{name}");
+        }
+        assert!(PRELUDE.contains(&format!("#define LOG_MAX {LOG_MAX}")));
+        assert!(PRELUDE.contains(&format!("#define DONE_MAGIC {DONE_MAGIC:#X}ull").replace("0X", "0x")));
+    }
+}
