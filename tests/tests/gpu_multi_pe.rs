@@ -1,6 +1,8 @@
 //! The GPU operation matrix: each test runs `cpnet-gpu-check <scenario>` as
 //! real GPU PEs under `cpnet-run` (PE i on GPU i % device count) and checks
-//! the exit status and output.
+//! the exit status and output. Two PEs on one host reach each other through
+//! CUDA IPC peer copies by default; the `_staged` tests turn that off
+//! (`CPNET_GPU_IPC=0`) so the staged path over the provider runs too.
 //!
 //! Where there is no GPU (no CUDA driver, or no device) every job test
 //! prints a loud SKIPPED line and passes, unless `CPNET_REQUIRE_GPU=1`
@@ -75,16 +77,24 @@ macro_rules! gpu_test {
     )*};
 }
 
+/// `CPNET_GPU_IPC=0`: every remote operation through the staged path
+/// (active messages through pinned buffers) instead of CUDA IPC peer copies.
+const STAGED: &[(&str, &str)] = &[("CPNET_GPU_IPC", "0")];
+
 gpu_test! {
     ops_1_pe: ok(1, SHM, &["ops"]);
     ops_2_pes_shm: ok(2, SHM, &["ops"]);
-    ops_2_pes_tcp: ok(2, TCP, &["ops"]);
+    ops_2_pes_shm_staged: ok_env(2, SHM, &["ops"], STAGED);
+    ops_2_pes_tcp_staged: ok_env(2, TCP, &["ops"], STAGED);
     amo_1_pe: ok(1, SHM, &["amo", "--iters", "30"]);
     amo_2_pes_shm: ok(2, SHM, &["amo", "--iters", "30"]);
-    amo_2_pes_tcp: ok(2, TCP, &["--wgs", "2", "amo", "--iters", "20"]);
+    amo_2_pes_shm_staged: ok_env(2, SHM, &["amo", "--iters", "30"], STAGED);
+    amo_2_pes_tcp_staged: ok_env(2, TCP, &["--wgs", "2", "amo", "--iters", "20"], STAGED);
     order_2_pes_shm: ok(2, SHM, &["order", "--rounds", "100", "--msgs", "300"]);
-    order_2_pes_tcp: ok(2, TCP, &["order", "--rounds", "40", "--msgs", "100"]);
+    order_2_pes_shm_staged: ok_env(2, SHM, &["order", "--rounds", "100", "--msgs", "300"], STAGED);
+    order_2_pes_tcp_staged: ok_env(2, TCP, &["order", "--rounds", "40", "--msgs", "100"], STAGED);
     barrier_2_pes_shm: ok(2, SHM, &["barrier", "--rounds", "50"]);
+    barrier_2_pes_shm_staged: ok_env(2, SHM, &["barrier", "--rounds", "50"], STAGED);
     bad_input_2_pes_shm: bad_input(SHM);
     stuck_wait_2_pes_shm: stuck_wait();
 }

@@ -23,9 +23,11 @@
 //! cpnet-run -n 2 -- cpnet-gpu-p2p --min 8 --max 1M --iters 200 --wgs 4 --csv p2p.csv
 //! ```
 //!
-//! The symmetric heap must hold three buffers of `--max` bytes; when
-//! `CPNET_HEAP_SIZE` is not set this program sets it. Without a GPU it says
-//! `SKIPPED` and exits 0 (1 with `CPNET_REQUIRE_GPU=1`).
+//! Same-host PEs reach each other through CUDA IPC peer copies unless
+//! `CPNET_GPU_IPC=0` (then through the staged path over the provider); the
+//! header says which. The symmetric heap must hold three buffers of `--max`
+//! bytes; when `CPNET_HEAP_SIZE` is not set this program sets it. Without a
+//! GPU it says `SKIPPED` and exits 0 (1 with `CPNET_REQUIRE_GPU=1`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -243,9 +245,11 @@ fn run(pe: &GpuPe, cli: &Cli) -> Result<()> {
         _ => None,
     };
     if me == 0 {
+        let ipc = cpnet::env::Tuning::from_env().map(|t| t.gpu_ipc).unwrap_or(true);
         println!(
-            "# cpnet-gpu-p2p: PE 0 -> PE 1 over {}; PE 0: {} (device {}), PE 1: {}",
+            "# cpnet-gpu-p2p: PE 0 -> PE 1, provider {}, path {}; PE 0: {} (device {}), PE 1: {}",
             pe.provider(),
+            if ipc { "CUDA IPC peer copies (CPNET_GPU_IPC=1; AMOs and ADD signals staged)" } else { "staged (CPNET_GPU_IPC=0)" },
             name(0),
             pe.cuda().ordinal(),
             name(1)
