@@ -51,6 +51,12 @@
 //! counts smaller than `R × n` leave some blocks and segments empty; empty
 //! blocks carry no message.
 //!
+//! # The GPU variants
+//!
+//! The same rings as thread blocks of a GPU kernel: `-variant intra-kernel`
+//! (one persistent kernel for all the allreduces of a size) and `-variant
+//! inter-kernel` (a kernel per ring step); see [`gpu`].
+//!
 //! # What is measured
 //!
 //! For each size, out-of-place then in-place: `-warmup` allreduces, then

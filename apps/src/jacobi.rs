@@ -71,6 +71,12 @@
 //!   parity and read by work-group 0 between the two barriers that bracket
 //!   their next rewrite.
 //!
+//! # The GPU variants
+//!
+//! `-variant intra-kernel` (one persistent kernel, the same protocol with a
+//! grid barrier for the team barrier) and `-variant inter-kernel` (a
+//! compute kernel and a communication kernel per iteration): see [`gpu`].
+//!
 //! # The single-PE reference
 //!
 //! PE 0 first runs the problem alone ([`single_pe`]: the same stencil and
