@@ -51,9 +51,9 @@ fn ok_env(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)]) -> String
     let j = job(n, provider, args, env, Duration::from_secs(300));
     assert!(
         j.status.success(),
-        "cpnet-run -n {n} cpnet-gpu-check {args:?} over {provider} failed ({}):\n{}",
-        j.all,
-        j.status
+        "cpnet-run -n {n} cpnet-gpu-check {args:?} over {provider} (env {env:?}) failed ({}):\n{}",
+        j.status,
+        j.all
     );
     assert!(!j.all.contains("SKIP"), "a PE skipped although this machine has a GPU:\n{}", j.all);
     for pe in 0..n {
