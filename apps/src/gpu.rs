@@ -291,14 +291,17 @@ pub(crate) fn c_struct_fields(src: &str, name: &str) -> usize {
     fields
 }
 
-/// Test helper: compile `src` with NVRTC for sm_90 and return the
-/// compiler's log (warnings); `None`, after saying so on stderr, where
-/// libnvrtc is missing (unless `CPNET_REQUIRE_NVRTC=1`, then it panics).
+/// Test helper: compile `src` with NVRTC for sm_90 and check it: no
+/// compiler warning, and no non-coherent load (`ld.global.nc`, the
+/// read-only path, which may return stale data for memory that other
+/// blocks or the proxy write while the kernel runs). Skips, saying so on
+/// stderr, where libnvrtc is missing (unless `CPNET_REQUIRE_NVRTC=1`, then
+/// it panics).
 ///
 /// # Panics
-/// When the source does not compile (with the log).
+/// When the source does not compile, warns, or uses a non-coherent load.
 #[cfg(test)]
-pub(crate) fn compile_or_skip(test: &str, src: &str) -> Option<String> {
+pub(crate) fn check_kernels_compile(test: &str, src: &str) {
     use cpnet::device::nvrtc::{self, BuildOptions};
     if !nvrtc::is_available() {
         let why = nvrtc::version()
@@ -311,12 +314,18 @@ pub(crate) fn compile_or_skip(test: &str, src: &str) -> Option<String> {
         );
         let line = format!("\n*** SKIPPED {test}: libnvrtc not found. {why}\n");
         let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
-        return None;
+        return;
     }
-    match nvrtc::compile(src, &BuildOptions::default()) {
-        Ok(c) => Some(c.log),
-        Err(e) => panic!("{test}: {e}"),
-    }
+    let c = nvrtc::compile(src, &BuildOptions::default()).unwrap_or_else(|e| panic!("{test}: {e}"));
+    assert!(
+        c.log.trim().is_empty(),
+        "{test}: NVRTC warnings:\n{}",
+        c.log
+    );
+    assert!(
+        !c.ptx.contains("ld.global.nc"),
+        "{test}: a non-coherent load in the PTX"
+    );
 }
 
 #[cfg(test)]
