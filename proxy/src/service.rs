@@ -121,6 +121,9 @@ pub struct Service<T: Transport> {
     my_pe: i32,
     done: Vec<Finished>,
     errors: Vec<CommandError>,
+    /// Where errors go as they happen, when set (the host API reads it
+    /// while the PE runs); otherwise they wait in `errors`.
+    sink: Option<std::sync::Arc<std::sync::Mutex<Vec<CommandError>>>>,
     /// Queues polled each pass: claimed, or with work in flight; refreshed
     /// every [`ACTIVE_REFRESH_PASSES`] passes, so a pool of 1024 queues
     /// with a few claimed costs a few polls per pass, not 1024.
@@ -135,12 +138,28 @@ impl<T: Transport> Service<T> {
             .into_iter()
             .map(|q| QueueState { consumer: Consumer::new(q), drain: None, retry: None })
             .collect();
-        Service { queues, transport, limits, my_pe, done: Vec::new(), errors: Vec::new(), active: Vec::new(), passes: 0 }
+        Service { queues, transport, limits, my_pe, done: Vec::new(), errors: Vec::new(), sink: None, active: Vec::new(), passes: 0 }
     }
 
-    /// Errors recorded since the last call (each also logged).
+    /// Errors recorded since the last call (each also logged), when no
+    /// sink is set.
     pub fn take_errors(&mut self) -> Vec<CommandError> {
         std::mem::take(&mut self.errors)
+    }
+
+    /// Publish every error into `sink` as soon as it is recorded (errors
+    /// recorded before go there now).
+    pub fn set_error_sink(&mut self, sink: std::sync::Arc<std::sync::Mutex<Vec<CommandError>>>) {
+        sink.lock().unwrap_or_else(std::sync::PoisonError::into_inner).append(&mut self.errors);
+        self.sink = Some(sink);
+    }
+
+    fn push_error(&mut self, e: CommandError) {
+        tracing::error!("{e}");
+        match &self.sink {
+            Some(s) => s.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(e),
+            None => self.errors.push(e),
+        }
     }
 
     /// Commands taken and not yet complete, over all queues.
@@ -167,9 +186,8 @@ impl<T: Transport> Service<T> {
             size: cmd.size,
             code,
         };
-        tracing::error!("{e}");
-        self.errors.push(e);
-        q.consumer.complete(seq, Outcome::Failed(code));
+        self.push_error(e);
+        self.queues[qi].consumer.complete(seq, Outcome::Failed(code));
     }
 
     fn record_failure(&mut self, tag: Tag, op: &Op, code: ErrorCode) {
@@ -185,8 +203,7 @@ impl<T: Transport> Service<T> {
             size: op.size(),
             code,
         };
-        tracing::error!("{e}");
-        self.errors.push(e);
+        self.push_error(e);
     }
 
     fn finish(&mut self, tag: Tag, op: &Op, outcome: Outcome) {

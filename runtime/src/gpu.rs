@@ -660,6 +660,11 @@ impl GpuPe {
         }
     }
 
+    /// Bytes of the symmetric heap (the same on every PE).
+    pub fn heap_size(&self) -> u64 {
+        self.heap.size
+    }
+
     /// The device address of heap offset `a` (a kernel's `T*` argument).
     pub fn dev_ptr(&self, a: SymAddr) -> u64 {
         self.heap.base + a.0

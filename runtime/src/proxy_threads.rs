@@ -102,6 +102,7 @@ impl Proxies {
                     };
                     let _ = ready_tx.send((t, Ok(())));
                     let mut service = Service::new(queues, transport, limits, me);
+                    service.set_error_sink(Arc::clone(&errors));
                     service.run_with(idle_sleep, || {
                         // Acquire: pairs with the Release store in `stop`.
                         stop.load(std::sync::atomic::Ordering::Acquire)
@@ -111,10 +112,6 @@ impl Proxies {
                     let until = Instant::now() + DRAIN_LIMIT;
                     // Acquire: pairs with the Release stores of `abandon`.
                     service.drain(|| abandon.load(std::sync::atomic::Ordering::Acquire) || Instant::now() > until);
-                    let failed = service.take_errors();
-                    if !failed.is_empty() {
-                        errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(failed);
-                    }
                 })
                 .map_err(|e| Error::Proxy { pe: me, thread: t, why: format!("spawn: {e}") })?;
             handles.push(handle);
