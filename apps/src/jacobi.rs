@@ -423,9 +423,16 @@ mod sync_block {
     /// `[parity][pe]` contributions of every PE, f64.
     pub const NORM_SLOTS: u64 = 320;
 
+    /// `[parity][pe]` u64 signal words after the slots (GPU variants): PE
+    /// `pe`'s contribution of round `r` is in when its word is `r / 2 + 1`
+    /// (SET signals: no atomic executor on the norm's path).
+    pub fn norm_sig(n: usize) -> u64 {
+        NORM_SLOTS + 16 * n as u64
+    }
+
     /// Bytes of the block for `n` PEs.
     pub fn bytes(n: usize) -> u64 {
-        NORM_SLOTS + 16 * n as u64
+        norm_sig(n) + 16 * n as u64
     }
 }
 

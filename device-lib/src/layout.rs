@@ -107,8 +107,10 @@ pub struct Handle {
     pub wait_timeout_ns: u64,
     /// Address of the [`Status`] block as the kernel sees it.
     pub status: u64,
-    /// Zero.
-    pub reserved: u64,
+    /// Address of `n_queues + 1` zeroed `u32` words in GPU memory: the
+    /// queues' claim words, then the status report's (0: claim with the
+    /// host-memory words instead).
+    pub claims: u64,
 }
 
 /// The PE-wide status block (`cpnet_status_t`): the host sets `abort`; a
@@ -188,7 +190,7 @@ assert_layout!(Handle, CPNET_HANDLE_BYTES, {
     heap_base => CPNET_HANDLE_OFF_HEAP_BASE, heap_size => CPNET_HANDLE_OFF_HEAP_SIZE,
     queues => CPNET_HANDLE_OFF_QUEUES, n_queues => CPNET_HANDLE_OFF_N_QUEUES,
     log2_depth => CPNET_HANDLE_OFF_LOG2_DEPTH, wait_timeout_ns => CPNET_HANDLE_OFF_WAIT_TIMEOUT_NS,
-    status => CPNET_HANDLE_OFF_STATUS,
+    status => CPNET_HANDLE_OFF_STATUS, claims => CPNET_HANDLE_OFF_CLAIMS,
 });
 assert_layout!(Status, CPNET_STATUS_BYTES, {
     abort => CPNET_STATUS_OFF_ABORT, dev_error => CPNET_STATUS_OFF_DEV_ERROR,

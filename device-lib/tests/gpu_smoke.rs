@@ -369,7 +369,7 @@ impl Pool {
             log2_depth: self.geom.log2_depth(),
             wait_timeout_ns,
             status: self.status.dev,
-            reserved: 0,
+            claims: 0,
         }
     }
 }

@@ -167,18 +167,54 @@ impl Drop for MappedHost {
 pub struct GpuQueues {
     queues: MappedHost,
     status: MappedHost,
+    claims: ClaimWords,
     geom: QueueGeometry,
     n: usize,
 }
 
+/// `n + 1` zeroed `u32` words in GPU memory: the queues' claim words and the
+/// status report's (`cpnet_handle_t.claims`). Device-side CAS needs device
+/// memory: system-scope atomics on mapped host memory are not supported by
+/// GPUs on PCIe without host-native atomics (compute-sanitizer flags them).
+#[derive(Debug)]
+struct ClaimWords {
+    dev: u64,
+    cuda: Arc<CudaContext>,
+}
+
+impl ClaimWords {
+    fn new(cuda: &Arc<CudaContext>, n: usize) -> Result<ClaimWords, GpuError> {
+        cuda.bind_to_thread().map_err(|source| GpuError::Cuda { what: "cuCtxSetCurrent", source })?;
+        let bytes = 4 * (n + 1);
+        // SAFETY: a context is current (caller); the memory is zeroed below
+        // and owned by the returned value.
+        let dev = unsafe { cu::malloc_sync(bytes) }
+            .map_err(|source| GpuError::Cuda { what: "cuMemAlloc (queue claim words)", source })?;
+        // SAFETY: the allocation just made.
+        unsafe { cu::memset_d8_sync(dev, 0, bytes) }
+            .map_err(|source| GpuError::Cuda { what: "cuMemsetD8 (queue claim words)", source })?;
+        Ok(ClaimWords { dev, cuda: Arc::clone(cuda) })
+    }
+}
+
+impl Drop for ClaimWords {
+    fn drop(&mut self) {
+        let _ = self.cuda.bind_to_thread();
+        // SAFETY: allocated by cuMemAlloc in `new`, freed once, after every
+        // kernel using the handle has ended (the owner's contract).
+        let _ = unsafe { cu::free_sync(self.dev) };
+    }
+}
+
 impl GpuQueues {
-    /// `n` queues of `geom`, zeroed, and a zeroed status block. A context
-    /// must be current.
+    /// `n` queues of `geom`, zeroed, a zeroed status block, and the claim
+    /// words in `cuda`'s GPU memory (binds `cuda` to this thread).
     ///
     /// # Errors
-    /// As [`MappedHost::new`].
-    pub fn new(n: usize, geom: QueueGeometry) -> Result<GpuQueues, GpuError> {
+    /// As [`MappedHost::new`]; `cuMemAlloc` of the claim words.
+    pub fn new(cuda: &Arc<CudaContext>, n: usize, geom: QueueGeometry) -> Result<GpuQueues, GpuError> {
         Ok(GpuQueues {
+            claims: ClaimWords::new(cuda, n)?,
             queues: MappedHost::new(n * geom.bytes())?,
             status: MappedHost::new(CPNET_STATUS_BYTES)?,
             geom,
@@ -245,7 +281,7 @@ impl GpuQueues {
             log2_depth: self.geom.log2_depth(),
             wait_timeout_ns,
             status: self.status.dev(),
-            reserved: 0,
+            claims: self.claims.dev,
         }
     }
 }
@@ -515,7 +551,7 @@ impl GpuPe {
         let geom = QueueGeometry::new(tuning.queue_depth).map_err(|cause| Error::Queue { pe: me, cause })?;
         let heap_size = tuning.heap_size.next_multiple_of(SHMALLOC_ALIGN);
         let heap = DeviceHeap::new(&cuda, heap_size)?;
-        let queues = Arc::new(GpuQueues::new(tuning.queues, geom)?);
+        let queues = Arc::new(GpuQueues::new(&cuda, tuning.queues, geom)?);
         let peers = PeerHeaps::exchange(&boot, me, &heap, tuning.gpu_ipc)?;
         let stream = cuda.new_stream().map_err(|source| GpuError::Cuda { what: "cuStreamCreate (application stream)", source })?;
         let fabric = pe::default_fabric(&launch, &tuning);

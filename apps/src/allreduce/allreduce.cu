@@ -11,7 +11,7 @@
  * next, whether the next one has arrived -- and publishes one action at a
  * time in shared memory; the whole block then performs it: a
  * putmem_signal_nbi (collective), or the reduction/copy of a received piece
- * (every thread) followed by the acknowledgement (an atomic add at the
+ * (every thread) followed by the acknowledgement (a SET signal at the
  * sender, collective).
  *
  *   ar_ring_<type>   both variants: steps [s0, s1) of `reps` allreduces.
@@ -299,8 +299,13 @@ __device__ __noinline__ int ar_ring(const cpnet_handle_t* h, cpnet_ctx_t* ctx, c
                 for (app_u64 i = threadIdx.x; i < len; i += blockDim.x) out[i] = __ldcg(staged + i);
             }
             /* Collective: its entry barrier orders every thread's reads of the
-             * slot (and writes of the output) before the acknowledgement. */
-            cpnet_uint64_atomic_add(ctx, (uint64_t*)(p.acks + 64 * ring), 1, (int)p.prev);
+             * slot (and writes of the output) before the acknowledgement.
+             * Messages of a ring are consumed in order, so the count after
+             * this one is act.g + 1: a SET signal with no data (one writer
+             * per word), not an AMO, which would go through the target's
+             * atomic executor (two more copy rounds). */
+            uint64_t* ack = (uint64_t*)(p.acks + 64 * ring);
+            cpnet_putmem_signal_nbi(ctx, ack, ack, 0, ack, act.g + 1, CPNET_SIGNAL_SET, (int)p.prev);
         } else if (act.probe) {
             const int e = cpnet_nop(ctx);
             if (e != CPNET_E_OK) {

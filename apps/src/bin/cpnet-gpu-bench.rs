@@ -127,7 +127,7 @@ fn main() -> Result<()> {
     let func = module.load_function("nop_loop").context("nop_loop")?;
     let stream = ctx.default_stream();
     let max_wgs = *cli.wgs.iter().max().unwrap_or(&1) as usize;
-    let queues = Arc::new(GpuQueues::new(max_wgs, QueueGeometry::new(cli.depth)?)?);
+    let queues = Arc::new(GpuQueues::new(&ctx, max_wgs, QueueGeometry::new(cli.depth)?)?);
     // NOPs touch no heap; the loopback transport gets a token host heap.
     let heap = HostHeap::new(4096);
     let heap_dev = stream.alloc_zeros::<u8>(4096)?;
@@ -282,7 +282,7 @@ fn run_device_queues(
         log2_depth: geom.log2_depth(),
         wait_timeout_ns: 30_000_000_000,
         status: status.dev(),
-        reserved: 0,
+        claims: 0,
     };
     let handle = KernelHandle(h);
     let stop = Arc::new(AtomicBool::new(false));

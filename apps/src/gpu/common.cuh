@@ -25,8 +25,13 @@ typedef long long app_i64;
 #define APP_TIGHT_POLLS 16
 /** Sleep between later polls (ns). */
 #define APP_POLL_SLEEP_NS 64
-/** Check the abort word and the clock every this many polls (power of two). */
+/** Check the clock every this many polls (power of two). */
 #define APP_CHECK_EVERY 64
+/** Read the host's abort word (pinned host memory, over PCIe) only once a
+ *  wait has lasted this long: every block of a full GPU reading it every few
+ *  microseconds saturates the GPU's PCIe reads, and with them the command
+ *  queues (the same fix as CPNET_ABORT_CHECK_AFTER_NS in queue.cuh). */
+#define APP_ABORT_CHECK_AFTER_NS 20000ull
 
 /** Relaxed load of a control word (gpu scope: only this GPU writes them). */
 __device__ __forceinline__ app_u64 app_ld_relaxed_gpu(const app_u64* p)
@@ -97,10 +102,12 @@ struct app_spin {
         ++polls;
         if (app_failed(ctl)) return -1;
         if ((polls & (APP_CHECK_EVERY - 1)) == 0) {
-            const int a = app_abort_code(h);
-            if (a != CPNET_E_OK) return a;
-            if (h->wait_timeout_ns != 0 && cpnet_globaltimer_ns() - start > h->wait_timeout_ns)
-                return CPNET_E_TIMEOUT;
+            const app_u64 waited = cpnet_globaltimer_ns() - start;
+            if (waited > APP_ABORT_CHECK_AFTER_NS) {
+                const int a = app_abort_code(h);
+                if (a != CPNET_E_OK) return a;
+            }
+            if (h->wait_timeout_ns != 0 && waited > h->wait_timeout_ns) return CPNET_E_TIMEOUT;
         }
         if (polls > APP_TIGHT_POLLS) __nanosleep(APP_POLL_SLEEP_NS);
         return 0;

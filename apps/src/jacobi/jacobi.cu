@@ -115,9 +115,17 @@ __device__ __forceinline__ void jacobi_record_norm_leader(const jacobi_params& p
     ctl[JACOBI_CTL_LAST_NORM] = (app_u64)__double_as_longlong(norm);
 }
 
+/** The norm signal words [parity][pe], after the slots. */
+__device__ __forceinline__ app_u64* jacobi_norm_sig(const jacobi_params& p, app_u64 n, app_u64 par, app_u64 pe)
+{
+    return (app_u64*)(p.sync + SYNC_NORM_SLOTS + 16 * n) + par * n + pe;
+}
+
 /** Put this PE's partial sum `local` (valid in thread 0) into slot
- *  [round % 2][my_pe] of every PE, adding 1 to that PE's counter [round % 2]
- *  (collective over the block; 8 bytes travel inline, from shared memory). */
+ *  [round % 2][my_pe] of every PE, with signal [round % 2][my_pe] SET to
+ *  round / 2 + 1 there (collective over the block; 8 bytes travel inline,
+ *  from shared memory). SET, not ADD: an ADD signal runs through the
+ *  target's AMO executor (two more copy rounds per contribution). */
 __device__ __forceinline__ void jacobi_contribute(cpnet_ctx_t* ctx, const jacobi_params& p, double* shared_val,
                                                   double local, app_u64 round)
 {
@@ -125,11 +133,11 @@ __device__ __forceinline__ void jacobi_contribute(cpnet_ctx_t* ctx, const jacobi
     const int me = cpnet_my_pe(ctx), n = cpnet_n_pes(ctx);
     if (threadIdx.x == 0) *shared_val = local;
     double* slot = (double*)(p.sync + SYNC_NORM_SLOTS + 8 * (par * (app_u64)n + (app_u64)me));
-    app_u64* cnt = jacobi_word(p.sync, SYNC_NORM_CNT + 64 * par);
+    app_u64* sig = jacobi_norm_sig(p, (app_u64)n, par, (app_u64)me);
     /* The collective call's entry barrier orders the shared store before the
      * leader reads the inline payload. */
     for (int q = 0; q < n; ++q)
-        cpnet_putmem_signal_nbi(ctx, slot, shared_val, 8, (uint64_t*)cnt, 1, CPNET_SIGNAL_ADD, q);
+        cpnet_putmem_signal_nbi(ctx, slot, shared_val, 8, (uint64_t*)sig, round / 2 + 1, CPNET_SIGNAL_SET, q);
 }
 
 /** Wait until every PE contributed to `round`, then the norm (thread 0: the
@@ -140,9 +148,11 @@ __device__ __forceinline__ int jacobi_collect(const cpnet_handle_t* h, const jac
 {
     const app_u64 par = round & 1;
     const app_u64 n = (app_u64)h->n_pes;
-    const int r = app_wait_ge(h, (app_u64*)p.ctl, jacobi_word(p.sync, SYNC_NORM_CNT + 64 * par),
-                              n * (round / 2 + 1), APP_OP_NORM, (app_u64)it);
-    if (r != 0) return r;
+    for (app_u64 q = 0; q < n; ++q) {
+        const int r = app_wait_ge(h, (app_u64*)p.ctl, jacobi_norm_sig(p, n, par, q), round / 2 + 1, APP_OP_NORM,
+                                  (app_u64)it);
+        if (r != 0) return r;
+    }
     if (threadIdx.x == 0) {
         const double* slots = (const double*)(p.sync + SYNC_NORM_SLOTS) + par * n;
         double s = 0.0;

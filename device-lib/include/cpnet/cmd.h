@@ -348,6 +348,7 @@ typedef struct cpnet_queue_prod {
 #define CPNET_HANDLE_OFF_LOG2_DEPTH 36
 #define CPNET_HANDLE_OFF_WAIT_TIMEOUT_NS 40
 #define CPNET_HANDLE_OFF_STATUS 48
+#define CPNET_HANDLE_OFF_CLAIMS 56
 
 typedef struct cpnet_handle {
     int32_t my_pe;             /**< this PE */
@@ -359,7 +360,10 @@ typedef struct cpnet_handle {
     uint32_t log2_depth;       /**< slots per queue = 1 << log2_depth */
     uint64_t wait_timeout_ns;  /**< device-side wait timeout in ns (0: wait forever) */
     uint64_t status;           /**< address of the cpnet_status_t the proxy keeps, as the kernel sees it */
-    uint64_t reserved;
+    uint64_t claims;           /**< address of n_queues + 1 zeroed uint32 words in GPU memory: the queues'
+                                    claim words, then the status report's; 0: claim with prod.in_use and
+                                    status.dev_error instead (system-scope atomics on mapped host memory,
+                                    which GPUs on PCIe without host-native atomics do not support) */
 } cpnet_handle_t;
 
 /* ------------------------------------------------------------------------ */
@@ -445,6 +449,7 @@ CPNET_CHECK_OFF(cpnet_handle_t, n_queues, CPNET_HANDLE_OFF_N_QUEUES);
 CPNET_CHECK_OFF(cpnet_handle_t, log2_depth, CPNET_HANDLE_OFF_LOG2_DEPTH);
 CPNET_CHECK_OFF(cpnet_handle_t, wait_timeout_ns, CPNET_HANDLE_OFF_WAIT_TIMEOUT_NS);
 CPNET_CHECK_OFF(cpnet_handle_t, status, CPNET_HANDLE_OFF_STATUS);
+CPNET_CHECK_OFF(cpnet_handle_t, claims, CPNET_HANDLE_OFF_CLAIMS);
 
 CPNET_STATIC_ASSERT(sizeof(cpnet_status_t) == CPNET_STATUS_BYTES, "cpnet_status_t size");
 CPNET_CHECK_OFF(cpnet_status_t, abort, CPNET_STATUS_OFF_ABORT);

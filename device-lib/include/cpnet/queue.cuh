@@ -84,6 +84,8 @@ typedef struct cpnet_ctx {
     uint32_t wg;               /**< linear block id of the owner */
     int32_t pending_error;     /**< first device-side failure since the last quiet (0: none) */
     int32_t ret;               /**< broadcast: the last call's CPNET_E_* */
+    uint32_t* claims;          /**< handle.claims (GPU-memory claim words), or NULL */
+    uint32_t n_queues;         /**< handle.n_queues (index of the status report's claim word) */
 } cpnet_ctx_t;
 
 namespace cpnet_detail {
@@ -141,6 +143,22 @@ __device__ __noinline__ inline void report_dev_error(const cpnet_ctx_t* ctx, int
 {
     cpnet_status_t* s = ctx->status;
     if (s == nullptr) return;
+    if (ctx->claims != nullptr) {
+        /* Claim the one report with a device-memory CAS (claims[n_queues]),
+         * fill the fields, then publish dev_error last with release: a host
+         * that sees dev_error != 0 sees the whole report. */
+        if (cpnet_atom_cas_acq_rel_sys_u32(ctx->claims + ctx->n_queues, 0u, 1u) != 0u) return;
+        cpnet_st_relaxed_sys_u32((uint32_t*)&s->dev_pe, (uint32_t)pe);
+        cpnet_st_relaxed_sys_u32(&s->dev_wg, ctx->wg);
+        cpnet_st_relaxed_sys_u64(&s->dev_addr, addr);
+        cpnet_st_relaxed_sys_u64(&s->dev_expected, expected);
+        cpnet_st_relaxed_sys_u64(&s->dev_found, found);
+        cpnet_st_relaxed_sys_u32(&s->dev_cmp, cmp);
+        /* Release: pairs with the host's acquire load of dev_error. */
+        cpnet_st_release_sys_u32(&s->dev_error, (uint32_t)err);
+        cpnet_fence_acq_rel_sys();
+        return;
+    }
     if (cpnet_atom_cas_acq_rel_sys_u32(&s->dev_error, 0u, (uint32_t)err) != 0u) return;
     cpnet_st_relaxed_sys_u32((uint32_t*)&s->dev_pe, (uint32_t)pe);
     cpnet_st_relaxed_sys_u32(&s->dev_wg, ctx->wg);
@@ -430,6 +448,8 @@ __device__ __noinline__ inline int create(const cpnet_handle_t* h, cpnet_ctx_t* 
     ctx->qid = 0;
     ctx->wg = block_rank();
     ctx->pending_error = CPNET_E_OK;
+    ctx->claims = (uint32_t*)h->claims;
+    ctx->n_queues = h->n_queues;
 
     if (h->queues == 0 || (h->queues & (CPNET_SLOT_BYTES - 1)) != 0 || h->n_queues == 0)
         return CPNET_E_BAD_ADDR;
@@ -441,9 +461,16 @@ __device__ __noinline__ inline int create(const cpnet_handle_t* h, cpnet_ctx_t* 
         const uint32_t q = (uint32_t)(((uint64_t)ctx->wg + i) % h->n_queues);
         uint8_t* base = (uint8_t*)(h->queues + (uint64_t)q * stride);
         cpnet_queue_prod_t* prod = (cpnet_queue_prod_t*)(base + CPNET_QUEUE_OFF_PROD);
-        /* Acquire: pairs with the previous owner's release store of in_use = 0
-         * in ctx_destroy, after which its write_idx/cached_consumed are ours. */
-        if (cpnet_atom_cas_acquire_sys_u32(&prod->in_use, 0u, 1u) != 0u) continue;
+        /* Acquire: pairs with the previous owner's release store of the claim
+         * word (claims[q] in GPU memory, or prod.in_use without claims) in
+         * ctx_destroy, after which its write_idx/cached_consumed are ours. */
+        if (ctx->claims != nullptr) {
+            if (cpnet_atom_cas_acquire_sys_u32(ctx->claims + q, 0u, 1u) != 0u) continue;
+            /* in_use then only tells the proxy which queues to poll. */
+            cpnet_st_relaxed_sys_u32(&prod->in_use, 1u);
+        } else if (cpnet_atom_cas_acquire_sys_u32(&prod->in_use, 0u, 1u) != 0u) {
+            continue;
+        }
         ctx->ctl = (cpnet_queue_ctl_t*)(base + CPNET_QUEUE_OFF_CTL);
         ctx->prod = prod;
         ctx->slots = (cpnet_cmd_t*)(base + CPNET_QUEUE_OFF_SLOTS);
@@ -469,7 +496,14 @@ __device__ __noinline__ inline int destroy(cpnet_ctx_t* ctx)
     const int e = drain(ctx, CPNET_OP_QUIET);
     cpnet_st_relaxed_sys_u64(&ctx->prod->write_idx, ctx->write_idx);
     cpnet_st_relaxed_sys_u64(&ctx->prod->cached_consumed, ctx->cached_consumed);
-    cpnet_st_release_sys_u32(&ctx->prod->in_use, 0u);
+    if (ctx->claims != nullptr) {
+        cpnet_st_relaxed_sys_u32(&ctx->prod->in_use, 0u);
+        /* Release: pairs with the next owner's acquire CAS of claims[qid];
+         * orders the index and in_use stores above before it. */
+        cpnet_st_release_sys_u32(ctx->claims + ctx->qid, 0u);
+    } else {
+        cpnet_st_release_sys_u32(&ctx->prod->in_use, 0u);
+    }
     ctx->ctl = nullptr;
     ctx->prod = nullptr;
     ctx->slots = nullptr;
