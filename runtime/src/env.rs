@@ -51,7 +51,7 @@
 //! | `CPNET_PROVIDER` | libfabric provider, e.g. `shm`, `tcp;ofi_rxm`, `verbs;ofi_rxm` | name | unset: the runtime picks `shm` when every PE is on this host (`local_size == n_pes`), else `tcp;ofi_rxm` |
 //! | `CPNET_FABRIC_NODE` | local address the provider binds to (tcp) | host name or IP | unset: the runtime uses `127.0.0.1` when every PE is on this host |
 //! | `CPNET_HEAP_SIZE` | symmetric heap per PE | bytes; a `K`, `M` or `G` suffix (also `KiB`, `MiB`, `GiB`) multiplies by 1024, 1024², 1024³ | `64M` |
-//! | `CPNET_PROXY_THREADS` | proxy service threads per PE | count, `1..=64` | `1` |
+//! | `CPNET_PROXY_THREADS` | proxy service threads per PE | count, `1..=64` | `1` for CPU PEs, `4` for GPU PEs (each GPU operation costs a thread several µs of CUDA driver calls; 8 rings of an allreduce step took 190 µs on 1 thread and 64 µs on 8, docs/results.md) |
 //! | `CPNET_QUEUES` | command queues (work-group contexts) per PE | count, >= 1 | `64` |
 //! | `CPNET_QUEUE_DEPTH` | slots per queue | power of two, `2..=65536` | `64` |
 //! | `CPNET_WAIT_TIMEOUT` | how long any wait may take before it reports what it waits for; `0` or `none` waits forever | seconds (decimal) | `60` |
@@ -147,6 +147,8 @@ use foreign::*;
 pub const DEFAULT_HEAP_SIZE: u64 = 64 << 20;
 /// Default of `CPNET_PROXY_THREADS`.
 pub const DEFAULT_PROXY_THREADS: usize = 1;
+/// Default of `CPNET_PROXY_THREADS` for GPU PEs.
+pub const DEFAULT_GPU_PROXY_THREADS: usize = 4;
 /// Largest accepted `CPNET_PROXY_THREADS`.
 pub const MAX_PROXY_THREADS: usize = 64;
 /// Default of `CPNET_QUEUES`.
@@ -373,6 +375,9 @@ pub struct Tuning {
     pub heap_size: u64,
     /// `CPNET_PROXY_THREADS`: proxy service threads per PE, `1..=64`.
     pub proxy_threads: usize,
+    /// Proxy service threads of a GPU PE: `CPNET_PROXY_THREADS` if set,
+    /// else [`DEFAULT_GPU_PROXY_THREADS`].
+    pub gpu_proxy_threads: usize,
     /// `CPNET_QUEUES`: command queues (work-group contexts) per PE, >= 1.
     pub queues: usize,
     /// `CPNET_QUEUE_DEPTH`: slots per queue, a power of two in `2..=65536`.
@@ -406,6 +411,7 @@ impl Default for Tuning {
             fabric_node: None,
             heap_size: DEFAULT_HEAP_SIZE,
             proxy_threads: DEFAULT_PROXY_THREADS,
+            gpu_proxy_threads: DEFAULT_GPU_PROXY_THREADS,
             queues: DEFAULT_QUEUES,
             queue_depth: DEFAULT_QUEUE_DEPTH,
             wait_timeout: Some(DEFAULT_WAIT_TIMEOUT),
@@ -461,6 +467,9 @@ impl Tuning {
                         &format!("an integer in 1..={MAX_PROXY_THREADS}"),
                     )
                 })?;
+        }
+        if get(PROXY_THREADS).is_some() {
+            t.gpu_proxy_threads = t.proxy_threads;
         }
         if let Some(v) = get(GPU_IPC) {
             t.gpu_ipc = match v.as_str() {
@@ -989,5 +998,17 @@ mod tests {
                 "{ok}"
             );
         }
+    }
+
+    #[test]
+    fn gpu_pes_default_to_more_proxy_threads_unless_told() {
+        let t = Tuning::from_lookup(env(&[])).unwrap();
+        assert_eq!((t.proxy_threads, t.gpu_proxy_threads), (DEFAULT_PROXY_THREADS, DEFAULT_GPU_PROXY_THREADS));
+        let t = Tuning::from_lookup(env(&[(PROXY_THREADS, "2")])).unwrap();
+        assert_eq!((t.proxy_threads, t.gpu_proxy_threads), (2, 2), "an explicit count applies to both");
+        let t = Tuning::from_lookup(env(&[(GPU_IPC, "0"), (STAGE_CHUNK, "64K"), (STAGE_CREDITS, "4")])).unwrap();
+        assert_eq!((t.gpu_ipc, t.stage_chunk, t.stage_credits), (false, 65536, 4));
+        assert!(Tuning::from_lookup(env(&[(GPU_IPC, "yes")])).is_err());
+        assert!(Tuning::from_lookup(env(&[(STAGE_CREDITS, "0")])).is_err());
     }
 }

@@ -524,8 +524,8 @@ impl GpuPe {
     /// **Collective.** Reads the launch and tuning environment
     /// ([`crate::env`]), opens device `local rank % device count`, allocates
     /// `CPNET_HEAP_SIZE` bytes of GPU memory for the symmetric heap (zeroed),
-    /// `CPNET_QUEUES` mapped queues, and starts `CPNET_PROXY_THREADS` proxy
-    /// threads on the staged transport.
+    /// `CPNET_QUEUES` mapped queues, and starts `CPNET_PROXY_THREADS` (default
+    /// 4 for GPU PEs) proxy threads on the staged transport.
     ///
     /// # Errors
     /// [`Error::Gpu`] (no driver, no device, allocation failed),
@@ -561,7 +561,7 @@ impl GpuPe {
             credits: tuning.stage_credits,
             send_bufs: tuning.stage_bufs,
         };
-        let threads = tuning.proxy_threads.min(tuning.queues).max(1);
+        let threads = tuning.gpu_proxy_threads.min(tuning.queues).max(1);
         let limits = Limits { n_pes: launch.n_pes, heap_size };
         let per_thread: Vec<Vec<QueueMem>> =
             (0..threads).map(|t| (t..tuning.queues).step_by(threads).map(|q| queues.queue(q)).collect()).collect();
