@@ -574,6 +574,9 @@ impl GpuPe {
             shared: Arc::new(PeShared::default()),
             peer_heaps: peers.bases.clone(),
         });
+        if fabric.provider.starts_with("shm") {
+            crate::proxy_threads::clean_stale_shm_regions();
+        }
         let proxies = Proxies::spawn(backend, me, per_thread, limits, tuning.proxy_idle_sleep)?;
         let mut pe = GpuPe {
             launch,

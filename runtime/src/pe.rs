@@ -302,6 +302,9 @@ impl Pe {
             heap_size,
             epoch: Arc::new(AtomicU64::new(0)),
         });
+        if fabric.provider.starts_with("shm") {
+            crate::proxy_threads::clean_stale_shm_regions();
+        }
         let proxies = Proxies::spawn(backend, me, queues, limits, tuning.proxy_idle_sleep)?;
         let mut pe = Pe {
             launch,

@@ -216,6 +216,42 @@ impl Proxies {
     }
 }
 
+/// Remove shared-memory regions that libfabric's shm provider left behind
+/// in `/dev/shm` (named `<pid>:<n>:<m>` by libfabric 1.17) for processes
+/// that no longer exist, or for this process's pid (this process has not
+/// opened an endpoint yet, so those are a dead predecessor's). A process
+/// that ends without closing its endpoints (killed, or `_exit` on a failed
+/// job) leaves its regions there; a later process that gets the same pid
+/// then fails in `fi_enable` with `-EBUSY`, and the 16 MiB files pile up.
+/// Call before opening shm endpoints. Returns how many were removed.
+pub(crate) fn clean_stale_shm_regions() -> usize {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return 0 };
+    let mut removed = 0;
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let parts: Vec<&str> = name.split(':').collect();
+        if parts.len() != 3 || !parts.iter().all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) {
+            continue;
+        }
+        let Ok(pid) = parts[0].parse::<u32>() else { continue };
+        let stale = pid == me || {
+            // SAFETY: kill(2) with signal 0 only checks whether the process
+            // exists; it sends nothing.
+            let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+            r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        };
+        if stale && std::fs::remove_file(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    if removed > 0 {
+        tracing::debug!("removed {removed} stale shm region(s) of dead processes from /dev/shm");
+    }
+    removed
+}
+
 fn parse_cards(b: &[u8]) -> Option<Vec<Vec<u8>>> {
     let n = u32::from_le_bytes(b.get(0..4)?.try_into().ok()?) as usize;
     let mut at = 4;
@@ -245,5 +281,29 @@ mod tests {
         let mut extra = blob.clone();
         extra.push(0);
         assert_eq!(parse_cards(&extra), None, "trailing bytes");
+    }
+
+    #[test]
+    fn stale_shm_regions_of_dead_and_own_pids_are_removed() {
+        if !std::path::Path::new("/dev/shm").is_dir() {
+            eprintln!("SKIP: no /dev/shm");
+            return;
+        }
+        let me = std::process::id();
+        // A pid that does not exist: above the kernel's pid_max.
+        let dead = 4_194_305u32;
+        let own = format!("/dev/shm/{me}:77:0");
+        let gone = format!("/dev/shm/{dead}:0:0");
+        let live = "/dev/shm/1:78:0".to_owned(); // pid 1 always exists
+        let other = format!("/dev/shm/cpnet-test-{me}"); // not a libfabric name
+        for f in [&own, &gone, &live, &other] {
+            std::fs::write(f, b"x").unwrap();
+        }
+        let n = super::clean_stale_shm_regions();
+        assert!(n >= 2, "removed {n}");
+        assert!(!std::path::Path::new(&own).exists() && !std::path::Path::new(&gone).exists());
+        assert!(std::path::Path::new(&live).exists() && std::path::Path::new(&other).exists());
+        let _ = std::fs::remove_file(&live);
+        let _ = std::fs::remove_file(&other);
     }
 }
