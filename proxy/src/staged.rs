@@ -172,6 +172,18 @@ pub struct Hdr {
     pub cond: u64,
 }
 
+impl Hdr {
+    /// A PUT header carries `op`'s signal, if `op` is a put-signal.
+    fn add_signal(&mut self, op: &Op) {
+        if let Op::PutSignal { sig, signal, op: sop, .. } = *op {
+            self.flags |= F_SIGNAL;
+            self.sig = sig;
+            self.signal = signal;
+            self.sub = sop as u8;
+        }
+    }
+}
+
 const _: () = assert!(std::mem::size_of::<Hdr>() == HDR_BYTES);
 const _: () = assert!(std::mem::offset_of!(Hdr, signal) == 40 && std::mem::offset_of!(Hdr, value) == 48);
 
@@ -879,13 +891,10 @@ impl StagedTransport {
         let k = u64::from(s.started);
         let tag = self.tag_of(i);
         if s.phase == Phase::Signal {
-            let Op::PutSignal { sig, signal, op: sop, .. } = op else { unreachable!("signal phase of a put-signal") };
+            assert!(matches!(op, Op::PutSignal { .. }), "signal phase of a put-signal");
             let mut h = self.hdr(K_PUT);
             h.tag = tag;
-            h.flags = F_SIGNAL;
-            h.sig = sig;
-            h.signal = signal;
-            h.sub = sop as u8;
+            h.add_signal(&op);
             self.send_small(pe, h, Some(i));
             self.credits[pe as usize] -= 1;
             let s = &mut self.ops[i as usize];
@@ -903,11 +912,8 @@ impl StagedTransport {
                 h.tag = tag;
                 h.dst = dst + off;
                 h.size = len;
-                if let (true, Op::PutSignal { sig, signal, op: sop, .. }) = (last && s.chunks == 1, op) {
-                    h.flags |= F_SIGNAL;
-                    h.sig = sig;
-                    h.signal = signal;
-                    h.sub = sop as u8;
+                if last && s.chunks == 1 {
+                    h.add_signal(&op);
                 }
                 Self::write_hdr(self.big_ptr(b), &h);
                 if len > 0 {
@@ -926,12 +932,7 @@ impl StagedTransport {
                 h.size = size;
                 h.flags = F_INLINE;
                 h.value = bits;
-                if let Op::PutSignal { sig, signal, op: sop, .. } = op {
-                    h.flags |= F_SIGNAL;
-                    h.sig = sig;
-                    h.signal = signal;
-                    h.sub = sop as u8;
-                }
+                h.add_signal(&op);
                 self.send_small(pe, h, Some(i));
             }
             Op::Get { src, size, .. } => {

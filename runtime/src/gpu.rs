@@ -13,7 +13,7 @@
 //! buffers and apply it to the target's GPU heap with asynchronous copies.
 
 use std::sync::atomic::AtomicU32;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cpnet_device::layout::{CPNET_STATUS_BYTES, CPNET_STATUS_OFF_ABORT, ErrorCode, Handle, Status};
 use cpnet_device::nvrtc::{self, BuildOptions};
@@ -28,7 +28,7 @@ use cudarc::driver::{CudaContext, CudaModule, CudaStream, DeviceRepr, DriverErro
 
 use crate::bootstrap::Bootstrap;
 use crate::env::{Launch, Tuning};
-use crate::pe::{self, Error, SHMALLOC_ALIGN, SymAlloc};
+use crate::pe::{self, Error, PeCore, SHMALLOC_ALIGN};
 use crate::proxy_threads::{Backend, Proxies};
 use cudarc::driver::{result as cu, sys as cusys};
 
@@ -492,15 +492,9 @@ impl Backend for GpuBackend {
 /// # Ok(()) }
 /// ```
 pub struct GpuPe {
-    launch: Launch,
-    tuning: Tuning,
-    provider: String,
-    boot: Option<Bootstrap>,
-    alloc: Mutex<SymAlloc>,
-    proxies: Proxies,
-    finalized: bool,
+    // First: its threads end before the heap and queues below are freed.
+    core: PeCore,
     stream: Arc<CudaStream>,
-    // Freed after the service threads are joined (Drop stops them first).
     peers: PeerHeaps,
     queues: Arc<GpuQueues>,
     heap: DeviceHeap,
@@ -510,10 +504,10 @@ pub struct GpuPe {
 impl std::fmt::Debug for GpuPe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GpuPe")
-            .field("my_pe", &self.launch.pe)
-            .field("n_pes", &self.launch.n_pes)
+            .field("my_pe", &self.core.launch.pe)
+            .field("n_pes", &self.core.launch.n_pes)
             .field("device", &self.cuda.ordinal())
-            .field("provider", &self.provider)
+            .field("provider", &self.core.provider)
             .field("heap_size", &self.heap.size)
             .finish_non_exhaustive()
     }
@@ -578,50 +572,26 @@ impl GpuPe {
             crate::proxy_threads::clean_stale_shm_regions();
         }
         let proxies = Proxies::spawn(backend, me, per_thread, limits, tuning.proxy_idle_sleep)?;
-        let mut pe = GpuPe {
-            launch,
-            tuning,
-            provider: fabric.provider,
-            boot: Some(boot),
-            alloc: Mutex::new(SymAlloc::new(heap_size)),
-            proxies,
-            finalized: false,
-            stream,
-            peers,
-            queues,
-            heap,
-            cuda,
-        };
-        let q = Arc::clone(&pe.queues);
-        pe::install_failure_handler_with(pe.boot(), Arc::clone(&pe.proxies.abandon), me, pe.tuning.abort_grace, move |code| {
-            q.abort(code)
-        });
-        let boot = pe.boot.take().expect("just set");
-        let r = pe.proxies.connect(&boot, me);
-        pe.boot = Some(boot);
-        r?;
-        pe.barrier_all()?;
-        tracing::debug!(pe = me, n_pes = pe.n_pes(), device = pe.cuda.ordinal(), provider = %pe.provider, threads, "cpnet GPU PE up");
+        let q = Arc::clone(&queues);
+        let core = PeCore::start(launch, tuning, fabric.provider, boot, heap_size, proxies, move |code| q.abort(code))?;
+        let pe = GpuPe { core, stream, peers, queues, heap, cuda };
+        tracing::debug!(pe = me, n_pes = pe.n_pes(), device = pe.cuda.ordinal(), provider = %pe.core.provider, threads, "cpnet GPU PE up");
         Ok(pe)
-    }
-
-    fn boot(&self) -> &Bootstrap {
-        self.boot.as_ref().expect("the bootstrap lives until finalize")
     }
 
     /// This PE's number (`shmem_my_pe`, §9.2.3). Local.
     pub fn my_pe(&self) -> i32 {
-        self.launch.pe
+        self.core.my_pe()
     }
 
     /// Number of PEs (`shmem_n_pes`, §9.2.4). Local.
     pub fn n_pes(&self) -> i32 {
-        self.launch.n_pes
+        self.core.n_pes()
     }
 
     /// The libfabric provider the staged transport uses.
     pub fn provider(&self) -> &str {
-        &self.provider
+        &self.core.provider
     }
 
     /// Which PEs this PE reaches by CUDA IPC peer copies (same host,
@@ -654,8 +624,8 @@ impl GpuPe {
     /// The kernel argument `cpnet_handle_t` (pass it by value:
     /// `launch.arg(&handle)`).
     pub fn handle(&self) -> KernelHandle {
-        let timeout = self.tuning.wait_timeout.map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64);
-        KernelHandle(self.queues.handle(self.launch.pe, self.launch.n_pes, self.heap.base, self.heap.size, timeout))
+        let timeout = self.core.tuning.wait_timeout.map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64);
+        KernelHandle(self.queues.handle(self.my_pe(), self.n_pes(), self.heap.base, self.heap.size, timeout))
     }
 
     /// Allocate `bytes` of symmetric GPU memory (`shmem_malloc`, §9.3.1):
@@ -666,18 +636,9 @@ impl GpuPe {
     /// [`Error::NotSymmetric`], [`Error::OutOfHeap`], [`Error::Bootstrap`],
     /// [`Error::Gpu`] (the clearing copy failed).
     pub fn shmalloc(&self, bytes: u64) -> pe::Result<SymAddr> {
-        pe::check_symmetric(self.boot(), self.my_pe(), "shmalloc", bytes)?;
-        let off = {
-            let mut a = self.alloc.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            a.alloc(bytes).ok_or(Error::OutOfHeap {
-                pe: self.my_pe(),
-                requested: bytes,
-                free: a.free_bytes(),
-                heap: self.heap.size,
-            })?
-        };
+        let off = self.core.shmalloc(bytes)?;
         let len = bytes.max(1).next_multiple_of(SHMALLOC_ALIGN);
-        self.cuda.bind_to_thread().map_err(|source| GpuError::Cuda { what: "cuCtxSetCurrent", source })?;
+        self.bind()?;
         // SAFETY: `off..off+len` is the block just allocated inside the heap.
         unsafe { cu::memset_d8_async(self.heap.base + off, 0, len as usize, self.stream.cu_stream()) }
             .map_err(|source| GpuError::Cuda { what: "cuMemsetD8Async (clear a symmetric block)", source })?;
@@ -691,12 +652,7 @@ impl GpuPe {
     /// # Errors
     /// [`Error::NotSymmetric`], [`Error::BadFree`], [`Error::Bootstrap`].
     pub fn shfree(&self, addr: SymAddr) -> pe::Result<()> {
-        pe::check_symmetric(self.boot(), self.my_pe(), "shfree", addr.0)?;
-        if self.alloc.lock().unwrap_or_else(std::sync::PoisonError::into_inner).release(addr.0) {
-            Ok(())
-        } else {
-            Err(Error::BadFree { pe: self.my_pe(), addr: addr.0 })
-        }
+        self.core.shfree(addr)
     }
 
     /// Bytes of the symmetric heap (the same on every PE).
@@ -707,6 +663,12 @@ impl GpuPe {
     /// The device address of heap offset `a` (a kernel's `T*` argument).
     pub fn dev_ptr(&self, a: SymAddr) -> u64 {
         self.heap.base + a.0
+    }
+
+    /// Make this PE's context current on the calling thread.
+    fn bind(&self) -> pe::Result<()> {
+        self.cuda.bind_to_thread().map_err(|source| GpuError::Cuda { what: "cuCtxSetCurrent", source })?;
+        Ok(())
     }
 
     fn check_range(&self, a: SymAddr, len: usize) -> pe::Result<()> {
@@ -724,7 +686,7 @@ impl GpuPe {
     /// A range outside the heap; [`Error::Gpu`].
     pub fn write_heap(&self, a: SymAddr, data: &[u8]) -> pe::Result<()> {
         self.check_range(a, data.len())?;
-        self.cuda.bind_to_thread().map_err(|source| GpuError::Cuda { what: "cuCtxSetCurrent", source })?;
+        self.bind()?;
         // SAFETY: the destination range is inside the heap (checked); the
         // source slice outlives the copy (synchronized below).
         unsafe { cu::memcpy_htod_async(self.heap.base + a.0, data, self.stream.cu_stream()) }
@@ -740,7 +702,7 @@ impl GpuPe {
     /// A range outside the heap; [`Error::Gpu`].
     pub fn read_heap(&self, a: SymAddr, out: &mut [u8]) -> pe::Result<()> {
         self.check_range(a, out.len())?;
-        self.cuda.bind_to_thread().map_err(|source| GpuError::Cuda { what: "cuCtxSetCurrent", source })?;
+        self.bind()?;
         // SAFETY: the source range is inside the heap (checked); `out`
         // outlives the copy (synchronized below).
         unsafe { cu::memcpy_dtoh_async(out, self.heap.base + a.0, self.stream.cu_stream()) }
@@ -793,7 +755,7 @@ impl GpuPe {
     /// # Errors
     /// [`Error::Bootstrap`].
     pub fn barrier_all(&self) -> pe::Result<()> {
-        self.boot().barrier().map_err(|cause| Error::Bootstrap { pe: self.my_pe(), cause })
+        self.core.barrier_all()
     }
 
     /// Exchange `data` with every PE (host-side setup). **Collective.**
@@ -801,18 +763,18 @@ impl GpuPe {
     /// # Errors
     /// [`Error::Bootstrap`].
     pub fn allgather_bytes(&self, data: &[u8]) -> pe::Result<Vec<Vec<u8>>> {
-        self.boot().allgather(data).map_err(|cause| Error::Bootstrap { pe: self.my_pe(), cause })
+        self.core.allgather_bytes(data)
     }
 
     /// Tell every other PE that this PE is failing. One-sided.
     pub fn abort_job(&self, reason: &str) {
-        self.boot().abort(reason);
+        self.core.boot().abort(reason);
     }
 
     /// Commands the proxy rejected or that failed, so far (each was also
     /// returned to the work-group that issued it).
     pub fn command_errors(&self) -> Vec<CommandError> {
-        self.proxies.command_errors()
+        self.core.command_errors()
     }
 
     /// End this PE (`shmem_finalize`, §9.2.2): synchronize the stream,
@@ -822,31 +784,19 @@ impl GpuPe {
     /// # Errors
     /// [`Error::Gpu`], [`Error::Bootstrap`], [`Error::Proxy`].
     pub fn finalize(mut self) -> pe::Result<()> {
-        let me = self.launch.pe;
         self.stream.synchronize().map_err(|source| GpuError::Cuda { what: "cuStreamSynchronize (finalize)", source })?;
-        self.barrier_all()?;
-        self.proxies.stop(me)?;
-        self.finalized = true;
-        let n = self.proxies.command_errors().len();
-        if n > 0 {
-            tracing::warn!("PE {me}: {n} command(s) failed during the run (each reported to its work-group)");
-        }
-        match self.boot.take() {
-            Some(b) => b.finalize().map_err(|cause| Error::Bootstrap { pe: me, cause }),
-            None => Ok(()),
-        }
+        self.core.finalize()
     }
 }
 
 impl Drop for GpuPe {
     fn drop(&mut self) {
-        if !self.finalized {
+        if !self.core.stopped() {
             // A kernel may still be running and waiting on the queues: abort
             // them so it ends, then stop the proxy without draining.
             self.queues.abort(ErrorCode::Aborted);
             let _ = self.stream.synchronize();
-            self.proxies.abandon();
-            let _ = self.proxies.stop(self.launch.pe);
+            self.core.abandon();
         }
     }
 }

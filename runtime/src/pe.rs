@@ -211,26 +211,151 @@ impl SymAlloc {
 /// [`Pe::finalize`] (dropping it without finalize stops the proxy but skips
 /// the closing barrier).
 pub struct Pe {
-    launch: Launch,
-    tuning: Tuning,
-    provider: String,
-    /// `None` only after finalize has handed it back.
-    boot: Option<Bootstrap>,
+    // First: dropping it joins the service threads (without draining, if
+    // not finalized) before the queues and the region are freed.
+    core: PeCore,
     pool: QueuePool,
     heap: HeapView,
-    alloc: Mutex<SymAlloc>,
-    proxies: Proxies,
-    finalized: bool,
-    // Last: freed after the service threads are joined (Drop joins them).
     _region: Arc<HostHeap>,
+}
+
+/// What every kind of PE has, CPU or GPU: launch facts, tuning, the
+/// bootstrap, the symmetric allocator and the proxy threads, with the
+/// collectives and the teardown they share. [`Pe`] and
+/// [`GpuPe`](crate::gpu::GpuPe) wrap it with their own heap and queues.
+pub(crate) struct PeCore {
+    pub(crate) launch: Launch,
+    pub(crate) tuning: Tuning,
+    pub(crate) provider: String,
+    /// `None` only after finalize has handed it back.
+    boot: Option<Bootstrap>,
+    alloc: Mutex<SymAlloc>,
+    heap_size: u64,
+    proxies: Proxies,
+    /// The proxy threads were stopped (finalize, or abandon).
+    stopped: bool,
+}
+
+impl PeCore {
+    /// Bring up a PE whose proxy threads were spawned: install the failure
+    /// handler (`abort` aborts the PE's queues), exchange the endpoints'
+    /// cards and meet every PE at a barrier. **Collective.**
+    ///
+    /// # Errors
+    /// [`Error::Bootstrap`], [`Error::Proxy`], [`Error::NotSymmetric`].
+    pub(crate) fn start(
+        launch: Launch,
+        tuning: Tuning,
+        provider: String,
+        boot: Bootstrap,
+        heap_size: u64,
+        mut proxies: Proxies,
+        abort: impl Fn(ErrorCode) + Send + Sync + 'static,
+    ) -> Result<PeCore> {
+        let me = launch.pe;
+        install_failure_handler(&boot, Arc::clone(&proxies.abandon), me, tuning.abort_grace, abort);
+        let r = proxies.connect(&boot, me).and_then(|()| boot.barrier().map_err(|cause| Error::Bootstrap { pe: me, cause }));
+        let core = PeCore {
+            launch,
+            tuning,
+            provider,
+            boot: Some(boot),
+            alloc: Mutex::new(SymAlloc::new(heap_size)),
+            heap_size,
+            proxies,
+            stopped: false,
+        };
+        // On failure, dropping `core` stops the proxy threads.
+        r.map(|()| core)
+    }
+
+    pub(crate) fn boot(&self) -> &Bootstrap {
+        self.boot.as_ref().expect("the bootstrap lives until finalize")
+    }
+
+    pub(crate) fn my_pe(&self) -> i32 {
+        self.launch.pe
+    }
+
+    pub(crate) fn n_pes(&self) -> i32 {
+        self.launch.n_pes
+    }
+
+    /// The symmetric allocation of `bytes` (collective, checked alike on
+    /// every PE): its heap offset.
+    pub(crate) fn shmalloc(&self, bytes: u64) -> Result<u64> {
+        check_symmetric(self.boot(), self.my_pe(), "shmalloc", bytes)?;
+        let mut a = self.alloc.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        a.alloc(bytes).ok_or(Error::OutOfHeap {
+            pe: self.my_pe(),
+            requested: bytes,
+            free: a.free_bytes(),
+            heap: self.heap_size,
+        })
+    }
+
+    pub(crate) fn shfree(&self, addr: SymAddr) -> Result<()> {
+        check_symmetric(self.boot(), self.my_pe(), "shfree", addr.0)?;
+        if self.alloc.lock().unwrap_or_else(std::sync::PoisonError::into_inner).release(addr.0) {
+            Ok(())
+        } else {
+            Err(Error::BadFree { pe: self.my_pe(), addr: addr.0 })
+        }
+    }
+
+    pub(crate) fn barrier_all(&self) -> Result<()> {
+        self.boot().barrier().map_err(|cause| Error::Bootstrap { pe: self.my_pe(), cause })
+    }
+
+    pub(crate) fn allgather_bytes(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.boot().allgather(data).map_err(|cause| Error::Bootstrap { pe: self.my_pe(), cause })
+    }
+
+    pub(crate) fn command_errors(&self) -> Vec<CommandError> {
+        self.proxies.command_errors()
+    }
+
+    /// Barrier, stop the proxy after it has drained, leave the rendezvous.
+    /// **Collective.**
+    pub(crate) fn finalize(&mut self) -> Result<()> {
+        let me = self.my_pe();
+        self.barrier_all()?;
+        self.proxies.stop(me)?;
+        self.stopped = true;
+        let n = self.proxies.command_errors().len();
+        if n > 0 {
+            tracing::warn!("PE {me}: {n} command(s) failed during the run (each reported to its work-group)");
+        }
+        match self.boot.take() {
+            Some(b) => b.finalize().map_err(|cause| Error::Bootstrap { pe: me, cause }),
+            None => Ok(()),
+        }
+    }
+
+    /// Unless stopped already: stop the proxy threads without draining. Runs in
+    /// `Drop`; owners call it earlier when something must happen between
+    /// (a GPU PE aborts its queues first), and hold the core before their
+    /// heap and queues so the threads end before those are freed.
+    pub(crate) fn abandon(&mut self) {
+        if !self.stopped {
+            self.proxies.abandon();
+            let _ = self.proxies.stop(self.launch.pe);
+            self.stopped = true;
+        }
+    }
+
+    /// Whether the proxy threads were stopped (finalize, or abandon).
+    pub(crate) fn stopped(&self) -> bool {
+        self.stopped
+    }
 }
 
 impl std::fmt::Debug for Pe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pe")
-            .field("my_pe", &self.launch.pe)
-            .field("n_pes", &self.launch.n_pes)
-            .field("provider", &self.provider)
+            .field("my_pe", &self.core.launch.pe)
+            .field("n_pes", &self.core.launch.n_pes)
+            .field("provider", &self.core.provider)
             .field("heap_size", &self.heap.size())
             .finish_non_exhaustive()
     }
@@ -306,46 +431,30 @@ impl Pe {
             crate::proxy_threads::clean_stale_shm_regions();
         }
         let proxies = Proxies::spawn(backend, me, queues, limits, tuning.proxy_idle_sleep)?;
-        let mut pe = Pe {
-            launch,
-            tuning,
-            provider: fabric.provider.clone(),
-            boot: Some(boot),
-            pool,
-            heap,
-            alloc: Mutex::new(SymAlloc::new(heap_size)),
-            proxies,
-            finalized: false,
-            _region: region,
-        };
-        let queues: Vec<_> = (0..pe.pool.len()).map(|q| pe.pool.queue(q)).collect();
-        install_failure_handler(pe.boot(), queues, Arc::clone(&pe.proxies.abandon), me, pe.tuning.abort_grace);
-        let boot = pe.boot.take().expect("just set");
-        let r = pe.proxies.connect(&boot, me);
-        pe.boot = Some(boot);
-        r?;
-        pe.boot().barrier().map_err(boot_err)?;
-        tracing::debug!(pe = me, n_pes = pe.n_pes(), provider = %pe.provider, threads, "cpnet PE up");
+        let aborted: Vec<_> = (0..pool.len()).map(|q| pool.queue(q)).collect();
+        let core = PeCore::start(launch, tuning, fabric.provider, boot, heap_size, proxies, move |code| {
+            for q in &aborted {
+                q.set_abort(code);
+            }
+        })?;
+        let pe = Pe { core, pool, heap, _region: region };
+        tracing::debug!(pe = me, n_pes = pe.n_pes(), provider = %pe.core.provider, threads, "cpnet PE up");
         Ok(pe)
-    }
-
-    fn boot(&self) -> &Bootstrap {
-        self.boot.as_ref().expect("the bootstrap lives until finalize")
     }
 
     /// This PE's number, `0..n_pes` (`shmem_my_pe`, §9.2.3). Local.
     pub fn my_pe(&self) -> i32 {
-        self.launch.pe
+        self.core.my_pe()
     }
 
     /// Number of PEs in the job (`shmem_n_pes`, §9.2.4). Local.
     pub fn n_pes(&self) -> i32 {
-        self.launch.n_pes
+        self.core.n_pes()
     }
 
     /// The libfabric provider in use (`"shm"`, `"tcp;ofi_rxm"`, ...).
     pub fn provider(&self) -> &str {
-        &self.provider
+        &self.core.provider
     }
 
     /// This PE's symmetric heap, for host reads and writes of local
@@ -357,7 +466,7 @@ impl Pe {
 
     /// What a work-group needs to know about this PE.
     pub fn pe_info(&self) -> PeInfo {
-        PeInfo { my_pe: self.launch.pe, n_pes: self.launch.n_pes, heap: self.heap, wait_timeout: self.tuning.wait_timeout }
+        PeInfo { my_pe: self.my_pe(), n_pes: self.n_pes(), heap: self.heap, wait_timeout: self.core.tuning.wait_timeout }
     }
 
     /// Allocate `bytes` of symmetric memory (`shmem_malloc`, §9.3.1):
@@ -369,14 +478,7 @@ impl Pe {
     /// [`Error::NotSymmetric`] if PEs asked for different sizes,
     /// [`Error::OutOfHeap`], [`Error::Bootstrap`].
     pub fn shmalloc(&self, bytes: u64) -> Result<SymAddr> {
-        self.symmetric("shmalloc", bytes)?;
-        let mut a = self.alloc.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        a.alloc(bytes).map(SymAddr).ok_or(Error::OutOfHeap {
-            pe: self.my_pe(),
-            requested: bytes,
-            free: a.free_bytes(),
-            heap: self.heap.size(),
-        })
+        self.core.shmalloc(bytes).map(SymAddr)
     }
 
     /// Free a block from [`Pe::shmalloc`] (`shmem_free`, §9.3.2).
@@ -385,14 +487,7 @@ impl Pe {
     /// # Errors
     /// [`Error::NotSymmetric`], [`Error::BadFree`], [`Error::Bootstrap`].
     pub fn shfree(&self, addr: SymAddr) -> Result<()> {
-        self.symmetric("shfree", addr.0)?;
-        if self.alloc.lock().unwrap_or_else(std::sync::PoisonError::into_inner).release(addr.0) { Ok(()) } else { Err(Error::BadFree { pe: self.my_pe(), addr: addr.0 }) }
-    }
-
-    /// Allgather `arg` and check every PE passed the same value (this is
-    /// also the collective's barrier).
-    fn symmetric(&self, call: &'static str, arg: u64) -> Result<()> {
-        check_symmetric(self.boot(), self.my_pe(), call, arg)
+        self.core.shfree(addr)
     }
 
     /// Run `n` CPU work-groups on this PE, each on its own thread with its
@@ -458,7 +553,7 @@ impl Pe {
     /// # Errors
     /// [`Error::Bootstrap`] (`PeerFailed` when a peer died).
     pub fn barrier_all(&self) -> Result<()> {
-        self.boot().barrier().map_err(|source| Error::Bootstrap { pe: self.my_pe(), cause: source })
+        self.core.barrier_all()
     }
 
     /// Exchange `data` with every PE and return all PEs' data, in PE order,
@@ -468,24 +563,20 @@ impl Pe {
     /// # Errors
     /// [`Error::Bootstrap`].
     pub fn allgather_bytes(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
-        self.boot().allgather(data).map_err(|source| Error::Bootstrap { pe: self.my_pe(), cause: source })
+        self.core.allgather_bytes(data)
     }
 
     /// Tell every other PE that this PE is failing (`shmem_global_exit`
     /// without the exit): they abort with a message naming this PE and
     /// `reason`. One-sided.
     pub fn abort_job(&self, reason: &str) {
-        self.boot().abort(reason);
+        self.core.boot().abort(reason);
     }
 
     /// Command errors the proxy recorded so far (each was also returned to
     /// the work-group that issued the command, or will be at its next quiet).
     pub fn command_errors(&self) -> Vec<CommandError> {
-        self.proxies.command_errors()
-    }
-
-    fn stop_services(&mut self) -> Result<()> {
-        self.proxies.stop(self.launch.pe)
+        self.core.command_errors()
     }
 
     /// End this PE (`shmem_finalize`, §9.2.2): barrier, stop the proxy
@@ -494,18 +585,7 @@ impl Pe {
     /// # Errors
     /// [`Error::Bootstrap`] (a peer failed), [`Error::Proxy`].
     pub fn finalize(mut self) -> Result<()> {
-        let me = self.launch.pe;
-        self.barrier_all()?;
-        self.stop_services()?;
-        self.finalized = true;
-        let n = self.proxies.command_errors().len();
-        if n > 0 {
-            tracing::warn!("PE {me}: {n} command(s) failed during the run (each reported to its work-group)");
-        }
-        match self.boot.take() {
-            Some(b) => b.finalize().map_err(|source| Error::Bootstrap { pe: me, cause: source }),
-            None => Ok(()),
-        }
+        self.core.finalize()
     }
 }
 
@@ -521,27 +601,11 @@ pub(crate) fn check_symmetric(boot: &Bootstrap, me: i32, call: &'static str, arg
     Ok(())
 }
 
-/// On a peer failure reported by the bootstrap: log it, abort `queues`
-/// (waits return `PEER_DEAD` at once), let the proxy stop without draining,
-/// and exit the process with status 1 if the program has not ended within
-/// `grace`.
-pub(crate) fn install_failure_handler(
-    boot: &Bootstrap,
-    queues: Vec<cpnet_device::ring::QueueMem>,
-    abandon: Arc<AtomicBool>,
-    me: i32,
-    grace: Duration,
-) {
-    install_failure_handler_with(boot, abandon, me, grace, move |code| {
-        for q in &queues {
-            q.set_abort(code);
-        }
-    });
-}
-
-/// [`install_failure_handler`] with a custom abort action (GPU PEs also
-/// abort their status block).
-pub(crate) fn install_failure_handler_with(
+/// On a peer failure reported by the bootstrap: log it, let the proxy stop
+/// without draining, `abort` the PE's queues (waits return `PEER_DEAD` at
+/// once), and exit the process with status 1 if the program has not ended
+/// within `grace`.
+fn install_failure_handler(
     boot: &Bootstrap,
     abandon: Arc<AtomicBool>,
     me: i32,
@@ -609,12 +673,9 @@ fn say(line: &str) {
     let _ = std::io::stderr().lock().write_all(format!("{line}\n").as_bytes());
 }
 
-impl Drop for Pe {
+impl Drop for PeCore {
     fn drop(&mut self) {
-        if !self.finalized {
-            self.proxies.abandon();
-            let _ = self.stop_services();
-        }
+        self.abandon();
     }
 }
 
