@@ -15,6 +15,8 @@
 //! - [`gpu`]: what the GPU variants share (kernel prelude, the kernels'
 //!   failure record, cooperative launch sizing);
 //! - [`mem`]: typed views of the local symmetric heap for compute loops;
+//! - [`proxy_cpu`]: the CPU time the proxy service threads use (from
+//!   `/proc`), for the benchmarks' proxy-cost measurements;
 //! - [`team`]: the barrier among the CPU work-groups of one PE.
 //!
 //! Each app has three variants (`-variant`): `cpu` (the paper's "CPU"
@@ -30,4 +32,5 @@ pub mod cli;
 pub mod gpu;
 pub mod jacobi;
 pub mod mem;
+pub mod proxy_cpu;
 pub mod team;
