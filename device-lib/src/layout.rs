@@ -107,11 +107,32 @@ pub struct Handle {
     pub wait_timeout_ns: u64,
     /// Address of the [`Status`] block as the kernel sees it.
     pub status: u64,
-    /// Address of `n_queues + 1` zeroed `u32` words in GPU memory: the
-    /// queues' claim words, then the status report's (0: claim with the
-    /// host-memory words instead).
+    /// Address of [`claim_words`]`(n_queues)` zeroed `u32` words in GPU
+    /// memory: the queues' claim words, the status report's claim word, and
+    /// the abort mirror the host fills when it aborts ([`claim_abort`]); 0:
+    /// claim with the host-memory words and read aborts from host memory.
     pub claims: u64,
 }
+
+/// Number of `u32` words at [`Handle::claims`] for `n_queues` queues
+/// (`CPNET_CLAIM_WORDS` in `cmd.h`).
+pub const fn claim_words(n_queues: usize) -> usize {
+    n_queues + CPNET_CLAIM_EXTRA
+}
+
+/// Index of the status report's claim word at [`Handle::claims`]
+/// (`CPNET_CLAIM_REPORT`).
+pub const fn claim_report(n_queues: usize) -> usize {
+    n_queues + CPNET_CLAIM_AFTER_REPORT
+}
+
+/// Index of the abort mirror at [`Handle::claims`] (`CPNET_CLAIM_ABORT`):
+/// a `CPNET_E_*`, 0 while the job runs. Device waits poll it in GPU memory.
+pub const fn claim_abort(n_queues: usize) -> usize {
+    n_queues + CPNET_CLAIM_AFTER_ABORT
+}
+
+const _: () = assert!(CPNET_CLAIM_AFTER_REPORT < CPNET_CLAIM_EXTRA && CPNET_CLAIM_AFTER_ABORT < CPNET_CLAIM_EXTRA);
 
 /// The PE-wide status block (`cpnet_status_t`): the host sets `abort`; a
 /// kernel reports its first device-side error (a wait timeout) here.

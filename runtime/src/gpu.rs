@@ -15,7 +15,9 @@
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
-use cpnet_device::layout::{CPNET_STATUS_BYTES, CPNET_STATUS_OFF_ABORT, ErrorCode, Handle, Status};
+use cpnet_device::layout::{
+    CPNET_STATUS_BYTES, CPNET_STATUS_OFF_ABORT, ErrorCode, Handle, Status, claim_abort, claim_words,
+};
 use cpnet_device::nvrtc::{self, BuildOptions};
 use cpnet_device::ring::{QueueGeometry, QueueMem};
 use cpnet_device::sync::Ordering;
@@ -172,20 +174,33 @@ pub struct GpuQueues {
     n: usize,
 }
 
-/// `n + 1` zeroed `u32` words in GPU memory: the queues' claim words and the
-/// status report's (`cpnet_handle_t.claims`). Device-side CAS needs device
-/// memory: system-scope atomics on mapped host memory are not supported by
-/// GPUs on PCIe without host-native atomics (compute-sanitizer flags them).
+/// [`claim_words`]`(n)` zeroed `u32` words in GPU memory
+/// (`cpnet_handle_t.claims`): the queues' claim words, the status report's,
+/// and the abort mirror. Device-side CAS needs device memory: system-scope
+/// atomics on mapped host memory are not supported by GPUs on PCIe without
+/// host-native atomics (compute-sanitizer flags them). The mirror lets device
+/// waits check for an abort in GPU memory instead of all polling one host
+/// cache line over PCIe.
 #[derive(Debug)]
 struct ClaimWords {
     dev: u64,
+    n_queues: usize,
+    /// A non-blocking stream for the abort mirror's copy: a copy engine runs
+    /// it while a kernel holds every SM (a memset would be a kernel).
+    stream: cusys::CUstream,
     cuda: Arc<CudaContext>,
 }
+
+// SAFETY: the raw stream handle is only used through the driver API, which
+// is thread-safe, with the owning context bound first.
+unsafe impl Send for ClaimWords {}
+// SAFETY: as for Send; `mirror_abort` takes &self and only enqueues a copy.
+unsafe impl Sync for ClaimWords {}
 
 impl ClaimWords {
     fn new(cuda: &Arc<CudaContext>, n: usize) -> Result<ClaimWords, GpuError> {
         cuda.bind_to_thread().map_err(|source| GpuError::Cuda { what: "cuCtxSetCurrent", source })?;
-        let bytes = 4 * (n + 1);
+        let bytes = 4 * claim_words(n);
         // SAFETY: a context is current (caller); the memory is zeroed below
         // and owned by the returned value.
         let dev = unsafe { cu::malloc_sync(bytes) }
@@ -193,13 +208,41 @@ impl ClaimWords {
         // SAFETY: the allocation just made.
         unsafe { cu::memset_d8_sync(dev, 0, bytes) }
             .map_err(|source| GpuError::Cuda { what: "cuMemsetD8 (queue claim words)", source })?;
-        Ok(ClaimWords { dev, cuda: Arc::clone(cuda) })
+        let stream = cu::stream::create(cu::stream::StreamKind::NonBlocking).map_err(|source| {
+            // SAFETY: allocated above, not shared yet.
+            let _ = unsafe { cu::free_sync(dev) };
+            GpuError::Cuda { what: "cuStreamCreate (abort mirror)", source }
+        })?;
+        Ok(ClaimWords { dev, n_queues: n, stream, cuda: Arc::clone(cuda) })
+    }
+
+    /// Copy the host abort word `*src` into the mirror and wait for the copy
+    /// (a copy engine's, so it completes while kernels run). Errors are
+    /// ignored: the job is ending, and device waits still read the host word
+    /// every `CPNET_ABORT_HOST_EVERY` checks.
+    fn mirror_abort(&self, src: &AtomicU32) {
+        if self.cuda.bind_to_thread().is_err() {
+            return;
+        }
+        let dst = self.dev + 4 * claim_abort(self.n_queues) as u64;
+        // SAFETY: `src` is a u32 in pinned host memory (the status block)
+        // that lives as long as the queues; `dst` is inside this allocation;
+        // the copy is waited for before returning, so `src` outlives it.
+        unsafe {
+            let word = core::slice::from_raw_parts(src.as_ptr().cast_const(), 1);
+            if cu::memcpy_htod_async(dst, word, self.stream).is_ok() {
+                let _ = cu::stream::synchronize(self.stream);
+            }
+        }
     }
 }
 
 impl Drop for ClaimWords {
     fn drop(&mut self) {
         let _ = self.cuda.bind_to_thread();
+        // SAFETY: created in `new`, destroyed once; its only copy was
+        // waited for in `mirror_abort`.
+        let _ = unsafe { cu::stream::destroy(self.stream) };
         // SAFETY: allocated by cuMemAlloc in `new`, freed once, after every
         // kernel using the handle has ended (the owner's contract).
         let _ = unsafe { cu::free_sync(self.dev) };
@@ -267,6 +310,8 @@ impl GpuQueues {
         for i in 0..self.n {
             self.queue(i).set_abort(code);
         }
+        // After the host words: a wait that sees the mirror may look at them.
+        self.claims.mirror_abort(self.status_word(CPNET_STATUS_OFF_ABORT));
     }
 
     /// The handle a kernel receives (`cpnet_handle_t`).

@@ -27,11 +27,16 @@ typedef long long app_i64;
 #define APP_POLL_SLEEP_NS 64
 /** Check the clock every this many polls (power of two). */
 #define APP_CHECK_EVERY 64
-/** Read the host's abort word (pinned host memory, over PCIe) only once a
- *  wait has lasted this long: every block of a full GPU reading it every few
- *  microseconds saturates the GPU's PCIe reads, and with them the command
- *  queues (the same fix as CPNET_ABORT_CHECK_AFTER_NS in queue.cuh). */
+/** Read the abort word only once a wait has lasted this long. */
 #define APP_ABORT_CHECK_AFTER_NS 20000ull
+/** With the handle's abort mirror in GPU memory (handle.claims), every check
+ *  reads the mirror and only one in APP_ABORT_HOST_EVERY (a power of two) the
+ *  host's abort word. The host word is one line of pinned host memory: every
+ *  block of a full GPU reading it every few microseconds saturates the GPU's
+ *  PCIe reads, and with them the command queues, and a full grid of waiting
+ *  blocks (a grid barrier behind a halo wait) slowed each Jacobi iteration
+ *  from tens of microseconds to milliseconds. */
+#define APP_ABORT_HOST_EVERY 64
 
 /** Relaxed load of a control word (gpu scope: only this GPU writes them). */
 __device__ __forceinline__ app_u64 app_ld_relaxed_gpu(const app_u64* p)
@@ -54,12 +59,17 @@ __device__ __forceinline__ void app_fence_gpu(void)
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
-/** The abort code the host has set for this PE (0: none). */
-__device__ __forceinline__ int app_abort_code(const cpnet_handle_t* h)
+/** The abort code the host has set for this PE (0: none): the mirror in GPU
+ *  memory when the handle has one, and the host's word (pinned host memory,
+ *  a PCIe read) when it has none or `host`. */
+__device__ __forceinline__ int app_abort_code(const cpnet_handle_t* h, bool host = true)
 {
-    if (h->status == 0) return CPNET_E_OK;
-    const cpnet_status_t* s = (const cpnet_status_t*)h->status;
-    const uint32_t a = cpnet_ld_relaxed_sys_u32(&s->abort);
+    uint32_t a = 0;
+    if (h->claims != 0) a = cpnet_ld_relaxed_sys_u32((const uint32_t*)h->claims + CPNET_CLAIM_ABORT(h->n_queues));
+    if (a == 0 && h->status != 0 && (h->claims == 0 || host)) {
+        const cpnet_status_t* s = (const cpnet_status_t*)h->status;
+        a = cpnet_ld_relaxed_sys_u32(&s->abort);
+    }
     if (a == 0) return CPNET_E_OK;
     return a < CPNET_E_COUNT ? (int)a : CPNET_E_ABORTED;
 }
@@ -104,7 +114,8 @@ struct app_spin {
         if ((polls & (APP_CHECK_EVERY - 1)) == 0) {
             const app_u64 waited = cpnet_globaltimer_ns() - start;
             if (waited > APP_ABORT_CHECK_AFTER_NS) {
-                const int a = app_abort_code(h);
+                const bool host = (polls & (APP_CHECK_EVERY * APP_ABORT_HOST_EVERY - 1)) == 0;
+                const int a = app_abort_code(h, host);
                 if (a != CPNET_E_OK) return a;
             }
             if (h->wait_timeout_ns != 0 && waited > h->wait_timeout_ns) return CPNET_E_TIMEOUT;

@@ -61,7 +61,7 @@ use crate::cli::{Variant, init_gpu_pe};
 use crate::gpu::{check_launch, kernel_source, max_coresident, new_ctl};
 
 /// Threads per block of every Jacobi kernel.
-pub const THREADS: u32 = 256;
+pub const THREADS: u32 = 1024;
 
 /// Control block words of the Jacobi kernels (`JACOBI_CTL_*`).
 mod jctl {
@@ -349,7 +349,11 @@ fn setup(pe: &GpuPe, args: &Args, k: &Kernels) -> anyhow::Result<Chunk> {
         niter: i64::from(args.niter),
         nccheck: i64::from(args.nccheck),
         csv: i64::from(args.csv),
-        solo: 0,
+        // One PE: the persistent kernel copies its periodic halos itself.
+        // Puts to itself would be same-device copies, which the driver may
+        // run as a kernel that cannot start while the cooperative grid holds
+        // every SM (seen: 16384^2 on 1 H200 timed out on its first halo).
+        solo: i64::from(n == 1),
         iter: 0,
         round: 0,
         blocks: blocks as i64,

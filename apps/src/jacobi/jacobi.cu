@@ -49,48 +49,124 @@ __device__ __forceinline__ bool jacobi_is_check(const jacobi_params& p, app_i64 
     return it % p.nccheck == 0 || (p.csv == 0 && it % 100 == 0);
 }
 
-/** Row r of dst from src (whole block; thread t takes columns 1 + t, 1 + t +
- *  blockDim.x, ...); returns this thread's share of sum((new - old)^2) when
- *  `norm`. `fresh`: load through L2 only (__ldcg), for rows next to a halo
- *  that the proxy may have rewritten since this SM last cached it. */
-__device__ __forceinline__ double jacobi_row(const float* src, float* dst, app_i64 nx, app_i64 r, bool norm,
-                                             bool fresh)
+/** V consecutive floats of one thread (V = 4: one 16-byte access). */
+template <int V>
+struct jacobi_vec {
+    float x[V];
+};
+
+/** Load V floats at p through L2 only (__ldcg: a row next to a halo may have
+ *  been rewritten by a peer copy since this SM last cached it, and nothing
+ *  is read twice by one SM in an iteration anyway); zeros when !ok. */
+template <int V>
+__device__ __forceinline__ jacobi_vec<V> jacobi_ld(const float* p, bool ok)
 {
-    const float* above = src + (r - 1) * nx;
-    const float* row = src + r * nx;
-    const float* below = src + (r + 1) * nx;
-    float* out = dst + r * nx;
+    jacobi_vec<V> v;
+    if (!ok) {
+#pragma unroll
+        for (int i = 0; i < V; ++i) v.x[i] = 0.0f;
+        return v;
+    }
+    if constexpr (V == 4) {
+        const float4 f = __ldcg(reinterpret_cast<const float4*>(p));
+        v.x[0] = f.x;
+        v.x[1] = f.y;
+        v.x[2] = f.z;
+        v.x[3] = f.w;
+    } else {
+#pragma unroll
+        for (int i = 0; i < V; ++i) v.x[i] = __ldcg(p + i);
+    }
+    return v;
+}
+
+/**
+ * Rows [r0, r1) of dst from src (whole block, r0 < r1, rows r0 - 1 and r1
+ * readable); returns this thread's share of sum((new - old)^2) when `norm`.
+ *
+ * The band is swept in column strips of blockDim.x * V columns; thread t owns
+ * columns [strip + V t, strip + V t + V) and walks down the rows keeping the
+ * rows above, at and below in registers, so each cell is loaded from memory
+ * once per sweep (plus two rows per strip), with the next row's load issued
+ * before the current row is computed. West and east neighbours come from the
+ * adjacent lanes by shuffle (lanes 0 and 31 load theirs). The fixed boundary
+ * columns 0 and nx - 1 are written back unchanged (V = 4 writes whole
+ * vectors). V = 4 needs nx % 4 == 0 and 16-byte aligned grids.
+ */
+template <int V>
+__device__ __forceinline__ double jacobi_band(const float* src, float* dst, app_i64 nx, app_i64 r0, app_i64 r1,
+                                              bool norm)
+{
     double sum = 0.0;
-    for (app_i64 ix = 1 + threadIdx.x; ix < nx - 1; ix += blockDim.x) {
-        float e, w, s, n, c;
-        if (fresh) {
-            e = __ldcg(row + ix + 1);
-            w = __ldcg(row + ix - 1);
-            s = __ldcg(below + ix);
-            n = __ldcg(above + ix);
-            c = __ldcg(row + ix);
-        } else {
-            e = row[ix + 1];
-            w = row[ix - 1];
-            s = below[ix];
-            n = above[ix];
-            c = row[ix];
-        }
-        const float v = 0.25f * (((e + w) + s) + n);
-        out[ix] = v;
-        if (norm) {
-            const float d = v - c;
-            sum += (double)(d * d);
+    const app_i64 width = (app_i64)blockDim.x * V;
+    const unsigned lane = threadIdx.x & 31u;
+    for (app_i64 x0 = 0; x0 < nx; x0 += width) {
+        const app_i64 col = x0 + (app_i64)threadIdx.x * V;
+        const bool ok = col < nx;
+        jacobi_vec<V> n = jacobi_ld<V>(src + (r0 - 1) * nx + col, ok);
+        jacobi_vec<V> c = jacobi_ld<V>(src + r0 * nx + col, ok);
+        jacobi_vec<V> s = jacobi_ld<V>(src + (r0 + 1) * nx + col, ok);
+        for (app_i64 r = r0; r < r1; ++r) {
+            jacobi_vec<V> next;
+            if (r + 2 <= r1) next = jacobi_ld<V>(src + (r + 2) * nx + col, ok);
+            float w = __shfl_up_sync(0xffffffffu, c.x[V - 1], 1);
+            float e = __shfl_down_sync(0xffffffffu, c.x[0], 1);
+            if (lane == 0 && ok && col > 0) w = __ldcg(src + r * nx + col - 1);
+            if (lane == 31 && ok && col + V < nx) e = __ldcg(src + r * nx + col + V);
+            jacobi_vec<V> o;
+#pragma unroll
+            for (int i = 0; i < V; ++i) {
+                const float wi = i == 0 ? w : c.x[i - 1];
+                const float ei = i == V - 1 ? e : c.x[i + 1];
+                const app_i64 ix = col + i;
+                float v = 0.25f * (((ei + wi) + s.x[i]) + n.x[i]);
+                if (ix == 0 || ix >= nx - 1) v = c.x[i];
+                o.x[i] = v;
+                if (norm) {
+                    const float d = v - c.x[i];
+                    sum += (double)(d * d);
+                }
+            }
+            if (ok) {
+                float* out = dst + r * nx + col;
+                if constexpr (V == 4) {
+                    *reinterpret_cast<float4*>(out) = make_float4(o.x[0], o.x[1], o.x[2], o.x[3]);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < V; ++i) out[i] = o.x[i];
+                }
+            }
+            n = c;
+            c = s;
+            s = next;
         }
     }
     return sum;
 }
 
-/** Copy row `from` of dst to row `to` (the periodic halo of a solo run). Each
- *  thread copies the columns it wrote in jacobi_row, so no barrier is
- *  needed; the boundary columns of halo rows are never read. */
+/** Whether jacobi_band<4> applies: nx a multiple of 4, 16-byte aligned
+ *  grids, and rows wide enough that 4 columns a thread keeps every thread
+ *  busy (else one column a thread). Uniform over the grid. */
+__device__ __forceinline__ bool jacobi_vec4(const jacobi_params& p)
+{
+    return (p.nx & 3) == 0 && ((p.a0 | p.a1) & 15) == 0 && p.nx >= 4 * (app_i64)blockDim.x;
+}
+
+/** Rows [r0, r1) (nothing when r0 >= r1); see jacobi_band. */
+__device__ __forceinline__ double jacobi_rows(const jacobi_params& p, const float* src, float* dst, app_i64 r0,
+                                              app_i64 r1, bool norm)
+{
+    if (r0 >= r1) return 0.0;
+    return jacobi_vec4(p) ? jacobi_band<4>(src, dst, p.nx, r0, r1, norm)
+                          : jacobi_band<1>(src, dst, p.nx, r0, r1, norm);
+}
+
+/** Copy row `from` of dst to row `to` (the periodic halo of a solo run),
+ *  after a block barrier: other threads of the block wrote row `from`. The
+ *  boundary columns of halo rows are never read. */
 __device__ __forceinline__ void jacobi_copy_row(float* dst, app_i64 nx, app_i64 from, app_i64 to)
 {
+    __syncthreads();
     for (app_i64 ix = 1 + threadIdx.x; ix < nx - 1; ix += blockDim.x) dst[to * nx + ix] = dst[from * nx + ix];
 }
 
@@ -247,7 +323,7 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
                     fail = app_wait_ge(&h, ctl, bot_sig, (app_u64)it, APP_OP_BOTTOM_HALO, (app_u64)it);
                 if (fail != 0) break;
             }
-            partial += jacobi_row(src, dst, nx, 1, check, true);
+            partial += jacobi_rows(p, src, dst, 1, 2, check);
             done_top = true;
             done_bottom = chunk == 1;
             if (!solo) {
@@ -266,7 +342,7 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
                 fail = app_wait_ge(&h, ctl, bot_sig, (app_u64)it, APP_OP_BOTTOM_HALO, (app_u64)it);
                 if (fail != 0) break;
             }
-            partial += jacobi_row(src, dst, nx, chunk, check, true);
+            partial += jacobi_rows(p, src, dst, chunk, chunk + 1, check);
             done_bottom = true;
             if (!solo)
                 cpnet_putmem_signal_nbi(&ctx, dst, dst + chunk * nx, row_bytes, (uint64_t*)top_sig,
@@ -274,10 +350,10 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
             else
                 jacobi_copy_row(dst, nx, chunk, 0);
         }
-        for (app_i64 r = r0; r < r1; ++r) {
-            if ((r == 1 && done_top) || (r == chunk && done_bottom)) continue;
-            partial += jacobi_row(src, dst, nx, r, check, r == 1 || r == chunk);
-        }
+        /* The rest of the band: rows 1 and chunk, if done above, are at its
+         * ends (block 0 starts at row 1, the last block ends at row chunk). */
+        partial += jacobi_rows(p, src, dst, r0 + ((r0 == 1 && done_top) ? 1 : 0),
+                               r1 - ((r1 == chunk + 1 && done_bottom) ? 1 : 0), check);
         if (check) {
             const double s = app_block_sum(partial);
             if (threadIdx.x == 0) partials[(it & 1) * nb + b] = s;
@@ -349,7 +425,7 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_step(jacobi_
     const app_i64 r0 = (app_i64)rows[b], r1 = (app_i64)rows[b + 1];
     const bool check = jacobi_is_check(p, it);
     double partial = 0.0;
-    for (app_i64 r = r0; r < r1; ++r) partial += jacobi_row(src, dst, p.nx, r, check, r == 1 || r == p.chunk);
+    partial += jacobi_rows(p, src, dst, r0, r1, check);
     if (check) {
         const double s = app_block_sum(partial);
         if (threadIdx.x == 0) ((double*)p.partials)[b] = s;

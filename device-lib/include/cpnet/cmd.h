@@ -350,6 +350,19 @@ typedef struct cpnet_queue_prod {
 #define CPNET_HANDLE_OFF_STATUS 48
 #define CPNET_HANDLE_OFF_CLAIMS 56
 
+/* handle.claims: words [0, n_queues) are the queues' claim words; after
+ * them, at n_queues + CPNET_CLAIM_AFTER_*, the status report's claim word and
+ * the abort mirror (a CPNET_E_*, 0: none); CPNET_CLAIM_EXTRA words in all. */
+#define CPNET_CLAIM_AFTER_REPORT 0
+#define CPNET_CLAIM_AFTER_ABORT 1
+#define CPNET_CLAIM_EXTRA 2
+/** Index of the status report's claim word in handle.claims. */
+#define CPNET_CLAIM_REPORT(n_queues) ((n_queues) + CPNET_CLAIM_AFTER_REPORT)
+/** Index of the abort mirror in handle.claims. */
+#define CPNET_CLAIM_ABORT(n_queues) ((n_queues) + CPNET_CLAIM_AFTER_ABORT)
+/** uint32 words at handle.claims for n_queues queues. */
+#define CPNET_CLAIM_WORDS(n_queues) ((n_queues) + CPNET_CLAIM_EXTRA)
+
 typedef struct cpnet_handle {
     int32_t my_pe;             /**< this PE */
     int32_t n_pes;             /**< number of PEs */
@@ -360,10 +373,14 @@ typedef struct cpnet_handle {
     uint32_t log2_depth;       /**< slots per queue = 1 << log2_depth */
     uint64_t wait_timeout_ns;  /**< device-side wait timeout in ns (0: wait forever) */
     uint64_t status;           /**< address of the cpnet_status_t the proxy keeps, as the kernel sees it */
-    uint64_t claims;           /**< address of n_queues + 1 zeroed uint32 words in GPU memory: the queues'
-                                    claim words, then the status report's; 0: claim with prod.in_use and
-                                    status.dev_error instead (system-scope atomics on mapped host memory,
-                                    which GPUs on PCIe without host-native atomics do not support) */
+    uint64_t claims;           /**< address of CPNET_CLAIM_WORDS(n_queues) zeroed uint32 words in GPU
+                                    memory: the queues' claim words, the status report's claim word
+                                    (CPNET_CLAIM_REPORT), and the abort mirror (CPNET_CLAIM_ABORT): the host
+                                    copies status.abort there when it sets it, so that waits poll GPU memory
+                                    instead of one host cache line shared by every block; 0: claim with
+                                    prod.in_use and status.dev_error and read aborts from host memory instead
+                                    (system-scope atomics on mapped host memory, which GPUs on PCIe without
+                                    host-native atomics do not support) */
 } cpnet_handle_t;
 
 /* ------------------------------------------------------------------------ */

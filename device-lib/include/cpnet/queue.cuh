@@ -45,6 +45,12 @@
 #ifndef CPNET_ABORT_CHECK_EVERY
 #define CPNET_ABORT_CHECK_EVERY 8
 #endif
+/** With claim words (the abort mirror in GPU memory): checks between two
+ *  reads of the host abort words, a fallback for a host that could not copy
+ *  the mirror. A power of two. */
+#ifndef CPNET_ABORT_HOST_EVERY
+#define CPNET_ABORT_HOST_EVERY 64
+#endif
 
 /**
  * A work-group's communication context (OpenSHMEM 1.5 §9.5, shmem_ctx_t): one
@@ -114,15 +120,20 @@ __device__ __forceinline__ uint64_t heap_offset(const cpnet_ctx_t* ctx, const vo
     return (uint64_t)ptr - ctx->heap_base;
 }
 
-/** The abort code in force, or 0. Reads cpnet_status_t.abort, then
- *  ctl.abort, both relaxed: they carry no data, only "stop waiting", and a
- *  later read sees them. A value outside the CPNET_E_* range reads as
- *  CPNET_E_ABORTED. */
-__device__ __forceinline__ int abort_code(const cpnet_ctx_t* ctx)
+/** The abort code in force, or 0. With claim words, reads the abort mirror
+ *  in GPU memory (claims[CPNET_CLAIM_ABORT]), which the host fills whenever
+ *  it sets an abort, and only when `host` also the host words; without claim
+ *  words always cpnet_status_t.abort, then ctl.abort. All relaxed: they carry
+ *  no data, only "stop waiting", and a later read sees them. A value outside
+ *  the CPNET_E_* range reads as CPNET_E_ABORTED. */
+__device__ __forceinline__ int abort_code(const cpnet_ctx_t* ctx, bool host = true)
 {
     uint64_t a = 0;
-    if (ctx->status != nullptr) a = cpnet_ld_relaxed_sys_u32(&ctx->status->abort);
-    if (a == 0 && ctx->ctl != nullptr) a = cpnet_ld_relaxed_sys_u64(&ctx->ctl->abort);
+    if (ctx->claims != nullptr) a = cpnet_ld_relaxed_sys_u32(ctx->claims + CPNET_CLAIM_ABORT(ctx->n_queues));
+    if (ctx->claims == nullptr || host) {
+        if (a == 0 && ctx->status != nullptr) a = cpnet_ld_relaxed_sys_u32(&ctx->status->abort);
+        if (a == 0 && ctx->ctl != nullptr) a = cpnet_ld_relaxed_sys_u64(&ctx->ctl->abort);
+    }
     if (a == 0) return CPNET_E_OK;
     return a < CPNET_E_COUNT ? (int)a : CPNET_E_ABORTED;
 }
@@ -144,10 +155,10 @@ __device__ __noinline__ inline void report_dev_error(const cpnet_ctx_t* ctx, int
     cpnet_status_t* s = ctx->status;
     if (s == nullptr) return;
     if (ctx->claims != nullptr) {
-        /* Claim the one report with a device-memory CAS (claims[n_queues]),
+        /* Claim the one report with a device-memory CAS (claims[CPNET_CLAIM_REPORT]),
          * fill the fields, then publish dev_error last with release: a host
          * that sees dev_error != 0 sees the whole report. */
-        if (cpnet_atom_cas_acq_rel_sys_u32(ctx->claims + ctx->n_queues, 0u, 1u) != 0u) return;
+        if (cpnet_atom_cas_acq_rel_sys_u32(ctx->claims + CPNET_CLAIM_REPORT(ctx->n_queues), 0u, 1u) != 0u) return;
         cpnet_st_relaxed_sys_u32((uint32_t*)&s->dev_pe, (uint32_t)pe);
         cpnet_st_relaxed_sys_u32(&s->dev_wg, ctx->wg);
         cpnet_st_relaxed_sys_u64(&s->dev_addr, addr);
@@ -191,7 +202,10 @@ struct spin {
         ++polls;
         const uint64_t waited = cpnet_globaltimer_ns() - start;
         if (waited > CPNET_ABORT_CHECK_AFTER_NS && (polls & (CPNET_ABORT_CHECK_EVERY - 1)) == 0) {
-            int a = abort_code(ctx);
+            /* The GPU-memory mirror at every check; the host words (a PCIe
+             * read each) only every CPNET_ABORT_HOST_EVERY checks, a fallback. */
+            const bool host = (polls & (CPNET_ABORT_CHECK_EVERY * CPNET_ABORT_HOST_EVERY - 1)) == 0;
+            int a = abort_code(ctx, host);
             if (a != CPNET_E_OK) return a;
         }
         if (ctx->wait_timeout_ns != 0 && waited > ctx->wait_timeout_ns)
