@@ -30,6 +30,7 @@
 pub mod allreduce;
 pub mod cli;
 pub mod gpu;
+pub mod gpu_p2p;
 pub mod jacobi;
 pub mod mem;
 pub mod proxy_cpu;

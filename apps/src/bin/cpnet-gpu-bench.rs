@@ -19,7 +19,19 @@
 //! seen by a block (from `%globaltimer`), and the aggregate rate (all
 //! blocks' commands / kernel time). Skips with a message where there is no
 //! GPU.
+//!
+//! `--suite` measures issue 4's four items in one run, as two PEs on two
+//! GPUs (`cpnet-run -n 2 -- cpnet-gpu-bench --suite`): the put/get latency
+//! and bandwidth GPU to GPU from 8 B to `--p2p-max` (Fig. 8a, both PEs,
+//! [`cpnet_apps::gpu_p2p`]); then on PE 0's GPU the blocking round trip and
+//! the command rate over `--wgs` x `--threads` with the queues in mapped host
+//! memory (items 1 and 2, Fig. 4b), the same with the queues in GPU memory
+//! over `--device-wgs` x `--device-threads` (item 3, Fig. 4a), and the
+//! hardware floor (`--raw slot`). `--csv-file` appends every service row as
+//! `queue_mem,wgs,threads,iters,rt_us,rate_mops` (docs/figures.md).
 
+use std::io::Write as _;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -73,8 +85,8 @@ extern "C" __global__ void raw_rt(unsigned long long* lines, unsigned iters, int
 }
 "#;
 
-#[derive(Parser)]
-#[command(about = "queue service time and command rate for GPU work-groups (one PE)")]
+#[derive(Parser, Clone)]
+#[command(about = "queue service time and command rate for GPU work-groups (one PE), or with --suite all of issue 4's GPU figures (two PEs)")]
 struct Cli {
     /// Work-group counts to sweep.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32,132,264,1024")]
@@ -109,10 +121,44 @@ struct Cli {
     /// host-to-device copies: the paper's Fig. 4a comparison).
     #[arg(long, default_value = "host", value_name = "host|device")]
     queue_mem: String,
+    /// Append each service row to this CSV file (header
+    /// `queue_mem,wgs,threads,iters,rt_us,rate_mops` when the file is new;
+    /// rt_us is the median round trip over blocks; `raw` rows for --raw).
+    #[arg(long, value_name = "FILE")]
+    csv_file: Option<PathBuf>,
+    /// Measure everything of issue 4 in one run (two PEs under cpnet-run:
+    /// Fig. 8a between the GPUs, then on PE 0 the host-queue sweep, the
+    /// device-queue sweep and the raw floor).
+    #[arg(long)]
+    suite: bool,
+    /// Append the proxy threads' CPU time to this CSV file
+    /// (`source,threads,state,commands,wall_s,proxy_cpu_s`, source `gpu`):
+    /// a `busy` row per host-queue sweep point, and with --suite an `idle`
+    /// row for PE 0's GPU PE proxies over 2 s without commands.
+    #[arg(long, value_name = "FILE")]
+    cost_csv: Option<PathBuf>,
+    /// --suite: work-group counts of the device-queue sweep.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+    device_wgs: Vec<u32>,
+    /// --suite: proxy thread counts of the device-queue sweep.
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    device_threads: Vec<usize>,
+    /// --suite: blocking no-ops per work-group in the device-queue sweep.
+    #[arg(long, default_value_t = 500)]
+    device_iters: u32,
+    /// --suite: largest put/get (bytes; K, M, G suffixes).
+    #[arg(long, default_value = "64M", value_parser = cpnet_apps::gpu_p2p::parse_size)]
+    p2p_max: u64,
+    /// --suite: write the put/get table to this CSV file too.
+    #[arg(long, value_name = "FILE")]
+    p2p_csv: Option<PathBuf>,
 }
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    if cli.suite {
+        return suite(&cli);
+    }
     let ctx = match open_device(0) {
         Ok(c) => c,
         Err(e @ (GpuError::NoDriver | GpuError::NoDevice { .. })) => {
@@ -120,6 +166,119 @@ fn main() -> Result<()> {
             return Ok(());
         }
         Err(e) => return Err(e.into()),
+    };
+    sweep(&ctx, &cli)
+}
+
+/// `--suite`: issue 4's items 1-4 in one run of two PEs (see the module
+/// documentation). **Collective.**
+fn suite(cli: &Cli) -> Result<()> {
+    use cpnet_apps::gpu_p2p;
+    let p2p = gpu_p2p::P2pArgs {
+        min: 8,
+        max: cli.p2p_max,
+        iters: 100,
+        window: 64,
+        wgs: 1,
+        threads: 32,
+        csv: cli.p2p_csv.clone(),
+    };
+    // SAFETY: no other thread exists yet (nothing has been started), so
+    // nobody reads the environment concurrently.
+    unsafe {
+        if std::env::var_os(cpnet::env::HEAP_SIZE).is_none() {
+            std::env::set_var(cpnet::env::HEAP_SIZE, gpu_p2p::heap_needed(p2p.max).to_string());
+        }
+        // PE 1 waits in a barrier while PE 0 runs the queue sweeps.
+        if std::env::var_os(cpnet::env::WAIT_TIMEOUT).is_none() {
+            std::env::set_var(cpnet::env::WAIT_TIMEOUT, "600");
+        }
+    }
+    let pe = match cpnet::GpuPe::init() {
+        Ok(pe) => pe,
+        Err(cpnet::pe::Error::Gpu(e @ (GpuError::NoDriver | GpuError::NoDevice { .. }))) => {
+            eprintln!("cpnet-gpu-bench: SKIPPED: {e}");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    anyhow::ensure!(pe.n_pes() >= 2, "--suite needs two PEs: cpnet-run -n 2 -- cpnet-gpu-bench --suite");
+    if pe.my_pe() == 0 {
+        println!("## 4. put/get latency and bandwidth, GPU {} to GPU {} (Fig. 8a)", 0, 1);
+    }
+    gpu_p2p::run(&pe, &p2p)?;
+    pe.barrier_all()?;
+    if pe.my_pe() == 0 {
+        if let Some(path) = &cli.cost_csv {
+            let m = cpnet_apps::proxy_cpu::Meter::start()?;
+            std::thread::sleep(std::time::Duration::from_secs(2));
+            let u = m.stop()?;
+            println!(
+                "## proxy CPU time while idle: {} GPU PE proxy threads used {:.3} CPU s in {:.3} s ({:.2} cores)",
+                u.threads,
+                u.cpu_s,
+                u.wall_s,
+                u.cores()
+            );
+            let mut f = append_csv(path, "source,threads,state,commands,wall_s,proxy_cpu_s")?;
+            writeln!(f, "gpu,{},idle,0,{:.3},{:.3}", u.threads, u.wall_s, u.cpu_s)?;
+        }
+        let ctx = Arc::clone(pe.cuda());
+        println!("## 1-2. blocking round trip and command rate, queues in mapped host memory (Fig. 4b)");
+        sweep(&ctx, &Cli { queue_mem: "host".into(), raw: None, ..cli.clone() })?;
+        println!("## 3. the same with the queues in GPU memory (Fig. 4a)");
+        sweep(
+            &ctx,
+            &Cli {
+                queue_mem: "device".into(),
+                raw: None,
+                wgs: cli.device_wgs.clone(),
+                threads: cli.device_threads.clone(),
+                iters: cli.device_iters,
+                ..cli.clone()
+            },
+        )?;
+        println!("## floor: raw 64-byte request lines answered by CPU threads, no cpnet queue or proxy");
+        sweep(&ctx, &Cli { raw: Some("slot".into()), ..cli.clone() })?;
+    }
+    pe.barrier_all()?;
+    pe.finalize()?;
+    Ok(())
+}
+
+/// `path` opened for appending; `header` written when it is new or empty.
+fn append_csv(path: &std::path::Path, header: &str) -> Result<std::fs::File> {
+    let new = std::fs::metadata(path).map(|m| m.len() == 0).unwrap_or(true);
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("open {}", path.display()))?;
+    if new {
+        writeln!(f, "{header}")?;
+    }
+    Ok(f)
+}
+
+/// One sweep over `cli.threads` x `cli.wgs` on `ctx`'s GPU (one PE).
+fn sweep(ctx: &Arc<cudarc::driver::CudaContext>, cli: &Cli) -> Result<()> {
+    let ctx = Arc::clone(ctx);
+    ctx.bind_to_thread().context("cuCtxSetCurrent")?;
+    let mut csv_file = match &cli.csv_file {
+        Some(path) => Some(append_csv(path, "queue_mem,wgs,threads,iters,rt_us,rate_mops")?),
+        None => None,
+    };
+    let mut cost_file = match &cli.cost_csv {
+        Some(path) => Some(append_csv(path, "source,threads,state,commands,wall_s,proxy_cpu_s")?),
+        None => None,
+    };
+    let kind = if cli.raw.is_some() { "raw" } else { cli.queue_mem.as_str() };
+    let mut report = |cli: &Cli, w: u32, t: usize, v: &[u64], wall: f64| -> Result<()> {
+        let (med, rate) = report(cli, w, t, v, wall);
+        if let Some(f) = csv_file.as_mut() {
+            writeln!(f, "{kind},{w},{t},{},{med:.3},{rate:.3}", cli.iters)?;
+        }
+        Ok(())
     };
     let mut source: String = cli.defines.iter().map(|d| format!("#define {}\n", d.replacen('=', " ", 1))).collect();
     source.push_str(KERNEL);
@@ -195,12 +354,12 @@ fn main() -> Result<()> {
                     r.join().expect("responder");
                 }
                 let v = stream.clone_dtoh(&times)?;
-                report(&cli, w, t, &v, wall);
+                report(cli, w, t, &v, wall)?;
                 continue;
             }
             if cli.queue_mem == "device" {
-                let (v, wall) = run_device_queues(&ctx, &func, &cli, w, t)?;
-                report(&cli, w, t, &v, wall);
+                let (v, wall) = run_device_queues(&ctx, &func, cli, w, t)?;
+                report(cli, w, t, &v, wall)?;
                 continue;
             }
             let stop = Arc::new(AtomicBool::new(false));
@@ -208,22 +367,35 @@ fn main() -> Result<()> {
             let services: Vec<_> = (0..t)
                 .map(|k| {
                     let (q, stop) = (Arc::clone(&queues), Arc::clone(&stop));
-                    std::thread::spawn(move || {
+                    // Named like the runtime's proxy threads, for proxy_cpu.
+                    let b = std::thread::Builder::new().name(format!("{}b{k}", cpnet_apps::proxy_cpu::PROXY_THREAD_PREFIX));
+                    b.spawn(move || {
                         let mine = (k..q.len()).step_by(t).map(|i| q.queue(i)).collect();
                         let mut s = Service::new(mine, LoopbackTransport::new(view), Limits { n_pes: 1, heap_size: 4096 }, 0);
                         // Acquire: pairs with the Release store after the kernel.
                         s.run(|| stop.load(Ordering::Acquire));
                     })
                 })
-                .collect();
-            let run = run_nop_loop(&stream, &func, &handle, &cli, w);
+                .collect::<std::io::Result<Vec<_>>>()?;
+            // Only this sweep's service threads (a GPU PE's own proxies may
+            // be polling too, with --suite).
+            let prefix = format!("{}b", cpnet_apps::proxy_cpu::PROXY_THREAD_PREFIX);
+            let before = cpnet_apps::proxy_cpu::sample_prefix(&prefix)?;
+            let t0 = Instant::now();
+            let run = run_nop_loop(&stream, &func, &handle, cli, w);
+            let (busy_cpu_s, busy_wall_s) =
+                (cpnet_apps::proxy_cpu::sample_prefix(&prefix)?.since(&before), t0.elapsed().as_secs_f64());
             // Release: pairs with the services' Acquire load.
             stop.store(true, Ordering::Release);
             for s in services {
                 s.join().expect("service thread");
             }
             let (v, wall) = run?;
-            report(&cli, w, t, &v, wall);
+            report(cli, w, t, &v, wall)?;
+            if let Some(f) = cost_file.as_mut() {
+                let commands = u64::from(w) * u64::from(cli.iters + 1);
+                writeln!(f, "gpu,{t},busy,{commands},{busy_wall_s:.3},{busy_cpu_s:.3}")?;
+            }
         }
     }
     Ok(())
@@ -385,7 +557,8 @@ fn check_blocks(v: &[u64]) -> Result<()> {
 
 /// One row: per-block mean time per round trip (median and p99 over
 /// blocks) and the aggregate rate.
-fn report(cli: &Cli, w: u32, t: usize, v: &[u64], wall: f64) {
+/// Returns the median round trip (us) and the rate (Mops/s).
+fn report(cli: &Cli, w: u32, t: usize, v: &[u64], wall: f64) -> (f64, f64) {
     let mut per: Vec<f64> = v.chunks(2).map(|c| c[0] as f64 / f64::from(cli.iters) / 1e3).collect();
     per.sort_by(f64::total_cmp);
     let med = per[per.len() / 2];
@@ -398,4 +571,5 @@ fn report(cli: &Cli, w: u32, t: usize, v: &[u64], wall: f64) {
     } else {
         println!("{w:>12} {t:>14} {med:>16.3} {p99:>14.3} {rate:>14.3}");
     }
+    (med, rate)
 }

@@ -1,0 +1,303 @@
+//! GPU-initiated point-to-point latency and bandwidth between two GPU PEs
+//! (ComP-Net paper Fig. 8a): the body of `cpnet-gpu-p2p`, also run by
+//! `cpnet-gpu-bench --suite`.
+//!
+//! Run as two PEs (`cpnet-run -n 2`); a kernel on PE 0 targets PE 1, whose
+//! proxy serves it (PE 1 runs no kernel). For each size from `--min` to
+//! `--max` by powers of 2:
+//!
+//! - latency: one work-group issues blocking `cpnet_putmem` (then
+//!   `cpnet_getmem`) `--iters` times after a warm-up; each call is timed
+//!   inside the kernel with `%globaltimer` (`cpnet_globaltimer_ns`); the
+//!   median is reported;
+//! - bandwidth: `--wgs` work-groups each issue `--iters` windows of
+//!   `--window` `cpnet_putmem_nbi` (then `cpnet_getmem_nbi`) followed by
+//!   `cpnet_quiet`, after one warm-up window; bytes moved by all of them /
+//!   (last end - first start), in GB/s (10^9 B/s).
+//!
+//! Above 1 MiB the iterations scale down (`iters * 1 MiB / size`, at least
+//! 3) and a window moves at most 64 MiB. After each size PE 1 checks the
+//! put destination and PE 0 the get destination against the source pattern.
+//!
+//! ```text
+//! cpnet-run -n 2 -- cpnet-gpu-p2p
+//! cpnet-run -n 2 -- cpnet-gpu-p2p --min 8 --max 1M --iters 200 --wgs 4 --csv p2p.csv
+//! ```
+//!
+//! Same-host PEs reach each other through CUDA IPC peer copies unless
+//! `CPNET_GPU_IPC=0` (then through the staged path over the provider); the
+//! header says which. The symmetric heap must hold three buffers of `--max`
+//! bytes; when `CPNET_HEAP_SIZE` is not set this program sets it. Without a
+//! GPU it says `SKIPPED` and exits 0 (1 with `CPNET_REQUIRE_GPU=1`).
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail, ensure};
+use cpnet::GpuPe;
+use cpnet::device::cpu::SymAddr;
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+/// The benchmark kernel (`p2p`), built with the NVRTC helper.
+pub const KERNEL: &str = r#"
+#include <cpnet/device.cuh>
+
+/* mode 0: blocking putmem latency, 1: blocking getmem latency: times[i] =
+ * duration of timed call i (ns), block 0 only.
+ * mode 2: putmem_nbi bandwidth, 3: getmem_nbi bandwidth: `warmup` then
+ * `iters` windows of `window` calls + quiet; times[2b], times[2b+1] = start
+ * and end (globaltimer ns) of block b's timed windows.
+ * status[b] = the first CPNET_E_* of block b (0: none). */
+extern "C" __global__ void p2p(cpnet_handle_t h, unsigned char* local, unsigned char* remote,
+                               unsigned long long size, int peer, int mode, unsigned iters,
+                               unsigned warmup, unsigned window, unsigned long long* times, int* status)
+{
+    __shared__ cpnet_ctx_t ctx;
+    const unsigned b = blockIdx.x;
+    int e = cpnet_ctx_create(&h, &ctx);
+    if (e != CPNET_E_OK) {
+        if (threadIdx.x == 0) status[b] = e;
+        return;
+    }
+    if (mode < 2) {
+        for (unsigned i = 0; i < warmup + iters && e == CPNET_E_OK; ++i) {
+            const unsigned long long t0 = cpnet_globaltimer_ns();
+            e = mode == 0 ? cpnet_putmem(&ctx, remote, local, size, peer)
+                          : cpnet_getmem(&ctx, local, remote, size, peer);
+            const unsigned long long t1 = cpnet_globaltimer_ns();
+            if (threadIdx.x == 0 && i >= warmup) times[i - warmup] = t1 - t0;
+        }
+    } else {
+        unsigned long long t0 = cpnet_globaltimer_ns();
+        for (unsigned r = 0; r < warmup + iters && e == CPNET_E_OK; ++r) {
+            if (r == warmup) t0 = cpnet_globaltimer_ns();
+            for (unsigned j = 0; j < window; ++j) {
+                if (mode == 2)
+                    cpnet_putmem_nbi(&ctx, remote, local, size, peer);
+                else
+                    cpnet_getmem_nbi(&ctx, local, remote, size, peer);
+            }
+            e = cpnet_quiet(&ctx);
+        }
+        const unsigned long long t1 = cpnet_globaltimer_ns();
+        if (threadIdx.x == 0) {
+            times[2 * b] = t0;
+            times[2 * b + 1] = t1;
+        }
+    }
+    const int d = cpnet_ctx_destroy(&ctx);
+    if (threadIdx.x == 0) status[b] = e != CPNET_E_OK ? e : d;
+}
+"#;
+
+/// A byte count: digits with an optional K/M/G (KiB/MiB/GiB) suffix.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("not a size: {s:?}"))?;
+    let mul = match unit.to_ascii_uppercase().as_str() {
+        "" | "B" => 1,
+        "K" | "KB" | "KIB" => 1 << 10,
+        "M" | "MB" | "MIB" => 1 << 20,
+        "G" | "GB" | "GIB" => 1 << 30,
+        _ => return Err(format!("unknown unit in {s:?} (use K, M or G)")),
+    };
+    n.checked_mul(mul).ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// What to measure (the flags of `cpnet-gpu-p2p`, and of `cpnet-gpu-bench
+/// --suite` for its Fig. 8a part).
+#[derive(clap::Args, Clone, Debug)]
+pub struct P2pArgs {
+    /// Smallest message (bytes; K, M, G suffixes).
+    #[arg(long, default_value = "8", value_parser = parse_size)]
+    pub min: u64,
+    /// Largest message (bytes; K, M, G suffixes).
+    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    pub max: u64,
+    /// Timed calls per size for latency, timed windows per size for
+    /// bandwidth (scaled down above 1 MiB, at least 3).
+    #[arg(long, default_value_t = 100)]
+    pub iters: u32,
+    /// Non-blocking calls per bandwidth window (fewer where a window would
+    /// move more than 64 MiB).
+    #[arg(long, default_value_t = 64)]
+    pub window: u32,
+    /// Work-groups issuing concurrently in the bandwidth runs.
+    #[arg(long, default_value_t = 1)]
+    pub wgs: u32,
+    /// Threads per work-group.
+    #[arg(long, default_value_t = 32)]
+    pub threads: u32,
+    /// Also write the table to this CSV file (PE 0).
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+}
+
+/// What a size's runs measured.
+struct Row {
+    size: u64,
+    put_lat_us: f64,
+    get_lat_us: f64,
+    put_bw: f64,
+    get_bw: f64,
+}
+
+/// How one kernel run is set up.
+struct Run {
+    mode: i32,
+    size: u64,
+    blocks: u32,
+    pub iters: u32,
+    warmup: u32,
+    pub window: u32,
+}
+
+const MIB: u64 = 1 << 20;
+
+/// Heap bytes for three buffers of `max` bytes, plus room.
+pub fn heap_needed(max: u64) -> u64 {
+    3 * max.next_multiple_of(MIB) + 16 * MIB
+}
+
+/// Byte `i` of the source pattern.
+fn pat(i: u64) -> u8 {
+    (i.wrapping_mul(131).wrapping_add(17) ^ (i >> 9)) as u8
+}
+
+/// Run every size (**collective**: both PEs call it; PE 0 prints the table
+/// and writes `--csv`). Errors: fewer than 2 PEs, a heap smaller than
+/// [`heap_needed`], a kernel or CUDA failure, a wrong byte at the target.
+pub fn run(pe: &GpuPe, cli: &P2pArgs) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    ensure!(n >= 2, "needs 2 PEs (cpnet-run -n 2 -- cpnet-gpu-p2p); this job has {n}");
+    ensure!(cli.min >= 1 && cli.min <= cli.max, "--min must be at least 1 and at most --max");
+    ensure!(cli.iters >= 1 && cli.window >= 1 && cli.wgs >= 1, "--iters, --window and --wgs must be at least 1");
+    let heap = pe.handle().0.heap_size;
+    ensure!(
+        heap >= heap_needed(cli.max),
+        "--max {} needs a symmetric heap of at least {} bytes (CPNET_HEAP_SIZE is {heap})",
+        cli.max,
+        heap_needed(cli.max)
+    );
+    let sizes: Vec<u64> = std::iter::successors(Some(cli.min), |&s| s.checked_mul(2)).take_while(|&s| s <= cli.max).collect();
+    let module = pe.build_module("p2p.cu", KERNEL)?;
+    let func = module.load_function("p2p").context("load kernel p2p")?;
+    let src = pe.shmalloc(cli.max)?; // PE 0: the put source
+    let dst = pe.shmalloc(cli.max)?; // PE 1: the put destination and get source
+    let back = pe.shmalloc(cli.max)?; // PE 0: the get destination
+    if me == 0 {
+        let p: Vec<u8> = (0..cli.max).map(pat).collect();
+        pe.write_heap(src, &p)?;
+    }
+    let names = pe.allgather_bytes(pe.cuda().name().unwrap_or_default().as_bytes())?;
+    let name = |p: usize| String::from_utf8_lossy(&names[p]).into_owned();
+    let mut csv = match (&cli.csv, me) {
+        (Some(path), 0) => {
+            let mut f = std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?;
+            writeln!(f, "size_B,put_lat_us,get_lat_us,put_bw_GBps,get_bw_GBps")?;
+            Some(f)
+        }
+        _ => None,
+    };
+    if me == 0 {
+        let ipc = cpnet::env::Tuning::from_env().map(|t| t.gpu_ipc).unwrap_or(true);
+        println!(
+            "# cpnet-gpu-p2p: PE 0 -> PE 1, provider {}, path {}; PE 0: {} (device {}), PE 1: {}",
+            pe.provider(),
+            if ipc { "CUDA IPC peer copies (CPNET_GPU_IPC=1; AMOs and ADD signals staged)" } else { "staged (CPNET_GPU_IPC=0)" },
+            name(0),
+            pe.cuda().ordinal(),
+            name(1)
+        );
+        println!(
+            "# latency: blocking putmem/getmem from 1 work-group x {} threads, median of {} timed calls; bandwidth: {} work-group(s), {} windows of {} putmem_nbi/getmem_nbi + quiet (both fewer above 1 MiB)",
+            cli.threads, cli.iters, cli.wgs, cli.iters, cli.window
+        );
+        println!("{:>12} {:>12} {:>12} {:>12} {:>12}", "size_B", "put_lat_us", "get_lat_us", "put_bw_GBps", "get_bw_GBps");
+    }
+    pe.barrier_all()?;
+    for &size in &sizes {
+        if me == 0 {
+            let iters = if size <= MIB { cli.iters } else { (u64::from(cli.iters) * MIB / size).clamp(3, u64::from(cli.iters).max(3)) as u32 };
+            let window = cli.window.min((64 * MIB / size).max(1) as u32);
+            let lat = |mode| Run { mode, size, blocks: 1, iters, warmup: 5, window: 1 };
+            let bw = |mode| Run { mode, size, blocks: cli.wgs, iters, warmup: 1, window };
+            let put_lat_us = median(&launch(pe, &func, cli, src, dst, &lat(0))?) / 1e3;
+            let get_lat_us = median(&launch(pe, &func, cli, back, dst, &lat(1))?) / 1e3;
+            let put_bw = bandwidth(&launch(pe, &func, cli, src, dst, &bw(2))?, &bw(2));
+            let get_bw = bandwidth(&launch(pe, &func, cli, back, dst, &bw(3))?, &bw(3));
+            let r = Row { size, put_lat_us, get_lat_us, put_bw, get_bw };
+            println!("{:>12} {:>12.2} {:>12.2} {:>12.3} {:>12.3}", r.size, r.put_lat_us, r.get_lat_us, r.put_bw, r.get_bw);
+            if let Some(f) = csv.as_mut() {
+                writeln!(f, "{},{:.3},{:.3},{:.4},{:.4}", r.size, r.put_lat_us, r.get_lat_us, r.put_bw, r.get_bw)?;
+            }
+        }
+        pe.barrier_all()?;
+        // Both directions moved the source pattern: PE 1 got it by put, PE 0 by get.
+        let check = match me {
+            0 => Some((back, "get destination on PE 0")),
+            1 => Some((dst, "put destination on PE 1")),
+            _ => None,
+        };
+        if let Some((a, what)) = check {
+            let mut got = vec![0u8; size as usize];
+            pe.read_heap(a, &mut got)?;
+            if let Some(i) = (0..size).find(|&i| got[i as usize] != pat(i)) {
+                bail!("{what} after the {size}-byte runs: byte {i} is {:#04x}, expected {:#04x}", got[i as usize], pat(i));
+            }
+        }
+    }
+    pe.barrier_all()?;
+    if let (Some(path), 0) = (&cli.csv, me) {
+        println!("# wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Launch one run of the `p2p` kernel on PE 0 towards PE 1 (`local` and
+/// `remote` are symmetric addresses) and return its per-block times.
+fn launch(
+    pe: &GpuPe,
+    func: &cudarc::driver::CudaFunction,
+    cli: &P2pArgs,
+    local: SymAddr,
+    remote: SymAddr,
+    r: &Run,
+) -> Result<Vec<u64>> {
+    let stream = pe.stream();
+    let slots = if r.mode < 2 { r.iters as usize } else { 2 * r.blocks as usize };
+    let times = stream.alloc_zeros::<u64>(slots)?;
+    let status = stream.clone_htod(&vec![-1i32; r.blocks as usize])?;
+    let (h, l, rem, peer) = (pe.handle(), pe.dev_ptr(local), pe.dev_ptr(remote), 1i32);
+    let mut b = stream.launch_builder(func);
+    b.arg(&h).arg(&l).arg(&rem).arg(&r.size).arg(&peer).arg(&r.mode).arg(&r.iters).arg(&r.warmup).arg(&r.window);
+    b.arg(&times).arg(&status);
+    let cfg = LaunchConfig { grid_dim: (r.blocks, 1, 1), block_dim: (cli.threads, 1, 1), shared_mem_bytes: 0 };
+    // SAFETY: the arguments match `p2p` (handle by value, two device
+    // pointers into this PE's heap with `size` bytes each, u64, i32, i32,
+    // three u32, the times and status buffers sized for `mode`); the kernel
+    // has ended when synchronize returns.
+    unsafe { b.launch(cfg) }.context("launch p2p")?;
+    pe.synchronize()?;
+    let st = stream.clone_dtoh(&status)?;
+    let bad: Vec<(usize, i32)> = st.iter().copied().enumerate().filter(|&(_, s)| s != 0).collect();
+    ensure!(bad.is_empty(), "mode {} size {}: work-groups failed (block, CPNET_E_* or -1 if it never ran): {bad:?}", r.mode, r.size);
+    Ok(stream.clone_dtoh(&times)?)
+}
+
+/// Median of the durations, in ns.
+fn median(v: &[u64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_unstable();
+    s[s.len() / 2] as f64
+}
+
+/// GB/s of a bandwidth run: all blocks' bytes over first start to last end.
+fn bandwidth(t: &[u64], r: &Run) -> f64 {
+    let start = t.chunks(2).map(|c| c[0]).min().unwrap_or(0);
+    let end = t.chunks(2).map(|c| c[1]).max().unwrap_or(0);
+    let bytes = u64::from(r.blocks) * u64::from(r.iters) * u64::from(r.window) * r.size;
+    bytes as f64 / (end.saturating_sub(start).max(1)) as f64
+}
