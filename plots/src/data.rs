@@ -188,7 +188,7 @@ impl Schema for ServiceRow {
     const HEADER: &'static str = "queue_mem,wgs,threads,iters,rt_us,rate_mops";
     fn from_fields(f: &Fields<'_>) -> Result<Self> {
         Ok(ServiceRow {
-            queue_mem: f.one_of(0, &["host", "device", "cpu"])?,
+            queue_mem: f.one_of(0, &["host", "device", "cpu", "raw"])?,
             wgs: f.uint(1)?,
             threads: f.uint(2)?,
             iters: f.uint(3)?,
@@ -370,7 +370,7 @@ mod tests {
         let kind = "queue_mem,wgs,threads,iters,rt_us,rate_mops\ngpu,1,1,1,1,1\n";
         let e = format!("{:#}", parse::<ServiceRow>(kind, "s.csv").unwrap_err());
         assert!(
-            e.contains("s.csv:2") && e.contains("host|device|cpu"),
+            e.contains("s.csv:2") && e.contains("host|device|cpu|raw"),
             "{e}"
         );
 

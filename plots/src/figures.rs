@@ -140,7 +140,7 @@ pub fn fig4a(rows: &[ServiceRow], machine: Option<&str>) -> Built {
 /// work-groups, the `fig4b-cpu.png` variant).
 pub fn fig4b(rows: &[ServiceRow], queue_mem: &str, machine: Option<&str>) -> Built {
     let threads = threads_of(rows, &[queue_mem]);
-    let series = service_series(
+    let mut series = service_series(
         rows,
         queue_mem,
         &threads,
@@ -149,6 +149,11 @@ pub fn fig4b(rows: &[ServiceRow], queue_mem: &str, machine: Option<&str>) -> Bui
     );
     if series.is_empty() {
         return Err(format!("no rows with queue_mem {queue_mem}"));
+    }
+    if queue_mem == "host" {
+        // The hardware floor (`cpnet-gpu-bench --raw slot`: 64-byte request
+        // lines answered by one CPU thread, no queue or proxy), dashed.
+        series.extend(service_series(rows, "raw", &[1], &|_| "floor: raw lines, 1 CPU thread".to_string(), true));
     }
     let what = if queue_mem == "cpu" {
         " (CPU work-groups)"
