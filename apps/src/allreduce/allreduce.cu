@@ -204,7 +204,7 @@ __device__ __noinline__ void ar_decide_leader(const cpnet_handle_t* h, const ar_
         return;
     }
     if ((st->idle_polls & (APP_CHECK_EVERY - 1)) == 0) {
-        int code = app_abort_code(h, (st->idle_polls & (APP_CHECK_EVERY * APP_ABORT_HOST_EVERY - 1)) == 0);
+        int code = cpnet_abort_code(h, (st->idle_polls & (APP_CHECK_EVERY * APP_ABORT_HOST_EVERY - 1)) == 0);
         if (code == CPNET_E_OK && h->wait_timeout_ns != 0 && now - st->idle_since > h->wait_timeout_ns)
             code = CPNET_E_TIMEOUT;
         if (code != CPNET_E_OK) {

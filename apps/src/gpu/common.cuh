@@ -59,21 +59,6 @@ __device__ __forceinline__ void app_fence_gpu(void)
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
-/** The abort code the host has set for this PE (0: none): the mirror in GPU
- *  memory when the handle has one, and the host's word (pinned host memory,
- *  a PCIe read) when it has none or `host`. */
-__device__ __forceinline__ int app_abort_code(const cpnet_handle_t* h, bool host = true)
-{
-    uint32_t a = 0;
-    if (h->claims != 0) a = cpnet_ld_relaxed_sys_u32((const uint32_t*)h->claims + CPNET_CLAIM_ABORT(h->n_queues));
-    if (a == 0 && h->status != 0 && (h->claims == 0 || host)) {
-        const cpnet_status_t* s = (const cpnet_status_t*)h->status;
-        a = cpnet_ld_relaxed_sys_u32(&s->abort);
-    }
-    if (a == 0) return CPNET_E_OK;
-    return a < CPNET_E_COUNT ? (int)a : CPNET_E_ABORTED;
-}
-
 /** Record the first failure of the grid (leader only): claims
  *  ctl[APP_CTL_FAIL] 0 -> code, then fills the details. `code` != 0. */
 __device__ __noinline__ void app_fail_leader(app_u64* ctl, int code, app_u64 op, app_u64 iter, int pe,
@@ -115,7 +100,7 @@ struct app_spin {
             const app_u64 waited = cpnet_globaltimer_ns() - start;
             if (waited > APP_ABORT_CHECK_AFTER_NS) {
                 const bool host = (polls & (APP_CHECK_EVERY * APP_ABORT_HOST_EVERY - 1)) == 0;
-                const int a = app_abort_code(h, host);
+                const int a = cpnet_abort_code(h, host);
                 if (a != CPNET_E_OK) return a;
             }
             if (h->wait_timeout_ns != 0 && waited > h->wait_timeout_ns) return CPNET_E_TIMEOUT;

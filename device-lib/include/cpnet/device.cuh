@@ -416,6 +416,21 @@ __device__ inline int cpnet_my_pe(const cpnet_ctx_t* ctx) { return ctx->my_pe; }
 __device__ inline int cpnet_n_pes(const cpnet_ctx_t* ctx) { return ctx->n_pes; }
 
 /**
+ * The abort code the host has set for this PE (CPNET_E_OK: none), for a
+ * kernel's own waits (a grid barrier, a flag in its own memory), so that
+ * they end with the job like cpnet's waits do. Reads the abort mirror in GPU
+ * memory when the handle has claim words, and the status block's word in
+ * pinned host memory (a PCIe read: keep it rare when many blocks wait, e.g.
+ * once in 64 checks) when it has none or `host`. Not collective; no
+ * context needed. A cpnet extension (OpenSHMEM has no abort query).
+ */
+__device__ inline int cpnet_abort_code(const cpnet_handle_t* h, bool host = true)
+{
+    return cpnet_detail::abort_word_code(cpnet_detail::pe_abort_word(
+        (const uint32_t*)h->claims, h->n_queues, (const cpnet_status_t*)h->status, host));
+}
+
+/**
  * The CPNET_E_* of the last collective call on `ctx` -- the way to see the
  * error of a call that returns a value or void (cpnet_<T>_g, fetching
  * atomics, cpnet_signal_wait_until, cpnet_<T>_test; for _nbi calls it is

@@ -120,22 +120,38 @@ __device__ __forceinline__ uint64_t heap_offset(const cpnet_ctx_t* ctx, const vo
     return (uint64_t)ptr - ctx->heap_base;
 }
 
-/** The abort code in force, or 0. With claim words, reads the abort mirror
+/** The PE-wide abort word in force, or 0: with claim words the abort mirror
  *  in GPU memory (claims[CPNET_CLAIM_ABORT]), which the host fills whenever
- *  it sets an abort, and only when `host` also the host words; without claim
- *  words always cpnet_status_t.abort, then ctl.abort. All relaxed: they carry
- *  no data, only "stop waiting", and a later read sees them. A value outside
- *  the CPNET_E_* range reads as CPNET_E_ABORTED. */
-__device__ __forceinline__ int abort_code(const cpnet_ctx_t* ctx, bool host = true)
+ *  it sets an abort, and also cpnet_status_t.abort when `host`; without claim
+ *  words always cpnet_status_t.abort (pinned host memory, a PCIe read).
+ *  Relaxed: the words carry no data, only "stop waiting", and a later read
+ *  sees them. */
+__device__ __forceinline__ uint64_t pe_abort_word(const uint32_t* claims, uint32_t n_queues,
+                                                  const cpnet_status_t* status, bool host)
 {
     uint64_t a = 0;
-    if (ctx->claims != nullptr) a = cpnet_ld_relaxed_sys_u32(ctx->claims + CPNET_CLAIM_ABORT(ctx->n_queues));
-    if (ctx->claims == nullptr || host) {
-        if (a == 0 && ctx->status != nullptr) a = cpnet_ld_relaxed_sys_u32(&ctx->status->abort);
-        if (a == 0 && ctx->ctl != nullptr) a = cpnet_ld_relaxed_sys_u64(&ctx->ctl->abort);
-    }
+    if (claims != nullptr) a = cpnet_ld_relaxed_sys_u32(claims + CPNET_CLAIM_ABORT(n_queues));
+    if (a == 0 && status != nullptr && (claims == nullptr || host)) a = cpnet_ld_relaxed_sys_u32(&status->abort);
+    return a;
+}
+
+/** An abort word as a CPNET_E_*: 0 is CPNET_E_OK, a value outside the
+ *  CPNET_E_* range reads as CPNET_E_ABORTED. */
+__device__ __forceinline__ int abort_word_code(uint64_t a)
+{
     if (a == 0) return CPNET_E_OK;
     return a < CPNET_E_COUNT ? (int)a : CPNET_E_ABORTED;
+}
+
+/** The abort code in force for `ctx`, or 0: the PE-wide words
+ *  (pe_abort_word), then, where the host words are read (no claim words, or
+ *  `host`), the queue's ctl.abort. */
+__device__ __forceinline__ int abort_code(const cpnet_ctx_t* ctx, bool host = true)
+{
+    uint64_t a = pe_abort_word(ctx->claims, ctx->n_queues, ctx->status, host);
+    if (a == 0 && ctx->ctl != nullptr && (ctx->claims == nullptr || host))
+        a = cpnet_ld_relaxed_sys_u64(&ctx->ctl->abort);
+    return abort_word_code(a);
 }
 
 /** Report a device-side failure in the PE's status block: claim dev_error by
