@@ -185,35 +185,27 @@ pub struct GpuQueues {
 struct ClaimWords {
     dev: u64,
     n_queues: usize,
-    /// A non-blocking stream for the abort mirror's copy: a copy engine runs
-    /// it while a kernel holds every SM (a memset would be a kernel).
-    stream: cusys::CUstream,
-    cuda: Arc<CudaContext>,
+    /// A non-blocking stream of the owning context, for the abort mirror's
+    /// copy: a copy engine runs it while a kernel holds every SM (a memset
+    /// would be a kernel).
+    stream: Arc<CudaStream>,
 }
-
-// SAFETY: the raw stream handle is only used through the driver API, which
-// is thread-safe, with the owning context bound first.
-unsafe impl Send for ClaimWords {}
-// SAFETY: as for Send; `mirror_abort` takes &self and only enqueues a copy.
-unsafe impl Sync for ClaimWords {}
 
 impl ClaimWords {
     fn new(cuda: &Arc<CudaContext>, n: usize) -> Result<ClaimWords, GpuError> {
-        cuda.bind_to_thread().map_err(|source| GpuError::Cuda { what: "cuCtxSetCurrent", source })?;
+        let stream = cuda
+            .new_stream()
+            .map_err(|source| GpuError::Cuda { what: "cuStreamCreate (abort mirror)", source })?;
         let bytes = 4 * claim_words(n);
-        // SAFETY: a context is current (caller); the memory is zeroed below
-        // and owned by the returned value.
+        // SAFETY: new_stream bound `cuda` to this thread; the memory is zeroed
+        // below and owned by the returned value.
         let dev = unsafe { cu::malloc_sync(bytes) }
             .map_err(|source| GpuError::Cuda { what: "cuMemAlloc (queue claim words)", source })?;
-        // SAFETY: the allocation just made.
+        let words = ClaimWords { dev, n_queues: n, stream };
+        // SAFETY: the allocation just made (freed by `words`' Drop on error).
         unsafe { cu::memset_d8_sync(dev, 0, bytes) }
             .map_err(|source| GpuError::Cuda { what: "cuMemsetD8 (queue claim words)", source })?;
-        let stream = cu::stream::create(cu::stream::StreamKind::NonBlocking).map_err(|source| {
-            // SAFETY: allocated above, not shared yet.
-            let _ = unsafe { cu::free_sync(dev) };
-            GpuError::Cuda { what: "cuStreamCreate (abort mirror)", source }
-        })?;
-        Ok(ClaimWords { dev, n_queues: n, stream, cuda: Arc::clone(cuda) })
+        Ok(words)
     }
 
     /// Copy the host abort word `*src` into the mirror and wait for the copy
@@ -221,7 +213,7 @@ impl ClaimWords {
     /// ignored: the job is ending, and device waits still read the host word
     /// every `CPNET_ABORT_HOST_EVERY` checks.
     fn mirror_abort(&self, src: &AtomicU32) {
-        if self.cuda.bind_to_thread().is_err() {
+        if self.stream.context().bind_to_thread().is_err() {
             return;
         }
         let dst = self.dev + 4 * claim_abort(self.n_queues) as u64;
@@ -230,8 +222,8 @@ impl ClaimWords {
         // the copy is waited for before returning, so `src` outlives it.
         unsafe {
             let word = core::slice::from_raw_parts(src.as_ptr().cast_const(), 1);
-            if cu::memcpy_htod_async(dst, word, self.stream).is_ok() {
-                let _ = cu::stream::synchronize(self.stream);
+            if cu::memcpy_htod_async(dst, word, self.stream.cu_stream()).is_ok() {
+                let _ = self.stream.synchronize();
             }
         }
     }
@@ -239,12 +231,10 @@ impl ClaimWords {
 
 impl Drop for ClaimWords {
     fn drop(&mut self) {
-        let _ = self.cuda.bind_to_thread();
-        // SAFETY: created in `new`, destroyed once; its only copy was
-        // waited for in `mirror_abort`.
-        let _ = unsafe { cu::stream::destroy(self.stream) };
+        let _ = self.stream.context().bind_to_thread();
         // SAFETY: allocated by cuMemAlloc in `new`, freed once, after every
-        // kernel using the handle has ended (the owner's contract).
+        // kernel using the handle has ended (the owner's contract); the
+        // mirror's only copy was waited for in `mirror_abort`.
         let _ = unsafe { cu::free_sync(self.dev) };
     }
 }
