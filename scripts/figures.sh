@@ -38,6 +38,12 @@ case "$mode" in
     ;;
 esac
 
+# nccl-tests rows of allreduce on stdin -> fig10.csv rows of variant $1 on
+# $2 PEs (out-of-place columns: size $1, time $6 in us, busbw $8 in GB/s).
+to_fig10() {
+  awk -v v="$1" -v pes="$2" '!/^#/ && NF >= 9 { printf "%s,%s,%s,%s,%s\n", v, pes, $1, $6, $8 }'
+}
+
 if [ "$mode" = plot ]; then
   cargo build --release -p cpnet-plots
   target/release/cpnet-plot --data docs/data --out docs/figs ${MACHINE:+--machine "$MACHINE"}
@@ -88,24 +94,21 @@ if [ "$mode" = gpu ]; then
       done
     done
   fi
-  to_rows() { # variant pes: nccl-tests rows -> fig10 rows (out of place)
-    awk -v v="$1" -v pes="$2" '!/^#/ && NF >= 9 { printf "%s,%s,%s,%s,%s\n", v, pes, $1, $6, $8 }'
-  }
   echo "variant,pes,bytes,time_us,busbw_GBps" >"$data/fig10.csv"
   echo "== allreduce, 2 PEs (Fig. 10)"
   out=$(mktemp)
   for v in intra-kernel inter-kernel; do
     "$B/cpnet-run" -n 2 -- "$B/allreduce" -variant $v -b 8 -e 256M -f 4 -wgs 16 >"$out"
     cat "$out"
-    to_rows $v 2 <"$out" >>"$data/fig10.csv"
+    to_fig10 $v 2 <"$out" >>"$data/fig10.csv"
   done
   "$B/cpnet-run" -n 2 -- "$B/allreduce" -variant cpu -b 8 -e 64M -f 4 >"$out"
   cat "$out"
-  to_rows cpu 2 <"$out" >>"$data/fig10.csv"
+  to_fig10 cpu 2 <"$out" >>"$data/fig10.csv"
   rm -f "$out"
   echo "== allreduce, 64 MiB on 2..$ngpus PEs (Fig. 10, strong scaling)"
   for n in $(seq 2 "$ngpus"); do
-    "$B/cpnet-run" -n "$n" -- "$B/allreduce" -variant intra-kernel -b 64M -e 64M -wgs 16 | to_rows intra-kernel "$n" >>"$data/fig10.csv"
+    "$B/cpnet-run" -n "$n" -- "$B/allreduce" -variant intra-kernel -b 64M -e 64M -wgs 16 | to_fig10 intra-kernel "$n" >>"$data/fig10.csv"
   done
   if python3 -c "import torch" 2>/dev/null; then
     echo "== NCCL through torch.distributed (Fig. 10 reference)"
@@ -133,20 +136,15 @@ target/release/cpnet-service-bench --threads 1,2,4 --wgs 1,2,4,8,16 \
   --iters "${ITERS:-20000}" --reps "${REPS:-3}" --idle-secs 1 \
   --csv "$data/fig4-service.csv" --cost-csv "$data/proxy-cost.csv"
 
-# nccl-tests rows of allreduce -> fig10.csv rows (out-of-place columns:
-# size $1, time $6 in us, busbw $8 in GB/s).
-to_fig10() {
-  awk -v pes="$1" '!/^#/ && NF >= 9 { printf "cpu,%s,%s,%s,%s\n", pes, $1, $6, $8 }'
-}
 echo "variant,pes,bytes,time_us,busbw_GBps" >"$data/fig10.csv"
 echo "== allreduce, CPU work-groups, 2 PEs, 8 B..64 MiB"
 out=$(target/release/cpnet-run -n 2 -- target/release/allreduce -variant cpu -b 8 -e 64M -f 2)
 echo "$out"
-echo "$out" | to_fig10 2 >>"$data/fig10.csv"
+echo "$out" | to_fig10 cpu 2 >>"$data/fig10.csv"
 echo "== allreduce, CPU work-groups, 4 PEs, 64 MiB"
 out=$(target/release/cpnet-run -n 4 -- target/release/allreduce -variant cpu -b 64M -e 64M)
 echo "$out"
-echo "$out" | to_fig10 4 >>"$data/fig10.csv"
+echo "$out" | to_fig10 cpu 4 >>"$data/fig10.csv"
 
 cores=$(nproc 2>/dev/null || echo "?")
 target/release/cpnet-plot --data "$data" --out "$figs" --machine "${MACHINE:-CPU only, $cores cores}"

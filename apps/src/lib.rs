@@ -29,6 +29,7 @@
 
 pub mod allreduce;
 pub mod cli;
+pub mod figure_csv;
 pub mod gpu;
 pub mod gpu_p2p;
 pub mod jacobi;

@@ -41,6 +41,7 @@ use clap::Parser;
 use cpnet::device::cpu::HostHeap;
 use cpnet::device::ring::QueueGeometry;
 use cpnet::gpu::{GpuError, GpuQueues, KernelHandle, build_module, open_device};
+use cpnet_apps::figure_csv::{COST_HEADER, SERVICE_HEADER, open_append};
 use cpnet_proxy::decode::Limits;
 use cpnet_proxy::service::{LoopbackTransport, Service};
 use cudarc::driver::{LaunchConfig, PushKernelArg};
@@ -220,7 +221,7 @@ fn suite(cli: &Cli) -> Result<()> {
                 u.wall_s,
                 u.cores()
             );
-            let mut f = append_csv(path, "source,threads,state,commands,wall_s,proxy_cpu_s")?;
+            let mut f = open_append(path, COST_HEADER)?;
             writeln!(f, "gpu,{},idle,0,{:.3},{:.3}", u.threads, u.wall_s, u.cpu_s)?;
         }
         let ctx = Arc::clone(pe.cuda());
@@ -246,30 +247,16 @@ fn suite(cli: &Cli) -> Result<()> {
     Ok(())
 }
 
-/// `path` opened for appending; `header` written when it is new or empty.
-fn append_csv(path: &std::path::Path, header: &str) -> Result<std::fs::File> {
-    let new = std::fs::metadata(path).map(|m| m.len() == 0).unwrap_or(true);
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .with_context(|| format!("open {}", path.display()))?;
-    if new {
-        writeln!(f, "{header}")?;
-    }
-    Ok(f)
-}
-
 /// One sweep over `cli.threads` x `cli.wgs` on `ctx`'s GPU (one PE).
 fn sweep(ctx: &Arc<cudarc::driver::CudaContext>, cli: &Cli) -> Result<()> {
     let ctx = Arc::clone(ctx);
     ctx.bind_to_thread().context("cuCtxSetCurrent")?;
     let mut csv_file = match &cli.csv_file {
-        Some(path) => Some(append_csv(path, "queue_mem,wgs,threads,iters,rt_us,rate_mops")?),
+        Some(path) => Some(open_append(path, SERVICE_HEADER)?),
         None => None,
     };
     let mut cost_file = match &cli.cost_csv {
-        Some(path) => Some(append_csv(path, "source,threads,state,commands,wall_s,proxy_cpu_s")?),
+        Some(path) => Some(open_append(path, COST_HEADER)?),
         None => None,
     };
     let kind = if cli.raw.is_some() { "raw" } else { cli.queue_mem.as_str() };

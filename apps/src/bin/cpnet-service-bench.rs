@@ -26,7 +26,6 @@
 //! proxy threads' CPU time is measured over the whole work-group sweep of a
 //! thread count. The PE is finalized before the next thread count.
 
-use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Barrier, Mutex};
@@ -36,6 +35,7 @@ use anyhow::{Context, Result, ensure};
 use clap::Parser;
 use cpnet::Pe;
 use cpnet::env::{Launch, Tuning};
+use cpnet_apps::figure_csv::{COST_HEADER, SERVICE_HEADER, open_append};
 use cpnet_apps::proxy_cpu::Meter;
 
 #[derive(Parser)]
@@ -67,32 +67,14 @@ struct Cli {
     cost_csv: Option<PathBuf>,
 }
 
-const SERVICE_HEADER: &str = "queue_mem,wgs,threads,iters,rt_us,rate_mops";
-const COST_HEADER: &str = "source,threads,state,commands,wall_s,proxy_cpu_s";
-
-/// Appends `rows` to the CSV at `path`, writing `header` first when the
-/// file is new or empty.
+/// Appends `rows` to the CSV at `path` (`header` first when the file is
+/// new or empty).
 fn append_csv(path: &Path, header: &str, rows: &[String]) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    let empty = f.metadata().map(|m| m.len() == 0).unwrap_or(true);
-    let mut text = String::new();
-    if empty {
-        text += header;
-        text.push('\n');
-    }
+    let mut f = open_append(path, header)?;
     for r in rows {
-        text += r;
-        text.push('\n');
+        writeln!(f, "{r}").with_context(|| format!("writing {}", path.display()))?;
     }
-    f.write_all(text.as_bytes())
-        .with_context(|| format!("writing {}", path.display()))
+    Ok(())
 }
 
 /// One configuration's result.
