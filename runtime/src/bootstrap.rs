@@ -25,11 +25,11 @@
 //!
 //! | kind | name | direction | body |
 //! |---|---|---|---|
-//! | `0x01` | Hello | PE → server | `magic:u32 = 0x43504e42 ("CPNB") version:u16 = 1 pe:i32 n_pes:i32` |
+//! | `0x01` | Hello | PE → server | `magic:u32 = 0x43504e42 ("CPNB") version:u16 = 2 pe:i32 n_pes:i32` |
 //! | `0x02` | Gather | PE → server | `round:u64 data:bytes` |
 //! | `0x03` | Bye | PE → server | empty |
 //! | `0x04` | Abort | PE → server | `reason:str` |
-//! | `0x81` | Welcome | server → PE | empty |
+//! | `0x81` | Welcome | server → PE | `cycle:u64`, the init/finalize cycle this connection belongs to (0, 1, ...) |
 //! | `0x82` | Reject | server → PE | `reason:str`; the server then closes |
 //! | `0x83` | Gathered | server → PE | `round:u64 n:u32 n × (len:u32 data:bytes)`, PEs in order 0..n |
 //! | `0x84` | ByeAck | server → PE | empty; the server then closes |
@@ -50,9 +50,10 @@
 //!    sends round `r + 1` only after it received round `r`, so the server
 //!    holds at most one round. A barrier is an allgather of empty blobs.
 //! 3. **Finalize** (collective). Every PE sends Bye; when all have, the
-//!    server sends ByeAck to all and ends. A Gather and a Bye in the same
-//!    phase mean the PEs' collective calls do not match: the server fails
-//!    the job saying which PE called what.
+//!    server sends ByeAck to all and, unless it serves repeated init (below),
+//!    ends. A Gather and a Bye in the same phase mean the PEs' collective
+//!    calls do not match: the server fails the job saying which PE called
+//!    what.
 //! 4. **Failure** (one-sided). When a PE's connection ends (EOF or error)
 //!    before its Bye, when a PE sends Abort, or when the owner of the server
 //!    calls [`ServerHandle::notify_failure`] (cpnet-run does, with the exit
@@ -61,10 +62,36 @@
 //!    waiting). Only the first failure is broadcast; later ones are logged.
 //!    The server stays up until every joined PE has closed its connection
 //!    (late joiners are answered with the same Aborted meanwhile), then
-//!    ends. A client that gets
-//!    Aborted, or loses its connection to the server, fails every pending
-//!    and future collective with [`BootstrapError::PeerFailed`] and calls
-//!    its failure handler once.
+//!    ends (a server that serves repeated init stays up until its owner
+//!    shuts it down). A client that gets Aborted, or loses its connection
+//!    to the server, fails every pending and future collective with
+//!    [`BootstrapError::PeerFailed`] and calls its failure handler once.
+//! 5. **Repeated init.** `init` ... `finalize` of a PE is one connection,
+//!    and one *cycle* of the job (Welcome says which: 0, 1, ...). A server
+//!    started [`with_repeated_init`](Server::with_repeated_init), as
+//!    cpnet-run's is, opens cycle `c + 1` as soon as every PE of cycle `c`
+//!    has finalized (right after the ByeAcks): a new round of joins of the
+//!    same `n_pes` PEs, allgather rounds numbered from 0 again.
+//!    - Every connection belongs to the cycle that was current when its
+//!      Hello arrived. What an earlier cycle's connection sends, and its
+//!      closing, are never counted in a later cycle (its PE finalized; only
+//!      its EOF is still to come).
+//!    - A new cycle has no deadline until its first PE joins; from then on
+//!      the others have the connect timeout to follow: "PE k never reached
+//!      the rendezvous at ADDR for init/finalize cycle c within Ns of PE j".
+//!    - A PE whose process ended ([`ServerHandle::notify_exit`]) cannot
+//!      join again: once another PE has started a new cycle, the job fails
+//!      naming the PE that is gone.
+//!    - The server runs until its owner shuts it down (cpnet-run does when
+//!      every PE process has ended); a failure is final: every later Hello
+//!      is answered with the same Aborted.
+//!
+//!    Without it (PE 0 hosting the server under mpirun/srun), the server
+//!    ends after its one cycle; PE 0 binds a new one at its next init. A
+//!    Hello that reaches the ending server (a PE re-initializing before PE 0
+//!    does) is closed unanswered (or reset with the listener), and a PE not
+//!    started by cpnet-run reconnects after such a close, until its connect
+//!    timeout.
 //!
 //! A server with an owner that knows better ([`Server::with_lost_peer_delay`])
 //! holds an EOF-based notice back briefly, so that the owner's "killed by
@@ -179,7 +206,8 @@ mod wire {
     use std::io::{self, Read};
 
     pub const MAGIC: u32 = 0x4350_4e42; // "CPNB"
-    pub const VERSION: u16 = 1;
+    /// 2: Welcome carries the init/finalize cycle (repeated init).
+    pub const VERSION: u16 = 2;
     /// Largest frame (`len` field), the `u32` limit.
     pub const MAX_FRAME: usize = u32::MAX as usize;
     /// Largest frame accepted before the handshake is done (Hello, Welcome,
@@ -220,7 +248,7 @@ mod wire {
     /// A message from the server to a PE.
     #[derive(Debug)]
     pub enum ToClient {
-        Welcome,
+        Welcome { cycle: u64 },
         Reject { reason: String },
         Gathered { round: u64, blobs: Vec<Vec<u8>> },
         ByeAck,
@@ -289,8 +317,8 @@ mod wire {
         fixed(ABORT, cut(reason).as_bytes())
     }
 
-    pub fn welcome() -> Vec<u8> {
-        fixed(WELCOME, &[])
+    pub fn welcome(cycle: u64) -> Vec<u8> {
+        fixed(WELCOME, &cycle.to_le_bytes())
     }
 
     pub fn reject(reason: &str) -> Vec<u8> {
@@ -430,8 +458,9 @@ mod wire {
         let mut b = Body(body);
         Ok(match kind {
             WELCOME => {
+                let cycle = b.u64()?;
                 b.end("Welcome")?;
-                ToClient::Welcome
+                ToClient::Welcome { cycle }
             }
             REJECT => ToClient::Reject { reason: b.text() },
             GATHERED => {
@@ -494,6 +523,18 @@ mod wire {
                 } => assert_eq!((magic, version, pe, n_pes), (MAGIC, VERSION, 3, 8)),
                 m => panic!("{m:?}"),
             }
+        }
+
+        #[test]
+        fn welcome_carries_the_cycle() {
+            let f = welcome(5);
+            assert_eq!(&f[..5], &[9, 0, 0, 0, WELCOME]);
+            match roundtrip_client(f) {
+                ToClient::Welcome { cycle } => assert_eq!(cycle, 5),
+                m => panic!("{m:?}"),
+            }
+            // Version 1's empty Welcome is refused, not misread.
+            assert!(decode_to_client(WELCOME, &[]).is_err());
         }
 
         #[test]
@@ -600,6 +641,7 @@ pub struct Server {
     addr: SocketAddr,
     connect_timeout: Duration,
     lost_peer_delay: Duration,
+    repeated_init: bool,
 }
 
 impl Server {
@@ -616,6 +658,7 @@ impl Server {
             addr: local,
             connect_timeout: env::DEFAULT_CONNECT_TIMEOUT,
             lost_peer_delay: Duration::ZERO,
+            repeated_init: false,
         })
     }
 
@@ -640,11 +683,26 @@ impl Server {
         self
     }
 
+    /// Whether to serve repeated init (`true`: cpnet-run's server): after
+    /// every PE finalized, accept a new cycle of joins of the same PEs,
+    /// again and again, until the owner stops the server (see "Repeated
+    /// init" in the [module docs](self)). The owner should then tell it of
+    /// every PE process that ends ([`ServerHandle::notify_exit`]), so that a
+    /// cycle that can no longer complete fails at once. Default: `false`
+    /// (the server ends once every PE finalized, as PE 0's in-process server
+    /// does).
+    pub fn with_repeated_init(mut self, repeated: bool) -> Server {
+        self.repeated_init = repeated;
+        self
+    }
+
     /// Starts serving a job of `n_pes` PEs in a background thread.
     ///
     /// The thread ends when every PE has finalized (all sent Bye and got
     /// ByeAck), or after a failure once every joined PE has closed its
-    /// connection, or on [`ServerHandle::shutdown`].
+    /// connection, or on [`ServerHandle::shutdown`]; a server
+    /// [`with_repeated_init`](Server::with_repeated_init) ends only on
+    /// [`ServerHandle::shutdown`] (or the handle's drop).
     pub fn spawn(self, n_pes: i32) -> io::Result<ServerHandle> {
         if n_pes < 1 {
             return Err(io::Error::new(
@@ -659,14 +717,17 @@ impl Server {
             listener: self.listener,
             addr,
             n,
-            connect_deadline: Instant::now() + self.connect_timeout,
+            repeated_init: self.repeated_init,
+            cycle: 0,
+            connect_deadline: Some(Instant::now() + self.connect_timeout),
+            first_joined: None,
             connect_timeout: self.connect_timeout,
             lost_peer_delay: self.lost_peer_delay,
             tx: tx.clone(),
             rx,
             conns: HashMap::new(),
             next_id: 0,
-            readers: Vec::new(),
+            readers: HashMap::new(),
             joined: vec![false; n],
             n_joined: 0,
             round: 0,
@@ -674,6 +735,7 @@ impl Server {
             n_gathered: 0,
             byes: vec![false; n],
             n_byes: 0,
+            exited: vec![None; n],
             failure: None,
             lost: Vec::new(),
             done: false,
@@ -717,8 +779,11 @@ impl ServerHandle {
     /// "process (pid 123) exited with status 0"), whatever its status. If
     /// that PE never joined, the job cannot complete: the server fails it
     /// at once ("... without joining the rendezvous") instead of at the
-    /// connect timeout. Ignored for a PE that joined (its closed connection
-    /// tells), and once the job finished or failed.
+    /// connect timeout. With [repeated init](Server::with_repeated_init),
+    /// the same holds for every later cycle once another PE has joined it
+    /// (a PE that ends after its last finalize is the normal end of a job).
+    /// Ignored for a PE that joined the current cycle (its closed
+    /// connection tells), and once the job finished or failed.
     pub fn notify_exit(&self, pe: i32, how: impl Into<String>) {
         let _ = self.events.send(Event::Exited(pe, how.into()));
     }
@@ -729,7 +794,9 @@ impl ServerHandle {
     }
 
     /// Waits for the server to end: `Ok` when every PE finalized, else the
-    /// first failure it saw.
+    /// first failure it saw. A server
+    /// [`with_repeated_init`](Server::with_repeated_init) ends only on
+    /// [`ServerHandle::shutdown`]: use that instead.
     pub fn join(mut self) -> Result<(), PeerFailure> {
         self.join_thread()
     }
@@ -797,6 +864,10 @@ struct Conn {
     peer: SocketAddr,
     /// The PE, once its Hello was accepted.
     pe: Option<i32>,
+    /// The init/finalize cycle its Hello was accepted in.
+    cycle: u64,
+    /// Its PE sent Bye on it (its closing is no failure).
+    bye: bool,
     /// Rejected (or told the job failed) during its Hello: ignore the rest.
     rejected: bool,
 }
@@ -805,15 +876,24 @@ struct ServerLoop {
     listener: TcpListener,
     addr: SocketAddr,
     n: usize,
-    connect_deadline: Instant,
+    /// After a cycle completes, open the next one instead of ending.
+    repeated_init: bool,
+    /// The current init/finalize cycle.
+    cycle: u64,
+    /// Every PE must have joined the current cycle by then; `None` until
+    /// the first PE joined a cycle after the first.
+    connect_deadline: Option<Instant>,
+    /// The first PE that joined the current cycle (for messages).
+    first_joined: Option<i32>,
     connect_timeout: Duration,
     lost_peer_delay: Duration,
     tx: mpsc::Sender<Event>,
     rx: mpsc::Receiver<Event>,
     conns: HashMap<u64, Conn>,
     next_id: u64,
-    readers: Vec<JoinHandle<()>>,
-    /// PE k's Hello was accepted at some point (a second one is a duplicate).
+    /// Reader threads of open connections, joined when their `Closed` comes.
+    readers: HashMap<u64, JoinHandle<()>>,
+    /// PE k's Hello was accepted in this cycle (a second one is a duplicate).
     joined: Vec<bool>,
     n_joined: usize,
     /// The allgather round in progress and the blobs received for it.
@@ -822,13 +902,16 @@ struct ServerLoop {
     n_gathered: usize,
     byes: Vec<bool>,
     n_byes: usize,
+    /// PE k's process ended (the owner's words), in whatever cycle.
+    exited: Vec<Option<String>>,
     /// The first failure; once set, collectives are over and it is all the
     /// server still says.
     failure: Option<PeerFailure>,
     /// Connections lost before Bye whose notice is held back until the
     /// instant (see `lost_peer_delay`).
     lost: Vec<(i32, Instant, String)>,
-    /// Every PE finalized; ByeAck sent.
+    /// Every PE finalized; ByeAck sent; no further cycle (without
+    /// repeated init).
     done: bool,
     /// Stopping: end when every connection is closed or at this instant.
     stopping: Option<Instant>,
@@ -895,13 +978,15 @@ impl ServerLoop {
         match setup {
             Ok(handle) => {
                 tracing::debug!(%peer, id, "rendezvous: connection accepted");
-                self.readers.push(handle);
+                self.readers.insert(id, handle);
                 self.conns.insert(
                     id,
                     Conn {
                         stream,
                         peer,
                         pe: None,
+                        cycle: self.cycle,
+                        bye: false,
                         rejected: false,
                     },
                 );
@@ -914,15 +999,7 @@ impl ServerLoop {
         match ev {
             Event::Msg(id, msg) => self.on_msg(id, msg),
             Event::Closed(id, why) => self.on_closed(id, why),
-            Event::Exited(pe, how) => {
-                let never_joined = usize::try_from(pe)
-                    .ok()
-                    .and_then(|p| self.joined.get(p))
-                    .is_some_and(|j| !j);
-                if never_joined && !self.done {
-                    self.fail(pe, format!("{how} without joining the rendezvous"));
-                }
-            }
+            Event::Exited(pe, how) => self.on_exited(pe, how),
             Event::Notify(pe, reason) => {
                 self.lost.retain(|(p, _, _)| *p != pe);
                 self.fail(pe, reason);
@@ -962,6 +1039,12 @@ impl ServerLoop {
                 _ => self.reject(id, "the first message must be Hello".into()),
             };
         };
+        if conn.cycle != self.cycle {
+            // Its PE finalized that cycle (all did, or it would still be
+            // current): nothing it says now belongs to this one.
+            tracing::debug!(pe, cycle = conn.cycle, now = self.cycle, ?msg, "rendezvous: message of an earlier cycle ignored");
+            return;
+        }
         let p = pe as usize;
         match msg {
             ToServer::Hello { .. } => self.fail(pe, format!("PE {pe} sent a second Hello")),
@@ -1017,23 +1100,58 @@ impl ServerLoop {
                 } else {
                     self.byes[p] = true;
                     self.n_byes += 1;
-                    tracing::debug!(pe, n_byes = self.n_byes, "rendezvous: Bye");
+                    if let Some(c) = self.conns.get_mut(&id) {
+                        c.bye = true;
+                    }
+                    tracing::debug!(pe, n_byes = self.n_byes, cycle = self.cycle, "rendezvous: Bye");
                     if self.n_byes == self.n {
-                        self.broadcast(&wire::bye_ack());
-                        for c in self.conns.values() {
-                            let _ = c.stream.shutdown(Shutdown::Write);
-                        }
-                        self.done = true;
+                        self.complete_cycle();
                     }
                 }
             }
         }
     }
 
+    /// Every PE of the current cycle sent Bye: ByeAck to all of them; then
+    /// the next cycle (repeated init) or the end.
+    fn complete_cycle(&mut self) {
+        self.broadcast(&wire::bye_ack());
+        let cycle = self.cycle;
+        for c in self.conns.values().filter(|c| c.cycle == cycle) {
+            let _ = c.stream.shutdown(Shutdown::Write);
+        }
+        if !self.repeated_init {
+            self.done = true;
+            return;
+        }
+        self.cycle += 1;
+        self.joined.fill(false);
+        self.n_joined = 0;
+        self.round = 0;
+        self.blobs.fill(None);
+        self.n_gathered = 0;
+        self.byes.fill(false);
+        self.n_byes = 0;
+        self.connect_deadline = None;
+        self.first_joined = None;
+        tracing::debug!(addr = %self.addr, cycle = self.cycle, "rendezvous: every PE finalized; next init/finalize cycle open");
+    }
+
     fn on_hello(&mut self, id: u64, magic: u32, version: u16, pe: i32, n_pes: i32) {
         let n = self.n;
         let addr = self.addr;
         let peer = self.conns[&id].peer;
+        if self.done {
+            // This server is ending (its one cycle is over): a PE that
+            // re-initializes before PE 0 binds the next server. Close
+            // unanswered; the PE reconnects (see `Bootstrap::connect`).
+            tracing::debug!(%peer, pe, "rendezvous: Hello after the end; closing unanswered");
+            if let Some(c) = self.conns.get_mut(&id) {
+                let _ = c.stream.shutdown(Shutdown::Both);
+                c.rejected = true;
+            }
+            return;
+        }
         let refusal = if magic != wire::MAGIC || version != wire::VERSION {
             Some(format!(
                 "protocol mismatch: the peer at {peer} speaks magic {magic:#x} version \
@@ -1069,6 +1187,16 @@ impl ServerLoop {
             tracing::warn!(%peer, "rendezvous: rejecting a PE: {reason}");
             return self.reject(id, reason);
         }
+        // A PE whose process ended cannot join this cycle: it can never
+        // complete.
+        let gone = (0..n).find(|&q| q as i32 != pe && !self.joined[q] && self.exited[q].is_some());
+        if let Some(q) = gone
+            && self.failure.is_none()
+        {
+            let how = self.exited[q].clone().unwrap_or_default();
+            let reason = self.gone_reason(&how, pe);
+            self.fail(q as i32, reason);
+        }
         if let Some(f) = &self.failure {
             // Too late: tell it why the job is over.
             let frame = wire::aborted(f.pe, &f.reason);
@@ -1081,13 +1209,53 @@ impl ServerLoop {
         }
         self.joined[pe as usize] = true;
         self.n_joined += 1;
+        if self.first_joined.is_none() {
+            self.first_joined = Some(pe);
+        }
+        if self.connect_deadline.is_none() {
+            self.connect_deadline = Some(Instant::now() + self.connect_timeout);
+        }
+        let cycle = self.cycle;
         let c = self.conns.get_mut(&id).expect("conn looked up above");
         c.pe = Some(pe);
-        if let Err(e) = send_frame(&mut c.stream, &wire::welcome()) {
+        c.cycle = cycle;
+        if let Err(e) = send_frame(&mut c.stream, &wire::welcome(cycle)) {
             // Its reader will report the closed connection.
             tracing::debug!(pe, "rendezvous: Welcome not sent: {e}");
         }
-        tracing::debug!(pe, %peer, n_joined = self.n_joined, "rendezvous: PE joined");
+        tracing::debug!(pe, %peer, n_joined = self.n_joined, cycle, "rendezvous: PE joined");
+    }
+
+    /// Why a cycle cannot complete: a PE whose process ended `how` has not
+    /// joined it, and PE `other` has (or is joining).
+    fn gone_reason(&self, how: &str, other: i32) -> String {
+        if self.cycle == 0 {
+            format!("{how} without joining the rendezvous")
+        } else {
+            format!(
+                "{how} without joining init/finalize cycle {} of the rendezvous, which PE {other} \
+                 started (every PE must call init and finalize as often as the others)",
+                self.cycle
+            )
+        }
+    }
+
+    /// The owner says PE `pe`'s process ended.
+    fn on_exited(&mut self, pe: i32, how: String) {
+        let Some(p) = usize::try_from(pe).ok().filter(|&p| p < self.n) else {
+            return;
+        };
+        self.exited[p] = Some(how.clone());
+        if self.done || self.failure.is_some() || self.joined[p] {
+            return;
+        }
+        // The first cycle cannot complete without it; a later one only
+        // once another PE started it (else the job may just be over).
+        let other = self.first_joined.filter(|_| self.n_joined > 0);
+        if self.cycle == 0 || other.is_some() {
+            let reason = self.gone_reason(&how, other.unwrap_or(-1));
+            self.fail(pe, reason);
+        }
     }
 
     fn reject(&mut self, id: u64, reason: String) {
@@ -1121,6 +1289,10 @@ impl ServerLoop {
     }
 
     fn on_closed(&mut self, id: u64, why: CloseKind) {
+        // `Closed` is the reader's last message: the join is immediate.
+        if let Some(r) = self.readers.remove(&id) {
+            let _ = r.join();
+        }
         let Some(conn) = self.conns.remove(&id) else {
             return;
         };
@@ -1128,8 +1300,8 @@ impl ServerLoop {
             tracing::debug!(peer = %conn.peer, "rendezvous: unjoined connection closed");
             return;
         };
-        if self.byes[pe as usize] || self.failure.is_some() || self.done {
-            tracing::debug!(pe, "rendezvous: connection closed");
+        if conn.bye || conn.cycle != self.cycle || self.failure.is_some() || self.done {
+            tracing::debug!(pe, cycle = conn.cycle, "rendezvous: connection closed");
             return;
         }
         match why {
@@ -1154,7 +1326,8 @@ impl ServerLoop {
             let (pe, _, reason) = self.lost.remove(i);
             self.fail(pe, reason);
         }
-        if self.n_joined < self.n && self.failure.is_none() && now >= self.connect_deadline {
+        let overdue = self.connect_deadline.is_some_and(|d| now >= d);
+        if self.n_joined < self.n && self.failure.is_none() && !self.done && overdue {
             let missing: Vec<usize> = (0..self.n).filter(|&k| !self.joined[k]).collect();
             let who = if missing.len() == 1 {
                 format!("PE {}", missing[0])
@@ -1163,13 +1336,22 @@ impl ServerLoop {
                 let more = if missing.len() > 16 { ", ..." } else { "" };
                 format!("{} PEs ({}{more})", missing.len(), list.join(", "))
             };
-            let reason = format!(
-                "{who} never reached the rendezvous at {} within {}s (did it start? is \
-                 CPNET_BOOTSTRAP_ADDR reachable from its host? raise CPNET_CONNECT_TIMEOUT if \
-                 startup is slow)",
-                self.addr,
-                secs(self.connect_timeout)
-            );
+            let reason = match (self.cycle, self.first_joined) {
+                (c, Some(first)) if c > 0 => format!(
+                    "{who} never reached the rendezvous at {} for init/finalize cycle {c} within \
+                     {}s of PE {first} (does every PE call init and finalize as often as the \
+                     others? raise CPNET_CONNECT_TIMEOUT if a PE's work between cycles is slow)",
+                    self.addr,
+                    secs(self.connect_timeout)
+                ),
+                _ => format!(
+                    "{who} never reached the rendezvous at {} within {}s (did it start? is \
+                     CPNET_BOOTSTRAP_ADDR reachable from its host? raise CPNET_CONNECT_TIMEOUT \
+                     if startup is slow)",
+                    self.addr,
+                    secs(self.connect_timeout)
+                ),
+            };
             self.fail(missing[0] as i32, reason);
         }
     }
@@ -1189,10 +1371,10 @@ impl ServerLoop {
         self.lost.clear();
     }
 
-    /// Sends `frame` to every joined connection.
+    /// Sends `frame` to every connection joined in the current cycle.
     fn broadcast(&mut self, frame: &[u8]) {
         for c in self.conns.values_mut() {
-            if c.rejected || c.pe.is_none() {
+            if c.rejected || c.pe.is_none() || c.cycle != self.cycle {
                 continue;
             }
             if let Err(e) = send_frame(&mut c.stream, frame) {
@@ -1214,11 +1396,13 @@ impl ServerLoop {
         if let Some(at) = self.stopping {
             return self.conns.is_empty() || now >= at;
         }
-        // After a failure, stay while a joined PE is connected, and while a
-        // late PE could still come (to tell it the job is over).
-        self.failure.is_some()
+        // With repeated init, only the owner ends it (a PE may init again).
+        // Otherwise after a failure, stay while a joined PE is connected,
+        // and while a late PE could still come (to tell it the job is over).
+        !self.repeated_init
+            && self.failure.is_some()
             && joined_open == 0
-            && (self.n_joined == self.n || now >= self.connect_deadline)
+            && (self.n_joined == self.n || self.connect_deadline.is_none_or(|d| now >= d))
     }
 
     fn close_all(&mut self) {
@@ -1226,7 +1410,7 @@ impl ServerLoop {
             // Wakes the reader thread (its read returns 0).
             let _ = c.stream.shutdown(Shutdown::Both);
         }
-        for r in self.readers.drain(..) {
+        for (_, r) in self.readers.drain() {
             let _ = r.join();
         }
         tracing::debug!(addr = %self.addr, "rendezvous server ended");
@@ -1385,6 +1569,8 @@ struct Remote {
 pub struct Bootstrap {
     pe: i32,
     n_pes: i32,
+    /// The init/finalize cycle the rendezvous put this connection in.
+    cycle: u64,
     shared: Arc<Shared>,
     /// `None` for a single PE, and once closed.
     remote: Option<Remote>,
@@ -1405,6 +1591,19 @@ impl Bootstrap {
     /// to `launch.bootstrap`, retrying with backoff (10 ms doubling to
     /// 500 ms) for up to `connect_timeout`, and sends Hello. Returns once the
     /// server accepted this PE; the others may not have joined yet.
+    ///
+    /// May be called again after [`finalize`](Bootstrap::finalize) (repeated
+    /// init, a new cycle of the job): cpnet-run's server accepts every
+    /// cycle; under mpirun/srun PE 0 binds a new server for each, and a PE
+    /// whose connection that server's predecessor closed unanswered
+    /// reconnects (until `connect_timeout`).
+    ///
+    /// # Errors
+    /// [`BootstrapError::Config`] (invalid PE, no address),
+    /// [`BootstrapError::Io`] (PE 0 cannot bind the address),
+    /// [`BootstrapError::Timeout`] (no server reached),
+    /// [`BootstrapError::Rejected`], [`BootstrapError::PeerFailed`] (the job
+    /// failed already), [`BootstrapError::Protocol`].
     pub fn connect(
         launch: &Launch,
         connect_timeout: Duration,
@@ -1420,6 +1619,7 @@ impl Bootstrap {
             return Ok(Bootstrap {
                 pe,
                 n_pes,
+                cycle: 0,
                 shared,
                 remote: None,
             });
@@ -1451,8 +1651,24 @@ impl Bootstrap {
         // On error from here, dropping `server` stops it.
 
         let deadline = Instant::now() + connect_timeout;
-        let mut stream = connect_with_retry(&addr, pe, launch.launcher, deadline, connect_timeout)?;
-        handshake(&mut stream, &addr, pe, n_pes, deadline)?;
+        let (stream, cycle) = loop {
+            let mut stream =
+                connect_with_retry(&addr, pe, launch.launcher, deadline, connect_timeout)?;
+            match handshake(&mut stream, &addr, pe, n_pes, deadline) {
+                Ok(cycle) => break (stream, cycle),
+                // PE 0's server of the previous cycle was ending (this PE
+                // re-initialized first): try again until PE 0's next one
+                // answers. cpnet-run's server serves every cycle itself.
+                Err(Handshake::Closed(e))
+                    if launch.launcher != Launcher::CpnetRun && Instant::now() < deadline =>
+                {
+                    tracing::debug!(pe, %addr, "bootstrap: rendezvous closed during the handshake ({e}); reconnecting");
+                    drop(stream);
+                    thread::sleep(Duration::from_millis(10));
+                }
+                Err(Handshake::Closed(e) | Handshake::Failed(e)) => return Err(e),
+            }
+        };
 
         // Who is to blame if the server's connection goes away.
         let lost = if launch.launcher == Launcher::CpnetRun {
@@ -1482,10 +1698,11 @@ impl Bootstrap {
             .name("cpnet-bootstrap-reader".into())
             .spawn(move || client_reader(read_half, reader_shared, lost))
             .map_err(|e| io_err("starting the reader thread", e))?;
-        tracing::debug!(pe, n_pes, %addr, hosts_server, "bootstrap: joined");
+        tracing::debug!(pe, n_pes, %addr, hosts_server, cycle, "bootstrap: joined");
         Ok(Bootstrap {
             pe,
             n_pes,
+            cycle,
             shared,
             remote: Some(Remote {
                 addr,
@@ -1710,6 +1927,7 @@ impl fmt::Debug for Bootstrap {
         f.debug_struct("Bootstrap")
             .field("pe", &self.pe)
             .field("n_pes", &self.n_pes)
+            .field("cycle", &self.cycle)
             .field("addr", &self.remote.as_ref().map(|r| r.addr.as_str()))
             .field("failure", &self.failure())
             .finish()
@@ -1766,17 +1984,52 @@ fn connect_with_retry(
     }
 }
 
-/// Sends Hello and waits (until `deadline`) for Welcome.
+/// How a handshake failed.
+enum Handshake {
+    /// The server closed or reset the connection before answering: maybe a
+    /// server that was ending (see `Bootstrap::connect`).
+    Closed(BootstrapError),
+    /// Anything else: final.
+    Failed(BootstrapError),
+}
+
+impl From<BootstrapError> for Handshake {
+    fn from(e: BootstrapError) -> Handshake {
+        Handshake::Failed(e)
+    }
+}
+
+/// Whether an I/O error means the peer closed or reset the connection.
+fn closed_by_peer(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::UnexpectedEof
+    )
+}
+
+/// Sends Hello and waits (until `deadline`) for Welcome; returns the
+/// init/finalize cycle the server put this PE in.
 fn handshake(
     stream: &mut TcpStream,
     addr: &str,
     pe: i32,
     n_pes: i32,
     deadline: Instant,
-) -> Result<(), BootstrapError> {
-    let io_err = |what: &str, e| BootstrapError::Io {
-        what: format!("PE {pe} {what} the rendezvous at {addr}"),
-        source: e,
+) -> Result<u64, Handshake> {
+    let io_err = |what: &str, e: io::Error| {
+        let closed = closed_by_peer(&e);
+        let e = BootstrapError::Io {
+            what: format!("PE {pe} {what} the rendezvous at {addr}"),
+            source: e,
+        };
+        if closed {
+            Handshake::Closed(e)
+        } else {
+            Handshake::Failed(e)
+        }
     };
     stream
         .set_nodelay(true)
@@ -1793,10 +2046,10 @@ fn handshake(
             BootstrapError::Protocol(format!("answer of the rendezvous at {addr}: {e}"))
         })?,
         Ok(None) => {
-            return Err(BootstrapError::Protocol(format!(
+            return Err(Handshake::Closed(BootstrapError::Protocol(format!(
                 "the rendezvous at {addr} closed the connection during PE {pe}'s handshake (is \
                  that address really a cpnet rendezvous of this job?)"
-            )));
+            ))));
         }
         Err(e)
             if matches!(
@@ -1804,34 +2057,36 @@ fn handshake(
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
             ) =>
         {
-            return Err(BootstrapError::Timeout {
+            return Err(Handshake::Failed(BootstrapError::Timeout {
                 what: format!(
                     "waiting for the rendezvous at {addr} to answer PE {pe}'s Hello (is that \
                      address really a cpnet rendezvous?)"
                 ),
-            });
+            }));
         }
         Err(e) => return Err(io_err("reading the answer of", e)),
     };
-    match reply {
-        ToClient::Welcome => {}
+    let cycle = match reply {
+        ToClient::Welcome { cycle } => cycle,
         ToClient::Reject { reason } => {
-            return Err(BootstrapError::Rejected {
+            return Err(Handshake::Failed(BootstrapError::Rejected {
                 addr: addr.to_owned(),
                 reason,
-            });
+            }));
         }
-        ToClient::Aborted { pe, reason } => return Err(BootstrapError::PeerFailed { pe, reason }),
+        ToClient::Aborted { pe, reason } => {
+            return Err(Handshake::Failed(BootstrapError::PeerFailed { pe, reason }));
+        }
         other => {
-            return Err(BootstrapError::Protocol(format!(
+            return Err(Handshake::Failed(BootstrapError::Protocol(format!(
                 "the rendezvous at {addr} answered Hello with {other:?}"
-            )));
+            ))));
         }
-    }
+    };
     stream
         .set_read_timeout(None)
         .map_err(|e| io_err("configuring its socket to", e))?;
-    Ok(())
+    Ok(cycle)
 }
 
 /// The client's reader thread: queues replies, records failures.
@@ -1884,4 +2139,256 @@ fn client_reader(mut stream: TcpStream, shared: Arc<Shared>, lost: PeerFailure) 
     }
     shared.state.lock().reader_done = true;
     shared.changed.notify_all();
+}
+
+#[cfg(test)]
+mod cycle_tests {
+    //! Repeated init (module docs, "Repeated init"): one process, a thread
+    //! per PE. The rest of the protocol is tested in `tests/bootstrap.rs`.
+
+    use super::*;
+    use std::io::Read;
+
+    const CONNECT: Duration = Duration::from_secs(10);
+
+    /// Runs `f` on a thread; fails the test if it takes longer than `limit`.
+    fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        match rx.recv_timeout(limit) {
+            Ok(v) => v,
+            Err(mpsc::RecvTimeoutError::Timeout) => panic!("test body took longer than {limit:?}"),
+            Err(mpsc::RecvTimeoutError::Disconnected) => panic!("test body panicked"),
+        }
+    }
+
+    fn launch(pe: i32, n_pes: i32, addr: &str, launcher: Launcher) -> Launch {
+        Launch {
+            pe,
+            n_pes,
+            local_pe: pe,
+            local_size: n_pes,
+            bootstrap: Some(addr.to_owned()),
+            launcher,
+        }
+    }
+
+    /// A server like cpnet-run's: repeated init.
+    fn repeating(n: i32, connect_timeout: Duration) -> (ServerHandle, String) {
+        let s = Server::bind("127.0.0.1:0")
+            .unwrap()
+            .with_connect_timeout(connect_timeout)
+            .with_repeated_init(true)
+            .spawn(n)
+            .unwrap();
+        let addr = s.local_addr().to_string();
+        (s, addr)
+    }
+
+    fn join(pe: i32, n: i32, addr: &str) -> Bootstrap {
+        Bootstrap::connect(&launch(pe, n, addr, Launcher::CpnetRun), CONNECT).unwrap()
+    }
+
+    fn peer_failed<T: fmt::Debug>(r: Result<T, BootstrapError>) -> (i32, String) {
+        match r {
+            Err(BootstrapError::PeerFailed { pe, reason }) => (pe, reason),
+            other => panic!("expected PeerFailed, got {other:?}"),
+        }
+    }
+
+    /// Init/allgather/barrier/finalize cycles `cycles` on each of `n`
+    /// threads, back to back (a PE re-joins while the server may not have
+    /// seen the others' previous connections close).
+    fn cycle_threads(n: i32, cycles: std::ops::Range<u64>, addr: &str, launcher: Launcher) {
+        let threads: Vec<_> = (0..n)
+            .map(|pe| {
+                let (addr, cycles) = (addr.to_owned(), cycles.clone());
+                thread::spawn(move || {
+                    for c in cycles {
+                        let boot = Bootstrap::connect(&launch(pe, n, &addr, launcher), CONNECT)
+                            .unwrap_or_else(|e| panic!("PE {pe} cycle {c}: {e}"));
+                        if launcher == Launcher::CpnetRun {
+                            assert_eq!(boot.cycle, c, "PE {pe}");
+                        }
+                        let mine = [pe as u8, c as u8];
+                        let all = boot.allgather(&mine).unwrap();
+                        let want: Vec<Vec<u8>> = (0..n).map(|q| vec![q as u8, c as u8]).collect();
+                        assert_eq!(all, want, "PE {pe} cycle {c}");
+                        boot.barrier().unwrap();
+                        boot.finalize().unwrap_or_else(|e| panic!("PE {pe} cycle {c}: {e}"));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn repeating_server_serves_cycle_after_cycle() {
+        within(Duration::from_secs(60), || {
+            let (srv, addr) = repeating(3, CONNECT);
+            cycle_threads(3, 0..30, &addr, Launcher::CpnetRun);
+            assert!(!srv.is_finished(), "a repeating server waits for the next cycle");
+            for pe in 0..3 {
+                srv.notify_exit(pe, "process (pid 1) exited with status 0");
+            }
+            // Every PE ended after its last finalize: the job is just over.
+            assert_eq!(srv.shutdown(), Ok(()));
+        });
+    }
+
+    #[test]
+    fn pe0_hosted_rendezvous_serves_repeated_init() {
+        within(Duration::from_secs(60), || {
+            let addr = TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .to_string();
+            cycle_threads(3, 0..30, &addr, Launcher::Mpi);
+            // PE 0 joined its last server in finalize: the port is free.
+            TcpListener::bind(&addr).unwrap();
+        });
+    }
+
+    #[test]
+    fn pe_that_ended_fails_the_next_cycle_whoever_comes_first() {
+        within(Duration::from_secs(30), || {
+            // The exit is known before PE 0 starts the next cycle.
+            let (srv, addr) = repeating(2, CONNECT);
+            cycle_threads(2, 0..1, &addr, Launcher::CpnetRun);
+            srv.notify_exit(1, "process (pid 9) exited with status 0");
+            thread::sleep(Duration::from_millis(50));
+            let late = Bootstrap::connect(&launch(0, 2, &addr, Launcher::CpnetRun), CONNECT);
+            let (pe, reason) = peer_failed(late);
+            assert_eq!(pe, 1, "{reason}");
+            assert!(
+                reason.contains("exited with status 0 without joining init/finalize cycle 1")
+                    && reason.contains("which PE 0 started"),
+                "{reason}"
+            );
+            assert_eq!(srv.shutdown().unwrap_err().pe, 1);
+
+            // PE 0 starts the next cycle first; the exit comes while it waits.
+            let (srv, addr) = repeating(2, CONNECT);
+            cycle_threads(2, 0..2, &addr, Launcher::CpnetRun);
+            let pe0 = join(0, 2, &addr);
+            let waiting = thread::spawn(move || peer_failed(pe0.barrier()));
+            thread::sleep(Duration::from_millis(100));
+            srv.notify_exit(1, "process (pid 9) exited with status 0");
+            let (pe, reason) = waiting.join().unwrap();
+            assert_eq!(pe, 1, "{reason}");
+            assert!(reason.contains("without joining init/finalize cycle 2"), "{reason}");
+            assert_eq!(srv.shutdown().unwrap_err().pe, 1);
+        });
+    }
+
+    #[test]
+    fn cycle_that_never_completes_fails_after_the_connect_timeout() {
+        within(Duration::from_secs(30), || {
+            let (srv, addr) = repeating(2, Duration::from_secs(1));
+            cycle_threads(2, 0..1, &addr, Launcher::CpnetRun);
+            // Time between cycles is the program's: no deadline runs then.
+            thread::sleep(Duration::from_millis(1500));
+            cycle_threads(2, 1..2, &addr, Launcher::CpnetRun);
+            let t0 = Instant::now();
+            let pe0 = join(0, 2, &addr);
+            let (pe, reason) = peer_failed(pe0.barrier());
+            let elapsed = t0.elapsed();
+            assert_eq!(pe, 1, "{reason}");
+            assert!(
+                reason.contains(&format!(
+                    "PE 1 never reached the rendezvous at {addr} for init/finalize cycle 2 \
+                     within 1s of PE 0"
+                )),
+                "{reason}"
+            );
+            assert!(
+                elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(5),
+                "{elapsed:?}"
+            );
+            drop(pe0);
+            assert_eq!(srv.shutdown().unwrap_err().pe, 1);
+        });
+    }
+
+    #[test]
+    fn failure_between_cycles_is_final() {
+        within(Duration::from_secs(30), || {
+            let (srv, addr) = repeating(2, CONNECT);
+            cycle_threads(2, 0..1, &addr, Launcher::CpnetRun);
+            srv.notify_failure(1, "process (pid 9) killed by signal 9 (SIGKILL)");
+            thread::sleep(Duration::from_millis(50));
+            for _ in 0..2 {
+                let late = Bootstrap::connect(&launch(0, 2, &addr, Launcher::CpnetRun), CONNECT);
+                assert_eq!(
+                    peer_failed(late),
+                    (1, "process (pid 9) killed by signal 9 (SIGKILL)".to_owned())
+                );
+            }
+            assert_eq!(srv.shutdown().unwrap_err().pe, 1);
+        });
+    }
+
+    /// Hello and Welcome on a raw socket; returns it and the cycle.
+    fn raw_join(pe: i32, n: i32, addr: &str) -> (TcpStream, u64) {
+        let mut s = TcpStream::connect(addr).unwrap();
+        send_frame(&mut s, &wire::hello(pe, n)).unwrap();
+        (s.try_clone().unwrap(), expect_cycle(&mut s))
+    }
+
+    fn expect_cycle(s: &mut TcpStream) -> u64 {
+        let (kind, body) = wire::read_frame(s, wire::MAX_FRAME).unwrap().unwrap();
+        match wire::decode_to_client(kind, &body).unwrap() {
+            ToClient::Welcome { cycle } => cycle,
+            m => panic!("{m:?}"),
+        }
+    }
+
+    #[test]
+    fn an_earlier_cycles_connection_never_counts_in_a_later_one() {
+        within(Duration::from_secs(30), || {
+            let (srv, addr) = repeating(2, CONNECT);
+            let (mut a, ca) = raw_join(0, 2, &addr);
+            let (mut b, cb) = raw_join(1, 2, &addr);
+            assert_eq!((ca, cb), (0, 0));
+            for s in [&mut a, &mut b] {
+                send_frame(s, &wire::bye()).unwrap();
+            }
+            for s in [&mut a, &mut b] {
+                let (kind, _) = wire::read_frame(s, wire::MAX_FRAME).unwrap().unwrap();
+                assert_eq!(kind, wire::BYE_ACK);
+                // The server closed its side after ByeAck.
+                assert!(wire::read_frame(s, wire::MAX_FRAME).unwrap().is_none());
+            }
+            // Cycle 1 starts while cycle 0's connections are still open; a
+            // late Gather of round 0 on one of them must not be counted (it
+            // would make PE 0 "send round 0 twice" below).
+            let pe0 = join(0, 2, &addr);
+            assert_eq!(pe0.cycle, 1);
+            send_frame(&mut a, &wire::gather(0, b"stale").unwrap()).unwrap();
+            let a2 = addr.clone();
+            let pe1 = thread::spawn(move || {
+                let b = join(1, 2, &a2);
+                let all = b.allgather(b"new1").unwrap();
+                b.finalize().unwrap();
+                all
+            });
+            assert_eq!(pe0.allgather(b"new0").unwrap(), vec![b"new0".to_vec(), b"new1".to_vec()]);
+            // Cycle 0's connections closing now is no failure either.
+            drop(a);
+            let mut rest = Vec::new();
+            let _ = b.read_to_end(&mut rest);
+            drop(b);
+            thread::sleep(Duration::from_millis(50));
+            assert!(pe0.failure().is_none(), "{:?}", pe0.failure());
+            pe0.finalize().unwrap();
+            assert_eq!(pe1.join().unwrap(), vec![b"new0".to_vec(), b"new1".to_vec()]);
+            assert_eq!(srv.shutdown(), Ok(()));
+        });
+    }
 }

@@ -23,6 +23,11 @@
 //!   redirect stdin from a file or pipe instead.
 //! * Each PE gets `PR_SET_PDEATHSIG = SIGKILL`, so the PEs die with
 //!   cpnet-run even if it is killed with SIGKILL.
+//! * The rendezvous serves repeated init: a PE may call `init` ...
+//!   `finalize` again and again, as long as every PE does the same; it runs
+//!   until every PE process has ended. A PE that ends while the others
+//!   start another cycle fails the job (see "Repeated init" in
+//!   [`cpnet::bootstrap`]).
 //!
 //! Exit status: 0 when every PE exited with 0; otherwise the first failed
 //! PE's exit status, or 128 + its signal; 127 when PROGRAM cannot be started;
@@ -168,6 +173,7 @@ fn run(args: &Args) -> Result<u8, String> {
         .and_then(|s| {
             s.with_connect_timeout(tuning.connect_timeout)
                 .with_lost_peer_delay(LOST_PEER_DELAY)
+                .with_repeated_init(true)
                 .spawn(n)
         })
         .map_err(|e| format!("cannot start the rendezvous: {e}"))?;
