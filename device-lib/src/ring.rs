@@ -254,6 +254,30 @@ impl QueueMem {
         self.words.word32(CPNET_QUEUE_OFF_PROD + CPNET_PROD_OFF_OWNER).load(Ordering::Relaxed)
     }
 
+    /// The command published in slot `seq`, if that slot holds it now (its
+    /// commit word is `seq + 1`), for reports made by a thread that is not
+    /// the consumer (the proxy watchdog); it does not take the command.
+    ///
+    /// The commit word is read with acquire (pairs with the producer's
+    /// release store, P3), then the other words relaxed, then the commit
+    /// word again. This is exact while the consumer does not take `seq`
+    /// (the producer reuses a slot only after that, P1), which is the case
+    /// the watchdog reports: a stuck consumer. On a live queue it is a best
+    /// effort: a slot reused during the read usually reads as `None`.
+    pub fn peek(&self, seq: u64) -> Option<Cmd> {
+        let commit = self.slot_word(seq, CPNET_CMD_COMMIT_WORD).load(Ordering::Acquire);
+        if commit != seq + 1 {
+            return None;
+        }
+        let mut words = [0u64; SLOT_WORDS];
+        for (w, v) in words.iter_mut().enumerate().take(CPNET_CMD_COMMIT_WORD) {
+            *v = self.slot_word(seq, w).load(Ordering::Relaxed);
+        }
+        words[CPNET_CMD_COMMIT_WORD] = commit;
+        // Acquire: pairs with a reusing producer's release of the new commit.
+        (self.slot_word(seq, CPNET_CMD_COMMIT_WORD).load(Ordering::Acquire) == commit).then(|| Cmd::from_words(words))
+    }
+
     /// The producer block's write index (relaxed; informative while a
     /// producer is attached, exact after it detached).
     pub fn written(&self) -> u64 {

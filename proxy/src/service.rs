@@ -98,13 +98,129 @@ pub struct CommandError {
     pub code: ErrorCode,
 }
 
+/// What a service thread is doing, published for the PE's watchdog
+/// (`CPNET_PROXY_STALL_TIMEOUT`, runtime/src/watchdog.rs): a pass counter
+/// that moves while the thread makes progress, and the step it is in (which
+/// transport call, for which queue, command, PE and address).
+///
+/// Every access is relaxed: the watchdog only compares the counter between
+/// two looks and prints the rest, it orders nothing by them. While the
+/// thread runs, a look at the step words may mix two steps; once it is
+/// stuck (the only time the watchdog prints them) they are stable.
+#[derive(Debug, Default)]
+pub struct Heartbeat {
+    passes: std::sync::atomic::AtomicU64,
+    taken: std::sync::atomic::AtomicU64,
+    /// `phase | queue << 8 | opcode << 32 | subop << 40`.
+    step: std::sync::atomic::AtomicU64,
+    /// `pe as u32 | (seq as u32) << 32`.
+    step_pe_seq: std::sync::atomic::AtomicU64,
+    /// Target heap offset of the command in `step`.
+    step_addr: std::sync::atomic::AtomicU64,
+}
+
+/// Where a service thread is, as [`Heartbeat::step`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Not started yet (connecting), or between transport calls.
+    Polling,
+    /// Inside [`Transport::progress`].
+    Progress,
+    /// Inside [`Transport::submit`] of the command in [`Step`].
+    Submit,
+    /// Inside [`Transport::barrier`] for the queue in [`Step`].
+    Barrier,
+    /// Out of its loop (stopped or draining is over).
+    Stopped,
+}
+
+/// A snapshot of a [`Heartbeat`]'s step, for a stall report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// The transport call the thread is in.
+    pub phase: Phase,
+    /// Queue index in the service (Submit, Barrier).
+    pub queue: u32,
+    /// The command, rebuilt from its opcode and sub-operation (Submit).
+    pub op: &'static str,
+    /// Its target PE (Submit).
+    pub pe: i32,
+    /// Low 32 bits of its seq (Submit, Barrier).
+    pub seq: u32,
+    /// Its target heap offset (Submit).
+    pub addr: u64,
+}
+
+impl Heartbeat {
+    /// Poll passes completed so far (moves every pass, idle or not).
+    pub fn passes(&self) -> u64 {
+        self.passes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Commands taken from the queues so far.
+    pub fn taken(&self) -> u64 {
+        self.taken.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// What the thread was last doing.
+    pub fn step(&self) -> Step {
+        use std::sync::atomic::Ordering::Relaxed;
+        let w = self.step.load(Relaxed);
+        let ps = self.step_pe_seq.load(Relaxed);
+        let phase = match w & 0xff {
+            1 => Phase::Progress,
+            2 => Phase::Submit,
+            3 => Phase::Barrier,
+            4 => Phase::Stopped,
+            _ => Phase::Polling,
+        };
+        let probe = Cmd { opcode: (w >> 32) as u8, subop: (w >> 40) as u8, ..Cmd::nop() };
+        Step {
+            phase,
+            queue: ((w >> 8) & 0xff_ffff) as u32,
+            op: probe.op_name(),
+            pe: ps as u32 as i32,
+            seq: (ps >> 32) as u32,
+            addr: self.step_addr.load(Relaxed),
+        }
+    }
+
+    #[inline]
+    fn set_phase(&self, phase: Phase, queue: usize) {
+        let code = match phase {
+            Phase::Polling => 0,
+            Phase::Progress => 1,
+            Phase::Submit => 2,
+            Phase::Barrier => 3,
+            Phase::Stopped => 4,
+        };
+        self.step.store(code | ((queue as u64 & 0xff_ffff) << 8), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn set_submit(&self, queue: usize, seq: u64, cmd: &Cmd) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.step_pe_seq.store(cmd.pe as u32 as u64 | (seq << 32), Relaxed);
+        self.step_addr.store(cmd.target_addr(), Relaxed);
+        self.step.store(2 | ((queue as u64 & 0xff_ffff) << 8) | (u64::from(cmd.opcode) << 32) | (u64::from(cmd.subop) << 40), Relaxed);
+    }
+}
+
+/// A fault injected for the reliability tests (docs/reliability.md): the
+/// thread blocks inside the submit of its `after`-th command, as if a
+/// transport call hung, until `release()` returns true.
+struct InjectedStall {
+    after: u64,
+    release: Box<dyn FnMut() -> bool + Send>,
+}
+
 struct QueueState {
     consumer: Consumer,
     /// A FENCE/QUIET/BARRIER was taken: take nothing more until every
     /// earlier command is complete (and the barrier, if any, is done).
     drain: Option<Drain>,
     /// A command refused with Busy, to submit again first.
-    retry: Option<(u64, Op)>,
+    retry: Option<(u64, Op, Cmd)>,
 }
 
 #[derive(Clone, Copy)]
@@ -129,6 +245,13 @@ pub struct Service<T: Transport> {
     /// with a few claimed costs a few polls per pass, not 1024.
     active: Vec<usize>,
     passes: u32,
+    /// Published progress, for the watchdog.
+    heartbeat: std::sync::Arc<Heartbeat>,
+    /// Passes over the service's life (the heartbeat's counter).
+    total_passes: u64,
+    /// Commands taken over the service's life.
+    taken: u64,
+    stall: Option<InjectedStall>,
 }
 
 impl<T: Transport> Service<T> {
@@ -138,7 +261,34 @@ impl<T: Transport> Service<T> {
             .into_iter()
             .map(|q| QueueState { consumer: Consumer::new(q), drain: None, retry: None })
             .collect();
-        Service { queues, transport, limits, my_pe, done: Vec::new(), errors: Vec::new(), sink: None, active: Vec::new(), passes: 0 }
+        Service {
+            queues,
+            transport,
+            limits,
+            my_pe,
+            done: Vec::new(),
+            errors: Vec::new(),
+            sink: None,
+            active: Vec::new(),
+            passes: 0,
+            heartbeat: std::sync::Arc::default(),
+            total_passes: 0,
+            taken: 0,
+            stall: None,
+        }
+    }
+
+    /// The heartbeat this service publishes its progress in (shared with a
+    /// watchdog; replaces the service's own).
+    pub fn set_heartbeat(&mut self, heartbeat: std::sync::Arc<Heartbeat>) {
+        self.heartbeat = heartbeat;
+    }
+
+    /// Fault injection for the reliability tests: block inside the submit
+    /// of the `after`-th command taken (1-based), as a hung transport call
+    /// would, until `release()` returns true (polled every 10 ms).
+    pub fn inject_stall(&mut self, after: u64, release: Box<dyn FnMut() -> bool + Send>) {
+        self.stall = Some(InjectedStall { after, release });
     }
 
     /// Errors recorded since the last call (each also logged), when no
@@ -213,14 +363,26 @@ impl<T: Transport> Service<T> {
         self.queues[tag.queue as usize].consumer.complete(tag.seq, outcome);
     }
 
-    /// Submit `op`; false if the transport was busy (kept for retry).
-    fn submit(&mut self, qi: usize, seq: u64, op: Op) -> bool {
+    /// Submit `op` (decoded from `cmd`); false if the transport was busy
+    /// (kept for retry).
+    fn submit(&mut self, qi: usize, seq: u64, op: Op, cmd: &Cmd) -> bool {
+        self.heartbeat.set_submit(qi, seq, cmd);
         let tag = Tag { queue: qi as u32, seq };
-        match self.transport.submit(tag, &op) {
+        if let Some(stall) = &mut self.stall
+            && self.taken >= stall.after
+        {
+            while !(stall.release)() {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            self.stall = None;
+        }
+        let outcome = self.transport.submit(tag, &op);
+        self.heartbeat.set_phase(Phase::Polling, qi);
+        match outcome {
             Submit::Done(o) => self.finish(tag, &op, o),
             Submit::Pending => {}
             Submit::Busy => {
-                self.queues[qi].retry = Some((seq, op));
+                self.queues[qi].retry = Some((seq, op, *cmd));
                 return false;
             }
         }
@@ -231,7 +393,11 @@ impl<T: Transport> Service<T> {
     /// taken or completed (0: idle).
     pub fn poll_once(&mut self) -> usize {
         let mut work = 0;
+        self.total_passes += 1;
+        self.heartbeat.passes.store(self.total_passes, std::sync::atomic::Ordering::Relaxed);
+        self.heartbeat.set_phase(Phase::Progress, 0);
         self.transport.progress(&mut self.done);
+        self.heartbeat.set_phase(Phase::Polling, 0);
         let done = std::mem::take(&mut self.done);
         work += done.len();
         for f in &done {
@@ -260,8 +426,8 @@ impl<T: Transport> Service<T> {
 
     fn poll_queue(&mut self, qi: usize) -> usize {
         let mut work = 0;
-        if let Some((seq, op)) = self.queues[qi].retry.take() {
-            if !self.submit(qi, seq, op) {
+        if let Some((seq, op, cmd)) = self.queues[qi].retry.take() {
+            if !self.submit(qi, seq, op, &cmd) {
                 return 0;
             }
             work += 1;
@@ -282,7 +448,10 @@ impl<T: Transport> Service<T> {
                         if q.consumer.completed() < seq {
                             return work;
                         }
-                        match self.transport.barrier(!started) {
+                        self.heartbeat.set_phase(Phase::Barrier, qi);
+                        let r = self.transport.barrier(!started);
+                        self.heartbeat.set_phase(Phase::Polling, qi);
+                        match r {
                             Ok(false) => {
                                 self.queues[qi].drain = Some(Drain::Barrier { seq, started: true });
                                 return work;
@@ -300,6 +469,8 @@ impl<T: Transport> Service<T> {
             }
             let Some((seq, cmd)) = self.queues[qi].consumer.poll() else { break };
             work += 1;
+            self.taken += 1;
+            self.heartbeat.taken.store(self.taken, std::sync::atomic::Ordering::Relaxed);
             match decode(&cmd, &self.limits) {
                 Err(code) => self.reject(qi, seq, &cmd, code),
                 Ok(Op::Nop) => self.queues[qi].consumer.complete(seq, Outcome::Done),
@@ -309,7 +480,7 @@ impl<T: Transport> Service<T> {
                 }
                 Ok(Op::BarrierAll) => self.queues[qi].drain = Some(Drain::Barrier { seq, started: false }),
                 Ok(op) => {
-                    if !self.submit(qi, seq, op) {
+                    if !self.submit(qi, seq, op, &cmd) {
                         break;
                     }
                 }
@@ -346,6 +517,7 @@ impl<T: Transport> Service<T> {
                 }
             }
         }
+        self.heartbeat.set_phase(Phase::Stopped, 0);
     }
 
     /// Drain at finalize: poll until nothing is outstanding or `stop()`.
@@ -356,6 +528,7 @@ impl<T: Transport> Service<T> {
                 spin.step();
             }
         }
+        self.heartbeat.set_phase(Phase::Stopped, 0);
     }
 }
 

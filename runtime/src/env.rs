@@ -55,6 +55,7 @@
 //! | `CPNET_QUEUES` | command queues (work-group contexts) per PE | count, >= 1 | `64` |
 //! | `CPNET_QUEUE_DEPTH` | slots per queue | power of two, `2..=65536` | `64` |
 //! | `CPNET_WAIT_TIMEOUT` | how long any wait may take before it reports what it waits for; `0` or `none` waits forever | seconds (decimal) | `60` |
+//! | `CPNET_PROXY_STALL_TIMEOUT` | the watchdog: a proxy thread whose polling loop has not moved for this long (stuck inside a libfabric or CUDA call, say) is reported, with the queues, PEs and operations it had pending, and the PE is aborted (its waits return `ABORTED`, the process exits with status 1 after `CPNET_ABORT_GRACE`); `0` or `none` turns the watchdog off | seconds (decimal) | `10` |
 //! | `CPNET_ABORT_GRACE` | after learning that a peer died, how long a PE lets its program end on its own before the runtime exits the process with status 1 | seconds (decimal) | `5` |
 //! | `CPNET_CONNECT_TIMEOUT` | how long a PE may take to reach the rendezvous, and all PEs to arrive there | seconds (decimal), > 0 | `60` |
 //! | `CPNET_PROXY_IDLE_SLEEP` | once a proxy thread has had no command to take for 5 ms, sleep this long per polling pass (saves CPU while idle, but the provider's target-side progress, which rxm and shm atomics and delivery-complete writes need, then waits up to a sleep, plus the kernel's timer slack); `0` spins (yielding) forever | microseconds | `0` |
@@ -69,6 +70,7 @@
 //! | Variable | Meaning | Read by |
 //! |---|---|---|
 //! | `RUST_LOG` | `tracing` filter for cpnet's logs (e.g. `cpnet=debug`); default `warn` | the runtime and `cpnet-run` |
+//! | `CPNET_INJECT_PROXY_STALL` | fault injection for the reliability tests (docs/reliability.md): `T:N` makes proxy thread `T` hang inside the submit of the `N`-th command it takes (1-based), as a stuck transport call would; `T:N:PE` only on PE `PE` | the runtime |
 //! | `CPNET_REQUIRE_GPU`, `CPNET_REQUIRE_NVRTC` | `1`: GPU/NVRTC tests fail instead of skipping where no GPU/NVRTC is found | the `cpnet-device` tests only |
 
 use std::fmt;
@@ -98,6 +100,11 @@ pub const QUEUES: &str = "CPNET_QUEUES";
 pub const QUEUE_DEPTH: &str = "CPNET_QUEUE_DEPTH";
 /// `CPNET_WAIT_TIMEOUT`: seconds a wait may take before it reports; `0`/`none` = forever.
 pub const WAIT_TIMEOUT: &str = "CPNET_WAIT_TIMEOUT";
+/// `CPNET_PROXY_STALL_TIMEOUT`: seconds without progress of a proxy thread
+/// before the watchdog reports it and aborts the PE; `0`/`none` = off.
+pub const PROXY_STALL_TIMEOUT: &str = "CPNET_PROXY_STALL_TIMEOUT";
+/// `CPNET_INJECT_PROXY_STALL`: `T:N[:PE]`, fault injection (tests only).
+pub const INJECT_PROXY_STALL: &str = "CPNET_INJECT_PROXY_STALL";
 /// `CPNET_ABORT_GRACE`: seconds a PE waits after a peer failure before exiting.
 pub const ABORT_GRACE: &str = "CPNET_ABORT_GRACE";
 /// `CPNET_CONNECT_TIMEOUT`: seconds to reach the rendezvous and for all PEs to arrive.
@@ -161,6 +168,8 @@ pub const MIN_QUEUE_DEPTH: u32 = 2;
 pub const MAX_QUEUE_DEPTH: u32 = 65536;
 /// Default of `CPNET_WAIT_TIMEOUT`.
 pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default of `CPNET_PROXY_STALL_TIMEOUT`.
+pub const DEFAULT_PROXY_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default of `CPNET_ABORT_GRACE`.
 pub const DEFAULT_ABORT_GRACE: Duration = Duration::from_secs(5);
 /// Default of `CPNET_CONNECT_TIMEOUT`.
@@ -385,6 +394,12 @@ pub struct Tuning {
     /// `CPNET_WAIT_TIMEOUT`: how long a wait may take before it reports what
     /// it waits for; `None` = forever.
     pub wait_timeout: Option<Duration>,
+    /// `CPNET_PROXY_STALL_TIMEOUT`: how long a proxy thread's loop may stand
+    /// still before the watchdog reports it and aborts the PE; `None` = off.
+    pub proxy_stall_timeout: Option<Duration>,
+    /// `CPNET_INJECT_PROXY_STALL`: `(thread, nth command, only on PE)`; a
+    /// fault for the reliability tests, `None` normally.
+    pub inject_proxy_stall: Option<(usize, u64, Option<i32>)>,
     /// `CPNET_ABORT_GRACE`: after a peer failure, how long the program may
     /// take to end on its own before the runtime exits the process (status 1).
     pub abort_grace: Duration,
@@ -415,6 +430,8 @@ impl Default for Tuning {
             queues: DEFAULT_QUEUES,
             queue_depth: DEFAULT_QUEUE_DEPTH,
             wait_timeout: Some(DEFAULT_WAIT_TIMEOUT),
+            proxy_stall_timeout: Some(DEFAULT_PROXY_STALL_TIMEOUT),
+            inject_proxy_stall: None,
             abort_grace: DEFAULT_ABORT_GRACE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             proxy_idle_sleep: None,
@@ -530,6 +547,30 @@ impl Tuning {
                 })?;
                 (!d.is_zero()).then_some(d)
             };
+        }
+        if let Some(v) = get(PROXY_STALL_TIMEOUT) {
+            t.proxy_stall_timeout = if v.eq_ignore_ascii_case("none") {
+                None
+            } else {
+                let d = parse_seconds(&v).ok_or_else(|| {
+                    invalid(PROXY_STALL_TIMEOUT, &v, "seconds (e.g. 10 or 0.5), or 0 or none to turn the watchdog off")
+                })?;
+                (!d.is_zero()).then_some(d)
+            };
+        }
+        if let Some(v) = get(INJECT_PROXY_STALL) {
+            let bad = || invalid(INJECT_PROXY_STALL, &v, "T:N or T:N:PE (proxy thread, 1-based command count, PE)");
+            let parts: Vec<&str> = v.split(':').collect();
+            if !(2..=3).contains(&parts.len()) {
+                return Err(bad());
+            }
+            let thread = parts[0].parse::<usize>().map_err(|_| bad())?;
+            let nth = parts[1].parse::<u64>().ok().filter(|&n| n >= 1).ok_or_else(bad)?;
+            let pe = match parts.get(2) {
+                Some(p) => Some(p.parse::<i32>().map_err(|_| bad())?),
+                None => None,
+            };
+            t.inject_proxy_stall = Some((thread, nth, pe));
         }
         if let Some(v) = get(ABORT_GRACE) {
             t.abort_grace = parse_seconds(&v)
@@ -940,8 +981,12 @@ mod tests {
             (WAIT_TIMEOUT, "2.5"),
             (ABORT_GRACE, "0"),
             (CONNECT_TIMEOUT, "0.5"),
+            (PROXY_STALL_TIMEOUT, "1.5"),
+            (INJECT_PROXY_STALL, "2:100:1"),
         ]))
         .unwrap();
+        assert_eq!(t.proxy_stall_timeout, Some(Duration::from_millis(1500)));
+        assert_eq!(t.inject_proxy_stall, Some((2, 100, Some(1))));
         assert_eq!(t.provider.as_deref(), Some("tcp;ofi_rxm"));
         assert_eq!(t.fabric_node.as_deref(), Some("10.0.0.7"));
         assert_eq!(t.heap_size, 1 << 30);
@@ -958,7 +1003,12 @@ mod tests {
         for v in ["0", "none", "NONE", "0.0"] {
             let t = Tuning::from_lookup(env(&[(WAIT_TIMEOUT, v)])).unwrap();
             assert_eq!(t.wait_timeout, None, "{v}");
+            let t = Tuning::from_lookup(env(&[(PROXY_STALL_TIMEOUT, v)])).unwrap();
+            assert_eq!(t.proxy_stall_timeout, None, "watchdog off: {v}");
         }
+        let t = Tuning::from_lookup(env(&[])).unwrap();
+        assert_eq!(t.proxy_stall_timeout, Some(DEFAULT_PROXY_STALL_TIMEOUT));
+        assert_eq!(t.inject_proxy_stall, None);
     }
 
     #[test]
@@ -977,6 +1027,11 @@ mod tests {
             (WAIT_TIMEOUT, "forever"),
             (ABORT_GRACE, "soon"),
             (CONNECT_TIMEOUT, "0"),
+            (PROXY_STALL_TIMEOUT, "later"),
+            (INJECT_PROXY_STALL, "1"),
+            (INJECT_PROXY_STALL, "0:0"),
+            (INJECT_PROXY_STALL, "a:3"),
+            (INJECT_PROXY_STALL, "0:3:x"),
         ] {
             let e = Tuning::from_lookup(env(&[(var, bad)])).unwrap_err();
             match &e {

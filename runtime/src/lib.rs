@@ -8,7 +8,9 @@
 //!   notices) and the server that `cpnet-run` (or PE 0 under mpirun/srun) runs;
 //! - [`pe`]: the host API proper ([`Pe`]);
 //! - [`gpu`]: GPU PEs ([`GpuPe`]): the CUDA device of a PE, the symmetric
-//!   heap in GPU memory, mapped queues, the kernel handle and builds.
+//!   heap in GPU memory, mapped queues, the kernel handle and builds;
+//! - the proxy watchdog (`CPNET_PROXY_STALL_TIMEOUT`): a service thread that
+//!   stops making progress ends its PE with a report of what was pending.
 #![warn(missing_docs)]
 
 pub mod bootstrap;
@@ -16,6 +18,7 @@ pub mod env;
 pub mod gpu;
 pub mod pe;
 mod proxy_threads;
+mod watchdog;
 
 pub use cpnet_device as device;
 pub use cpnet_proxy as proxy;

@@ -253,8 +253,26 @@ impl PeCore {
         abort: impl Fn(ErrorCode) + Send + Sync + 'static,
     ) -> Result<PeCore> {
         let me = launch.pe;
-        install_failure_handler(&boot, Arc::clone(&proxies.abandon), me, tuning.abort_grace, abort);
+        let abort: Arc<dyn Fn(ErrorCode) + Send + Sync> = Arc::new(abort);
+        install_failure_handler(&boot, Arc::clone(&proxies.abandon), me, tuning.abort_grace, Arc::clone(&abort));
         let r = proxies.connect(&boot, me).and_then(|()| boot.barrier().map_err(|cause| Error::Bootstrap { pe: me, cause }));
+        let r = match (r, tuning.proxy_stall_timeout) {
+            (Ok(()), Some(timeout)) => {
+                let (abandon, grace) = (Arc::clone(&proxies.abandon), tuning.abort_grace);
+                proxies.start_watchdog(
+                    me,
+                    timeout,
+                    Box::new(move |report: String| {
+                        say(&report);
+                        // Release: pairs with the service threads' Acquire in drain.
+                        abandon.store(true, std::sync::atomic::Ordering::Release);
+                        abort(ErrorCode::Aborted);
+                        exit_after_grace(me, grace, "a proxy thread stalled".to_owned());
+                    }),
+                )
+            }
+            (r, _) => r,
+        };
         let core = PeCore {
             launch,
             tuning,
@@ -430,7 +448,7 @@ impl Pe {
         if fabric.provider.starts_with("shm") {
             crate::proxy_threads::clean_stale_shm_regions();
         }
-        let proxies = Proxies::spawn(backend, me, queues, limits, tuning.proxy_idle_sleep)?;
+        let proxies = Proxies::spawn(backend, me, queues, limits, tuning.proxy_idle_sleep, tuning.inject_proxy_stall)?;
         let aborted: Vec<_> = (0..pool.len()).map(|q| pool.queue(q)).collect();
         let core = PeCore::start(launch, tuning, fabric.provider, boot, heap_size, proxies, move |code| {
             for q in &aborted {
@@ -610,7 +628,7 @@ fn install_failure_handler(
     abandon: Arc<AtomicBool>,
     me: i32,
     grace: Duration,
-    abort: impl Fn(ErrorCode) + Send + Sync + 'static,
+    abort: Arc<dyn Fn(ErrorCode) + Send + Sync>,
 ) {
     let fired = AtomicBool::new(false);
     boot.set_failure_handler(Box::new(move |f: &PeerFailure| {
@@ -621,22 +639,28 @@ fn install_failure_handler(
         // Release: pairs with the service threads' Acquire in drain.
         abandon.store(true, std::sync::atomic::Ordering::Release);
         abort(ErrorCode::PeerDead);
-        let f = f.clone();
-        let _ = std::thread::Builder::new().name("cpnet-abort".into()).spawn(move || {
-            std::thread::sleep(grace);
-            say(&format!(
-                "cpnet: PE {me}: the program did not end within {:.1} s of the failure ({f}); exiting with status 1",
-                grace.as_secs_f64()
-            ));
-            // _exit, not exit: other threads may be inside libfabric
-            // (holding its locks) or blocked on a dead peer; running
-            // atexit handlers and library destructors under them can
-            // hang the exit itself.
-            // SAFETY: _exit(2) ends the process at once; nothing after
-            // it runs, and stderr is unbuffered (the line above is out).
-            unsafe { libc::_exit(1) };
-        });
+        exit_after_grace(me, grace, f.to_string());
     }));
+}
+
+/// Exit the process with status 1 unless the program ends within `grace`
+/// (a thread sleeps it out): the last step of aborting a PE, after a peer
+/// failure or a stalled proxy thread (`why`).
+fn exit_after_grace(me: i32, grace: Duration, why: String) {
+    let _ = std::thread::Builder::new().name("cpnet-abort".into()).spawn(move || {
+        std::thread::sleep(grace);
+        say(&format!(
+            "cpnet: PE {me}: the program did not end within {:.1} s of the failure ({why}); exiting with status 1",
+            grace.as_secs_f64()
+        ));
+        // _exit, not exit: other threads may be inside libfabric
+        // (holding its locks) or blocked on a dead peer; running
+        // atexit handlers and library destructors under them can
+        // hang the exit itself.
+        // SAFETY: _exit(2) ends the process at once; nothing after
+        // it runs, and stderr is unbuffered (the line above is out).
+        unsafe { libc::_exit(1) };
+    });
 }
 
 /// The CPU PE's transport: libfabric RMA and atomics on the host heap.

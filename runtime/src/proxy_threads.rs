@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use cpnet_device::ring::QueueMem;
 use cpnet_proxy::decode::Limits;
-use cpnet_proxy::service::{CommandError, Service, Transport};
+use cpnet_proxy::service::{CommandError, Heartbeat, Service, Transport};
 
 use crate::bootstrap::Bootstrap;
 use crate::pe::{Error, Result};
+use crate::watchdog::{Watched, Watchdog};
 
 /// How long finalize lets the proxy finish operations in flight.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
@@ -35,6 +36,9 @@ pub(crate) struct Proxies {
     card_rx: Option<mpsc::Receiver<CardResult>>,
     ready_rx: Option<mpsc::Receiver<ReadyResult>>,
     peer_txs: Vec<mpsc::Sender<Vec<Vec<u8>>>>,
+    /// What the watchdog watches, until [`Proxies::start_watchdog`] takes it.
+    watched: Vec<Watched>,
+    watchdog: Option<Watchdog>,
 }
 
 /// What a transport needs from the runtime to start: opened on the service
@@ -56,12 +60,15 @@ pub(crate) trait Backend: Send + Sync + 'static {
 impl Proxies {
     /// Spawn `threads` service threads; thread `t` serves `queues[t]`.
     /// They open their endpoints and wait for [`Proxies::connect`].
+    /// `inject_stall` (`CPNET_INJECT_PROXY_STALL`: thread, nth command, PE)
+    /// hangs one thread for the reliability tests until the PE is abandoned.
     pub(crate) fn spawn<B: Backend>(
         backend: Arc<B>,
         me: i32,
         queues: Vec<Vec<QueueMem>>,
         limits: Limits,
         idle_sleep: Option<Duration>,
+        inject_stall: Option<(usize, u64, Option<i32>)>,
     ) -> Result<Proxies> {
         let stop = Arc::new(AtomicBool::new(false));
         let abandon = Arc::new(AtomicBool::new(false));
@@ -70,7 +77,11 @@ impl Proxies {
         let (ready_tx, ready_rx) = mpsc::channel::<ReadyResult>();
         let mut peer_txs = Vec::new();
         let mut handles = Vec::new();
+        let mut watched = Vec::new();
         for (t, queues) in queues.into_iter().enumerate() {
+            let heartbeat = Arc::new(Heartbeat::default());
+            watched.push(Watched { thread: t, heartbeat: Arc::clone(&heartbeat), queues: queues.clone() });
+            let stall = inject_stall.filter(|&(thread, _, pe)| thread == t && pe.is_none_or(|p| p == me)).map(|(_, n, _)| n);
             let (peer_tx, peer_rx) = mpsc::channel::<Vec<Vec<u8>>>();
             peer_txs.push(peer_tx);
             let (card_tx, ready_tx, stop, abandon, errors, backend) = (
@@ -103,6 +114,13 @@ impl Proxies {
                     let _ = ready_tx.send((t, Ok(())));
                     let mut service = Service::new(queues, transport, limits, me);
                     service.set_error_sink(Arc::clone(&errors));
+                    service.set_heartbeat(heartbeat);
+                    if let Some(n) = stall {
+                        tracing::warn!("PE {me}: proxy thread {t} will hang at its command {n} (CPNET_INJECT_PROXY_STALL)");
+                        let abandon = Arc::clone(&abandon);
+                        // Acquire: pairs with the Release stores of `abandon`.
+                        service.inject_stall(n, Box::new(move || abandon.load(std::sync::atomic::Ordering::Acquire)));
+                    }
                     service.run_with(idle_sleep, || {
                         // Acquire: pairs with the Release store in `stop`.
                         stop.load(std::sync::atomic::Ordering::Acquire)
@@ -124,7 +142,23 @@ impl Proxies {
             card_rx: Some(card_rx),
             ready_rx: Some(ready_rx),
             peer_txs,
+            watched,
+            watchdog: None,
         })
+    }
+
+    /// Start the watchdog over the service threads (once; see
+    /// [`crate::watchdog`]): `on_stall` gets the report of the first thread
+    /// still for `timeout`.
+    pub(crate) fn start_watchdog(&mut self, me: i32, timeout: Duration, on_stall: Box<dyn FnOnce(String) + Send>) -> Result<()> {
+        let watched = std::mem::take(&mut self.watched);
+        if watched.is_empty() || self.watchdog.is_some() {
+            return Ok(());
+        }
+        let dog = Watchdog::spawn(me, watched, timeout, on_stall)
+            .map_err(|e| Error::Proxy { pe: me, thread: 0, why: format!("spawning the watchdog: {e}") })?;
+        self.watchdog = Some(dog);
+        Ok(())
     }
 
     /// Collect our threads' cards, exchange them with every PE, hand every
@@ -205,6 +239,10 @@ impl Proxies {
             if h.join().is_err() && first.is_ok() {
                 first = Err(Error::Proxy { pe: me, thread: t, why: "panicked".into() });
             }
+        }
+        // Only now: a thread that hangs in the joins above is still watched.
+        if let Some(mut dog) = self.watchdog.take() {
+            dog.stop();
         }
         first
     }

@@ -10,6 +10,7 @@
 //! This library holds what the scenarios share.
 #![warn(missing_docs)]
 
+pub mod chaos;
 pub mod gpu;
 
 use rand::rngs::StdRng;

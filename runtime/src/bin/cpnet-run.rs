@@ -29,6 +29,10 @@
 //!   start another cycle fails the job (see "Repeated init" in
 //!   [`cpnet::bootstrap`]).
 //!
+//! When a PE failed (or cpnet-run was interrupted), the last line is
+//! `cpnet-run: PE exit statuses: PE 0 exited with status 1; PE 1 killed by
+//! signal 9 (SIGKILL); ...`, every PE in order.
+//!
 //! Exit status: 0 when every PE exited with 0; otherwise the first failed
 //! PE's exit status, or 128 + its signal; 127 when PROGRAM cannot be started;
 //! 128 + signal when cpnet-run was interrupted and no PE failed; 1 on
@@ -437,6 +441,21 @@ fn supervise(mut procs: Vec<Proc>, server: &ServerHandle, grace: Duration) -> u8
         let shown: Vec<&str> = later.iter().take(8).map(String::as_str).collect();
         let more = if later.len() > 8 { ", ..." } else { "" };
         eprintln!("cpnet-run: also failed: {}{more}", shown.join(", "));
+    }
+    if first.is_some() || interrupted.is_some() {
+        // How every PE ended, in PE order, on one line (the reliability
+        // trials, scripts/peer_death.sh, read it): "PE 0 exited with status
+        // 1; PE 1 killed by signal 9 (SIGKILL); ...", a PE killed by
+        // cpnet-run itself marked "(by cpnet-run)".
+        let all: Vec<String> = procs
+            .iter()
+            .map(|p| {
+                let what = p.status.map_or_else(|| "status unknown".to_owned(), describe);
+                let by_us = if p.signalled_by_us { " (by cpnet-run)" } else { "" };
+                format!("PE {} {what}{by_us}", p.pe)
+            })
+            .collect();
+        eprintln!("cpnet-run: PE exit statuses: {}", all.join("; "));
     }
     match (first, interrupted) {
         (Some((_, code)), _) => code,
