@@ -716,6 +716,8 @@ fn backpressure(pe: &Pe, wgs: u32, total_ops: u64, check_every: u64) -> Result<(
             i += 1;
         }
         wg.quiet()?;
+        // Relaxed: read on the host after run_work_groups has joined this
+        // thread; the join orders these stores before those loads.
         for t in 0..n as usize {
             let at = 2 * (w as usize * n as usize + t);
             sent[at].store(adds[t], std::sync::atomic::Ordering::Relaxed);
@@ -728,6 +730,7 @@ fn backpressure(pe: &Pe, wgs: u32, total_ops: u64, check_every: u64) -> Result<(
     pe.barrier_all()?;
     // Everyone learns what everyone sent; the slice from PE p holds
     // [adds, put-signals] for each (w, target) of p.
+    // Relaxed: the work-group threads that stored these were joined.
     let mine: Vec<u8> = sent
         .iter()
         .flat_map(|x| x.load(std::sync::atomic::Ordering::Relaxed).to_le_bytes())
@@ -735,6 +738,9 @@ fn backpressure(pe: &Pe, wgs: u32, total_ops: u64, check_every: u64) -> Result<(
         .collect();
     let all = pe.allgather_bytes(&mine)?;
     let word = |b: &[u8], j: usize| u64::from_le_bytes(b[8 * j..8 * j + 8].try_into().expect("8 bytes"));
+    // Acquire: pairs with the release of the proxy's local AMOs (and orders
+    // after the barrier, before which every source's quiet completed its
+    // remote writes).
     let r64 = |a: u64| heap.atomic_u64(SymAddr(a)).map(|x| x.load(std::sync::atomic::Ordering::Acquire));
     for (p, b) in all.iter().enumerate() {
         for w in 0..wu {
