@@ -78,7 +78,8 @@
 //!      its EOF is still to come).
 //!    - A new cycle has no deadline until its first PE joins; from then on
 //!      the others have the connect timeout to follow: "PE k never reached
-//!      the rendezvous at ADDR for init/finalize cycle c within Ns of PE j".
+//!      the rendezvous at ADDR for the job's init #(c+1) within Ns of PE
+//!      j" (messages count inits from 1, Welcome counts cycles from 0).
 //!    - A PE whose process ended ([`ServerHandle::notify_exit`]) cannot
 //!      join again: once another PE has started a new cycle, the job fails
 //!      naming the PE that is gone.
@@ -1233,9 +1234,9 @@ impl ServerLoop {
             format!("{how} without joining the rendezvous")
         } else {
             format!(
-                "{how} without joining init/finalize cycle {} of the rendezvous, which PE {other} \
+                "{how} without joining the job's init #{} at the rendezvous, which PE {other} \
                  started (every PE must call init and finalize as often as the others)",
-                self.cycle
+                self.cycle + 1
             )
         }
     }
@@ -1338,10 +1339,12 @@ impl ServerLoop {
             };
             let reason = match (self.cycle, self.first_joined) {
                 (c, Some(first)) if c > 0 => format!(
-                    "{who} never reached the rendezvous at {} for init/finalize cycle {c} within \
-                     {}s of PE {first} (does every PE call init and finalize as often as the \
-                     others? raise CPNET_CONNECT_TIMEOUT if a PE's work between cycles is slow)",
+                    "{who} never reached the rendezvous at {} for the job's init #{} within {}s \
+                     of PE {first} (does every PE call init and finalize as often as the others? \
+                     raise CPNET_CONNECT_TIMEOUT if a PE's work between finalize and init is \
+                     slow)",
                     self.addr,
+                    c + 1,
                     secs(self.connect_timeout)
                 ),
                 _ => format!(
@@ -2267,7 +2270,7 @@ mod cycle_tests {
             let (pe, reason) = peer_failed(late);
             assert_eq!(pe, 1, "{reason}");
             assert!(
-                reason.contains("exited with status 0 without joining init/finalize cycle 1")
+                reason.contains("exited with status 0 without joining the job's init #2")
                     && reason.contains("which PE 0 started"),
                 "{reason}"
             );
@@ -2282,7 +2285,7 @@ mod cycle_tests {
             srv.notify_exit(1, "process (pid 9) exited with status 0");
             let (pe, reason) = waiting.join().unwrap();
             assert_eq!(pe, 1, "{reason}");
-            assert!(reason.contains("without joining init/finalize cycle 2"), "{reason}");
+            assert!(reason.contains("without joining the job's init #3"), "{reason}");
             assert_eq!(srv.shutdown().unwrap_err().pe, 1);
         });
     }
@@ -2302,7 +2305,7 @@ mod cycle_tests {
             assert_eq!(pe, 1, "{reason}");
             assert!(
                 reason.contains(&format!(
-                    "PE 1 never reached the rendezvous at {addr} for init/finalize cycle 2 \
+                    "PE 1 never reached the rendezvous at {addr} for the job's init #3 \
                      within 1s of PE 0"
                 )),
                 "{reason}"
