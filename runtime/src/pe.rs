@@ -382,9 +382,9 @@ impl std::fmt::Debug for Pe {
 /// Sets up `tracing` output on stderr once per process (`RUST_LOG`, default
 /// `warn`), unless the program installed a subscriber already.
 pub(crate) fn init_logging() {
-    // Once, not at every init: a subscriber built only for `try_init` to
-    // refuse it (one is set) stays allocated, ~0.9 KiB per init/finalize
-    // cycle (heaptrack, tracing-subscriber 0.3.23).
+    // Once, not at every init: each subscriber built only for `try_init`
+    // to refuse it (one is set) left ~120 B allocated in tracing-core
+    // (heaptrack: 4.7 KiB over 40 init/finalize cycles).
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let filter = tracing_subscriber::EnvFilter::try_from_default_env()
