@@ -114,7 +114,9 @@ fn case() -> impl Strategy<Value = ([u64; SLOT_WORDS], bool, bool)> {
 #[test]
 fn malformed_commands_execute_or_reject() {
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_CASES);
-    let mut runner = TestRunner::new(Config { cases, source_file: Some(file!()), ..Config::default() });
+    // No failure file (proptest finds no lib.rs beside an integration test
+    // to put it next to): a failure prints its minimal input instead.
+    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
     let h = RefCell::new(Harness::new());
     let t = Instant::now();
     let r = runner.run(&case(), |(words, zero_heap, raw)| {
@@ -207,6 +209,10 @@ fn edge_cases_get_their_codes() {
     let mut c = Cmd::nop();
     c.opcode = 0xff;
     mutated.push(("opcode 255", c, Some(reject(CPNET_E_BAD_OP))));
+    mutated.push(("inline get of the last 8 bytes", Cmd::get_inline(0, HEAP - 8, 8).unwrap(), None));
+    mutated.push(("inline get of 3 bytes", Cmd::get_inline(0, 5, 3).unwrap(), None));
+    mutated.push(("inline get of 0 bytes at the end", Cmd::get_inline(0, HEAP, 0).unwrap(), Some(Expect::Accept(Outcome::Value(0)))));
+    mutated.push(("inline get past the end", Cmd::get_inline(0, HEAP - 4, 8).unwrap(), Some(reject(CPNET_E_BAD_ADDR))));
     mutated.push(("blocking nop", Cmd::nop().blocking(), Some(Expect::Accept(Outcome::Done))));
     mutated.push(("barrier", Cmd::barrier_all(), Some(Expect::Accept(Outcome::Done))));
     for zero_heap in [false, true] {
