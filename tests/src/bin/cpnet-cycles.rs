@@ -19,7 +19,10 @@
 //!
 //! * RSS: `/proc/self/statm` (resident pages x page size), in KiB, after
 //!   `malloc_trim(0)` (glibc keeps freed pages of fragmented arenas
-//!   resident; the untrimmed value is printed too);
+//!   resident; the untrimmed value is printed too). The process fixes
+//!   glibc's mmap and trim thresholds at 128 KiB (`mallopt`) first, so
+//!   that freed memory goes back to the kernel instead of staying resident
+//!   in thread arenas;
 //! * malloc in use: bytes glibc's malloc handed out and did not get back
 //!   (`mallinfo2`, every arena), in KiB: a leak of Rust or C (libfabric)
 //!   allocations shows here first;
@@ -193,6 +196,26 @@ impl Sample {
     }
 }
 
+/// The `n` mappings of this process with the most resident memory
+/// (`/proc/self/smaps`), for messages: "7f.. rw-p [heap] 12 MiB, ...".
+fn top_mappings(n: usize) -> String {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else { return "unknown (no /proc/self/smaps)".into() };
+    let mut maps: Vec<(u64, String)> = Vec::new();
+    let mut current = String::new();
+    for l in smaps.lines() {
+        if let Some(kib) = l.strip_prefix("Rss:") {
+            let kib = kib.trim().trim_end_matches("kB").trim().parse::<u64>().unwrap_or(0);
+            maps.push((kib, current.clone()));
+        } else if l.split_whitespace().next().is_some_and(|f| f.contains('-') && f.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')) {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let name = f.get(5..).map(|x| x.join(" ")).filter(|x| !x.is_empty()).unwrap_or_else(|| "[anon]".into());
+            current = format!("{} {} {name}", f[0], f.get(1).unwrap_or(&""));
+        }
+    }
+    maps.sort_by(|a, b| b.0.cmp(&a.0));
+    maps.iter().take(n).map(|(k, m)| format!("{m} {k} KiB")).collect::<Vec<_>>().join(", ")
+}
+
 /// `/proc/self/statm`: (virtual size, resident) in pages.
 fn statm() -> Result<(u64, u64)> {
     let statm = std::fs::read_to_string("/proc/self/statm").context("read /proc/self/statm")?;
@@ -249,7 +272,27 @@ enum Failure {
     Check(anyhow::Error),
 }
 
+/// glibc's threshold for serving an allocation with its own mmap, fixed
+/// (see [`fix_malloc_thresholds`]).
+const MMAP_THRESHOLD: i32 = 128 * 1024;
+
+/// Fixes glibc's mmap and trim thresholds at their defaults (128 KiB).
+/// Left dynamic, glibc raises them (up to 32 and 64 MiB) once a large
+/// block is freed, and a thread arena then keeps tens of MiB of freed
+/// memory resident that `malloc_trim` does not return (seen with GPU PEs
+/// over tcp;ofi_rxm: RSS between 60 and 200 MiB from one cycle to the next
+/// with the bytes in use flat). Fixed, RSS follows what is in use.
+fn fix_malloc_thresholds() {
+    for (param, name) in [(libc::M_MMAP_THRESHOLD, "M_MMAP_THRESHOLD"), (libc::M_TRIM_THRESHOLD, "M_TRIM_THRESHOLD")] {
+        // SAFETY: mallopt only sets glibc's allocator parameters.
+        if unsafe { libc::mallopt(param, MMAP_THRESHOLD) } != 1 {
+            say(format!("cpnet-cycles: mallopt({name}) failed; RSS may include freed memory glibc keeps"));
+        }
+    }
+}
+
 fn run(cli: &Cli) -> std::result::Result<Outcome, Failure> {
+    fix_malloc_thresholds();
     let mut log = Log::new(cli, Sample::take().map_err(Failure::FirstInit)?);
     let mut me = -1;
     let mut gpu_image = None;
@@ -391,8 +434,12 @@ impl Log {
         }
         if growth > cli.rss_bound_kib {
             fails.push(format!(
-                "RSS grew by {growth} KiB from cycle {w} ({} KiB) to cycle {n} ({} KiB), more than the bound of {} KiB",
-                warm_c.rss_kib, last.rss_kib, cli.rss_bound_kib
+                "RSS grew by {growth} KiB from cycle {w} ({} KiB) to cycle {n} ({} KiB), more than the bound of {} KiB \
+                 (largest resident mappings now: {})",
+                warm_c.rss_kib,
+                last.rss_kib,
+                cli.rss_bound_kib,
+                top_mappings(6)
             ));
         }
         if let Some((c, s)) = &self.more_fds {
