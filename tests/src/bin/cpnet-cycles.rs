@@ -212,7 +212,7 @@ fn top_mappings(n: usize) -> String {
             current = format!("{} {} {name}", f[0], f.get(1).unwrap_or(&""));
         }
     }
-    maps.sort_by(|a, b| b.0.cmp(&a.0));
+    maps.sort_by_key(|m| std::cmp::Reverse(m.0));
     maps.iter().take(n).map(|(k, m)| format!("{m} {k} KiB")).collect::<Vec<_>>().join(", ")
 }
 
