@@ -669,8 +669,10 @@ impl Server {
     }
 
     /// How long, from [`Server::spawn`], every PE has to join before the
-    /// server fails the job ("PE k never reached the rendezvous ...").
-    /// Default: 60 s (`CPNET_CONNECT_TIMEOUT`'s default).
+    /// server fails the job ("PE k never reached the rendezvous ..."); for
+    /// the later cycles of [repeated init](Server::with_repeated_init), from
+    /// the first PE's join of the cycle. Default: 60 s
+    /// (`CPNET_CONNECT_TIMEOUT`'s default).
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Server {
         self.connect_timeout = timeout;
         self

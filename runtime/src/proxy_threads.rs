@@ -256,8 +256,10 @@ impl Proxies {
 
 /// Remove shared-memory regions that libfabric's shm provider left behind
 /// in `/dev/shm` (named `<pid>:<n>:<m>` by libfabric 1.17) for processes
-/// that no longer exist, or for this process's pid (this process has not
-/// opened an endpoint yet, so those are a dead predecessor's). A process
+/// that no longer exist, or for this process's pid (no endpoint of this
+/// process is open: the PE is not up yet, and an earlier init of this
+/// process has finalized and closed its endpoints, which unlinks their
+/// regions; so those are a dead predecessor's). A process
 /// that ends without closing its endpoints (killed, or `_exit` on a failed
 /// job) leaves its regions there; a later process that gets the same pid
 /// then fails in `fi_enable` with `-EBUSY`, and the 16 MiB files pile up.
