@@ -5,10 +5,8 @@
 //! that RSS, malloc'd bytes, open fds, threads and `/dev/shm` files stop
 //! growing after the warm-up; it fails with the numbers otherwise.
 //!
-//! CI runs 100 cycles over shm and 50 over tcp;ofi_rxm (a tcp cycle takes
-//! ~0.3-0.5 s on the 2-core CI machine); `tcp_100_cycles` (ignored) is the
-//! full 100, run by hand:
-//! `cargo test -p cpnet-tests --test cycles -- --ignored`.
+//! 100 cycles over each provider take ~10 s (shm) and ~17 s (tcp;ofi_rxm)
+//! on the idle 2-core CI machine, up to ~50 s for tcp while it builds.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -57,13 +55,6 @@ fn shm_100_cycles() {
 }
 
 #[test]
-fn tcp_50_cycles() {
-    ok(2, TCP, 50);
-}
-
-/// The full 100 over tcp;ofi_rxm (~30-50 s on 2 cores): by hand.
-#[test]
-#[ignore = "slow on the 2-core CI machine; run by hand with --ignored"]
 fn tcp_100_cycles() {
     ok(2, TCP, 100);
 }
