@@ -11,7 +11,8 @@
 //! the completed watermark ends equal to the number of commands pushed.
 //!
 //! The ignored test runs 10^7 commands (depth 2 and depth 4, 5 * 10^6
-//! each): `cargo test --release -p cpnet-proxy --test backpressure -- --ignored --nocapture`.
+//! each): `cargo test --release -p cpnet-proxy --test backpressure -- --ignored --nocapture`
+//! (18.9 s of test time on the 2-core CI machine while it ran other jobs).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
