@@ -58,6 +58,9 @@ pub struct Outcome {
     /// Every check that failed (empty: the trial passed).
     pub failures: Vec<String>,
     /// The job had finished before the kill: the trial does not count.
+    /// Also set when every other PE exited with status 0: they passed the
+    /// collective finalize, which needs the victim's part, so the victim
+    /// was killed after its last communication (in its teardown).
     pub missed: bool,
     /// Everything the job printed (stdout, then stderr).
     pub output: String,
@@ -138,6 +141,12 @@ pub fn run_trial(t: &Trial, victim: u32, kill_after: Duration, lim: Limits) -> R
     };
     outcome.output = read(&out_path);
     let _ = std::fs::remove_file(&out_path);
+    if let Some(st) = statuses(&outcome.output)
+        && (0..t.pes).filter(|&pe| pe != victim).all(|pe| st.get(&pe).is_some_and(|w| *w == "exited with status 0"))
+    {
+        outcome.missed = true;
+        return Ok(outcome);
+    }
     if status.success() {
         outcome.failures.push("cpnet-run exited with status 0".into());
     }
@@ -164,18 +173,10 @@ pub fn check_output(out: &str, pes: u32, victim: u32, failures: &mut Vec<String>
     if out.lines().any(|l| l.starts_with("cpnet-run: killing PEs")) {
         failures.push("the launcher had to kill surviving PEs (they did not exit by themselves)".into());
     }
-    let Some(summary) = out.lines().find_map(|l| l.strip_prefix("cpnet-run: PE exit statuses: ")) else {
+    let Some(statuses) = statuses(out) else {
         failures.push("no 'cpnet-run: PE exit statuses:' line".into());
         return;
     };
-    let statuses: HashMap<u32, &str> = summary
-        .split("; ")
-        .filter_map(|s| {
-            let s = s.strip_prefix("PE ")?;
-            let (pe, what) = s.split_once(' ')?;
-            Some((pe.parse().ok()?, what))
-        })
-        .collect();
     for pe in 0..pes {
         let Some(what) = statuses.get(&pe) else {
             failures.push(format!("no exit status for PE {pe}"));
@@ -191,6 +192,22 @@ pub fn check_output(out: &str, pes: u32, victim: u32, failures: &mut Vec<String>
             failures.push(format!("PE {pe} printed no line naming the dead PE {victim}"));
         }
     }
+}
+
+/// The launcher's "cpnet-run: PE exit statuses: PE 0 exited with status
+/// 1; PE 1 killed by signal 9 (SIGKILL); ..." line, by PE.
+fn statuses(out: &str) -> Option<HashMap<u32, &str>> {
+    let summary = out.lines().find_map(|l| l.strip_prefix("cpnet-run: PE exit statuses: "))?;
+    Some(
+        summary
+            .split("; ")
+            .filter_map(|s| {
+                let s = s.strip_prefix("PE ")?;
+                let (pe, what) = s.split_once(' ')?;
+                Some((pe.parse().ok()?, what))
+            })
+            .collect(),
+    )
 }
 
 /// Whether some line spoken by PE `pe` ("... PE <pe>: ...") names PE
