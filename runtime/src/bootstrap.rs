@@ -21,13 +21,19 @@
 //! ```
 //!
 //! All integers are little-endian; strings are UTF-8 without terminator and
-//! run to the end of the frame; reasons are cut to 4 KiB.
+//! run to the end of the frame; reasons are cut to 4 KiB. `timeout_ms` is
+//! the PE's wait timeout for that collective in milliseconds (rounded up),
+//! 0 for none (see "Wait timeout" below).
+//!
+//! Versions: 1, the first; 2, Welcome carries the cycle; 3, Gather and Bye
+//! carry `timeout_ms`. Peers of different versions refuse each other at
+//! Hello.
 //!
 //! | kind | name | direction | body |
 //! |---|---|---|---|
-//! | `0x01` | Hello | PE → server | `magic:u32 = 0x43504e42 ("CPNB") version:u16 = 2 pe:i32 n_pes:i32` |
-//! | `0x02` | Gather | PE → server | `round:u64 data:bytes` |
-//! | `0x03` | Bye | PE → server | empty |
+//! | `0x01` | Hello | PE → server | `magic:u32 = 0x43504e42 ("CPNB") version:u16 = 3 pe:i32 n_pes:i32` |
+//! | `0x02` | Gather | PE → server | `round:u64 timeout_ms:u64 data:bytes` |
+//! | `0x03` | Bye | PE → server | `timeout_ms:u64` |
 //! | `0x04` | Abort | PE → server | `reason:str` |
 //! | `0x81` | Welcome | server → PE | `cycle:u64`, the init/finalize cycle this connection belongs to (0, 1, ...) |
 //! | `0x82` | Reject | server → PE | `reason:str`; the server then closes |
@@ -54,7 +60,24 @@
 //!    ends. A Gather and a Bye in the same phase mean the PEs' collective
 //!    calls do not match: the server fails the job saying which PE called
 //!    what.
-//! 4. **Failure** (one-sided). When a PE's connection ends (EOF or error)
+//! 4. **Wait timeout.** A PE's Gather or Bye says how long it may wait for
+//!    that collective ([`Bootstrap::set_wait_timeout`]; `Pe` uses
+//!    `CPNET_WAIT_TIMEOUT`). The server times the collective in progress
+//!    per PE, from its arrival, or from the last PE's join of the cycle if
+//!    that was later (a PE that has not joined is the connect timeout's
+//!    business): once one PE has waited longer than its timeout, the
+//!    server fails the job (step 5) with `Aborted{pe, reason}`, `pe` the
+//!    one PE that had not arrived (-1 if several had not), the reason
+//!    "collective timeout: PE j gave up on allgather/barrier round r [of
+//!    the job's init #c] after waiting Ws (its wait timeout: Ts); not
+//!    arrived: PE k (m of n PEs had). ...". PEs may send different
+//!    timeouts (each its own, per collective): the earliest deadline
+//!    decides; none runs between collectives, or while a lost
+//!    connection's notice is held back. The server is the only judge (a
+//!    completing round and a deadline cannot race); a client whose server
+//!    says nothing for its timeout + its connect timeout + 5 s gives up by
+//!    itself and aborts.
+//! 5. **Failure** (one-sided). When a PE's connection ends (EOF or error)
 //!    before its Bye, when a PE sends Abort, or when the owner of the server
 //!    calls [`ServerHandle::notify_failure`] (cpnet-run does, with the exit
 //!    status), the server sends `Aborted{pe, reason}` to every joined PE
@@ -66,7 +89,7 @@
 //!    shuts it down). A client that gets Aborted, or loses its connection
 //!    to the server, fails every pending and future collective with
 //!    [`BootstrapError::PeerFailed`] and calls its failure handler once.
-//! 5. **Repeated init.** `init` ... `finalize` of a PE is one connection,
+//! 6. **Repeated init.** `init` ... `finalize` of a PE is one connection,
 //!    and one *cycle* of the job (Welcome says which: 0, 1, ...). A server
 //!    started [`with_repeated_init`](Server::with_repeated_init), as
 //!    cpnet-run's is, opens cycle `c + 1` as soon as every PE of cycle `c`
@@ -205,10 +228,12 @@ mod wire {
     //! Frames and messages; see the module docs of `bootstrap` for the table.
 
     use std::io::{self, Read};
+    use std::time::Duration;
 
     pub const MAGIC: u32 = 0x4350_4e42; // "CPNB"
     /// 2: Welcome carries the init/finalize cycle (repeated init).
-    pub const VERSION: u16 = 2;
+    /// 3: Gather and Bye carry the PE's wait timeout.
+    pub const VERSION: u16 = 3;
     /// Largest frame (`len` field), the `u32` limit.
     pub const MAX_FRAME: usize = u32::MAX as usize;
     /// Largest frame accepted before the handshake is done (Hello, Welcome,
@@ -238,9 +263,14 @@ mod wire {
         },
         Gather {
             round: u64,
+            /// The PE's wait timeout for this round, see [`timeout_ms`].
+            timeout_ms: u64,
             data: Vec<u8>,
         },
-        Bye,
+        Bye {
+            /// The PE's wait timeout for finalize, see [`timeout_ms`].
+            timeout_ms: u64,
+        },
         Abort {
             reason: String,
         },
@@ -254,6 +284,20 @@ mod wire {
         Gathered { round: u64, blobs: Vec<Vec<u8>> },
         ByeAck,
         Aborted { pe: i32, reason: String },
+    }
+
+    /// A wait timeout on the wire: whole milliseconds, rounded up (at least
+    /// 1); 0 means none (wait forever).
+    pub fn timeout_ms(t: Option<Duration>) -> u64 {
+        t.map_or(0, |d| {
+            let ms = d.as_nanos().div_ceil(1_000_000);
+            u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+        })
+    }
+
+    /// The inverse of [`timeout_ms`].
+    pub fn timeout_from_ms(ms: u64) -> Option<Duration> {
+        (ms != 0).then(|| Duration::from_millis(ms))
     }
 
     /// A frame with room for `body_len` bytes of body, header filled in.
@@ -303,15 +347,16 @@ mod wire {
         fixed(HELLO, &b)
     }
 
-    pub fn gather(round: u64, data: &[u8]) -> io::Result<Vec<u8>> {
-        let mut f = frame(GATHER, 8 + data.len())?;
+    pub fn gather(round: u64, timeout: Option<Duration>, data: &[u8]) -> io::Result<Vec<u8>> {
+        let mut f = frame(GATHER, 16 + data.len())?;
         f.extend_from_slice(&round.to_le_bytes());
+        f.extend_from_slice(&timeout_ms(timeout).to_le_bytes());
         f.extend_from_slice(data);
         Ok(f)
     }
 
-    pub fn bye() -> Vec<u8> {
-        fixed(BYE, &[])
+    pub fn bye(timeout: Option<Duration>) -> Vec<u8> {
+        fixed(BYE, &timeout_ms(timeout).to_le_bytes())
     }
 
     pub fn abort(reason: &str) -> Vec<u8> {
@@ -442,13 +487,19 @@ mod wire {
             }
             GATHER => {
                 let round = b.u64()?;
+                let timeout_ms = b.u64()?;
                 let mut data = body;
-                data.drain(..8);
-                ToServer::Gather { round, data }
+                data.drain(..16);
+                ToServer::Gather {
+                    round,
+                    timeout_ms,
+                    data,
+                }
             }
             BYE => {
+                let timeout_ms = b.u64()?;
                 b.end("Bye")?;
-                ToServer::Bye
+                ToServer::Bye { timeout_ms }
             }
             ABORT => ToServer::Abort { reason: b.text() },
             other => return Err(format!("unknown message kind {other:#04x} from a PE")),
@@ -540,14 +591,44 @@ mod wire {
 
         #[test]
         fn gather_zero_length_and_data() {
+            let t = Some(Duration::from_millis(1500));
             for data in [&b""[..], b"abc"] {
-                match roundtrip_server(gather(7, data).unwrap()) {
-                    ToServer::Gather { round, data: d } => {
-                        assert_eq!((round, d.as_slice()), (7, data));
+                match roundtrip_server(gather(7, t, data).unwrap()) {
+                    ToServer::Gather {
+                        round,
+                        timeout_ms,
+                        data: d,
+                    } => {
+                        assert_eq!((round, timeout_ms, d.as_slice()), (7, 1500, data));
                     }
                     m => panic!("{m:?}"),
                 }
             }
+            // Version 2's Gather (no timeout) is refused, not misread.
+            assert!(decode_to_server(GATHER, vec![0; 8]).is_err());
+        }
+
+        #[test]
+        fn bye_carries_the_timeout() {
+            let f = bye(None);
+            assert_eq!(&f[..5], &[9, 0, 0, 0, BYE]);
+            match roundtrip_server(f) {
+                ToServer::Bye { timeout_ms } => assert_eq!(timeout_ms, 0),
+                m => panic!("{m:?}"),
+            }
+            assert!(decode_to_server(BYE, vec![]).is_err(), "version 2's empty Bye");
+        }
+
+        #[test]
+        fn timeouts_round_up_to_milliseconds_and_zero_is_none() {
+            assert_eq!(timeout_ms(None), 0);
+            assert_eq!(timeout_ms(Some(Duration::ZERO)), 1);
+            assert_eq!(timeout_ms(Some(Duration::from_nanos(1))), 1);
+            assert_eq!(timeout_ms(Some(Duration::from_micros(1500))), 2);
+            assert_eq!(timeout_ms(Some(Duration::from_secs(60))), 60_000);
+            assert_eq!(timeout_ms(Some(Duration::MAX)), u64::MAX);
+            assert_eq!(timeout_from_ms(0), None);
+            assert_eq!(timeout_from_ms(60_000), Some(Duration::from_secs(60)));
         }
 
         #[test]
@@ -595,7 +676,7 @@ mod wire {
         #[test]
         fn unknown_kind_and_trailing_bytes() {
             assert!(decode_to_server(0x7f, vec![]).is_err());
-            assert!(decode_to_server(BYE, vec![1]).is_err());
+            assert!(decode_to_server(BYE, vec![1; 9]).is_err());
             assert!(decode_to_client(0x01, &[]).is_err());
             assert!(decode_to_client(BYE_ACK, &[0]).is_err());
         }
@@ -738,6 +819,8 @@ impl Server {
             n_gathered: 0,
             byes: vec![false; n],
             n_byes: 0,
+            arrived: vec![None; n],
+            all_joined_at: None,
             exited: vec![None; n],
             failure: None,
             lost: Vec::new(),
@@ -875,6 +958,23 @@ struct Conn {
     rejected: bool,
 }
 
+/// A PE's arrival at the collective in progress.
+#[derive(Clone, Copy)]
+struct Arrival {
+    at: Instant,
+    /// Its wait timeout for this collective (`None`: forever).
+    timeout: Option<Duration>,
+}
+
+impl Arrival {
+    fn now(timeout_ms: u64) -> Arrival {
+        Arrival {
+            at: Instant::now(),
+            timeout: wire::timeout_from_ms(timeout_ms),
+        }
+    }
+}
+
 struct ServerLoop {
     listener: TcpListener,
     addr: SocketAddr,
@@ -905,6 +1005,13 @@ struct ServerLoop {
     n_gathered: usize,
     byes: Vec<bool>,
     n_byes: usize,
+    /// When PE k arrived at the collective in progress (its Gather of
+    /// `round`, or its Bye) and its wait timeout for it.
+    arrived: Vec<Option<Arrival>>,
+    /// When the last PE joined the current cycle (`None` until all have):
+    /// waiting for a PE that has not joined is the connect timeout's
+    /// business, so no wait timeout runs before.
+    all_joined_at: Option<Instant>,
     /// PE k's process ended (the owner's words), in whatever cycle.
     exited: Vec<Option<String>>,
     /// The first failure; once set, collectives are over and it is all the
@@ -1053,7 +1160,11 @@ impl ServerLoop {
             ToServer::Hello { .. } => self.fail(pe, format!("PE {pe} sent a second Hello")),
             ToServer::Abort { reason } => self.fail(pe, reason),
             _ if self.failure.is_some() || self.done => {}
-            ToServer::Gather { round, data } => {
+            ToServer::Gather {
+                round,
+                timeout_ms,
+                data,
+            } => {
                 if self.byes[p] {
                     self.fail(
                         pe,
@@ -1081,13 +1192,14 @@ impl ServerLoop {
                     self.fail(pe, format!("PE {pe} sent allgather round {round} twice"));
                 } else {
                     self.blobs[p] = Some(data);
+                    self.arrived[p] = Some(Arrival::now(timeout_ms));
                     self.n_gathered += 1;
                     if self.n_gathered == self.n {
                         self.complete_round();
                     }
                 }
             }
-            ToServer::Bye => {
+            ToServer::Bye { timeout_ms } => {
                 if self.byes[p] {
                     self.fail(pe, format!("PE {pe} called finalize twice"));
                 } else if let Some(q) = self.blobs.iter().position(Option::is_some) {
@@ -1102,6 +1214,7 @@ impl ServerLoop {
                     );
                 } else {
                     self.byes[p] = true;
+                    self.arrived[p] = Some(Arrival::now(timeout_ms));
                     self.n_byes += 1;
                     if let Some(c) = self.conns.get_mut(&id) {
                         c.bye = true;
@@ -1135,6 +1248,8 @@ impl ServerLoop {
         self.n_gathered = 0;
         self.byes.fill(false);
         self.n_byes = 0;
+        self.arrived.fill(None);
+        self.all_joined_at = None;
         self.connect_deadline = None;
         self.first_joined = None;
         tracing::debug!(addr = %self.addr, cycle = self.cycle, "rendezvous: every PE finalized; next init/finalize cycle open");
@@ -1212,6 +1327,9 @@ impl ServerLoop {
         }
         self.joined[pe as usize] = true;
         self.n_joined += 1;
+        if self.n_joined == n {
+            self.all_joined_at = Some(Instant::now());
+        }
         if self.first_joined.is_none() {
             self.first_joined = Some(pe);
         }
@@ -1276,6 +1394,7 @@ impl ServerLoop {
             .map(|b| b.take().unwrap_or_default())
             .collect();
         self.n_gathered = 0;
+        self.arrived.fill(None);
         let round = self.round;
         self.round += 1;
         match wire::gathered(round, &blobs) {
@@ -1332,13 +1451,7 @@ impl ServerLoop {
         let overdue = self.connect_deadline.is_some_and(|d| now >= d);
         if self.n_joined < self.n && self.failure.is_none() && !self.done && overdue {
             let missing: Vec<usize> = (0..self.n).filter(|&k| !self.joined[k]).collect();
-            let who = if missing.len() == 1 {
-                format!("PE {}", missing[0])
-            } else {
-                let list: Vec<String> = missing.iter().take(16).map(|k| k.to_string()).collect();
-                let more = if missing.len() > 16 { ", ..." } else { "" };
-                format!("{} PEs ({}{more})", missing.len(), list.join(", "))
-            };
+            let who = pe_list(&missing);
             let reason = match (self.cycle, self.first_joined) {
                 (c, Some(first)) if c > 0 => format!(
                     "{who} never reached the rendezvous at {} for the job's init #{} within {}s \
@@ -1359,6 +1472,80 @@ impl ServerLoop {
             };
             self.fail(missing[0] as i32, reason);
         }
+        self.check_wait_timeouts(now);
+    }
+
+    /// Fails the job when a PE has waited in the collective in progress
+    /// for longer than its wait timeout, naming the PEs that have not
+    /// arrived. A PE's clock starts at its arrival, or when the last PE
+    /// joined the cycle if that was later; none runs while a lost
+    /// connection's notice is held back (it says more).
+    fn check_wait_timeouts(&mut self, now: Instant) {
+        let Some(all_joined) = self.all_joined_at else {
+            return;
+        };
+        if self.failure.is_some() || self.done || !self.lost.is_empty() {
+            return;
+        }
+        let overdue = self
+            .arrived
+            .iter()
+            .enumerate()
+            .filter_map(|(p, a)| {
+                let a = (*a)?;
+                let deadline = a.at.max(all_joined).checked_add(a.timeout?)?;
+                Some((deadline, p, a))
+            })
+            .filter(|&(deadline, _, _)| now >= deadline)
+            .min_by_key(|&(deadline, p, _)| (deadline, p));
+        let Some((_, p, a)) = overdue else {
+            return;
+        };
+        let finalize = self.n_byes > 0;
+        let missing: Vec<usize> = if finalize {
+            (0..self.n).filter(|&k| !self.byes[k]).collect()
+        } else {
+            (0..self.n).filter(|&k| self.blobs[k].is_none()).collect()
+        };
+        if missing.is_empty() {
+            // Unreachable: a complete collective clears `arrived`.
+            return;
+        }
+        let what = if finalize {
+            "finalize".to_owned()
+        } else {
+            format!("allgather/barrier round {}", self.round)
+        };
+        let init = if self.cycle > 0 {
+            format!(" of the job's init #{}", self.cycle + 1)
+        } else {
+            String::new()
+        };
+        let waited = now.saturating_duration_since(a.at);
+        let since = if all_joined > a.at {
+            format!(
+                ", {:.1}s since the last PE joined",
+                now.saturating_duration_since(all_joined).as_secs_f64()
+            )
+        } else {
+            String::new()
+        };
+        let timeout = a.timeout.map_or_else(String::new, secs);
+        let who = pe_list(&missing);
+        let (are_they, blame) = match missing.as_slice() {
+            [only] => ("Is it", *only as i32),
+            _ => ("Are they", -1),
+        };
+        let reason = format!(
+            "collective timeout: PE {p} gave up on {what}{init} after waiting {:.1}s{since} (its \
+             wait timeout: {timeout}s); not arrived: {who} ({} of {} PEs had). {are_they} \
+             stuck in a long computation, deadlocked, or in a different collective call? Raise \
+             CPNET_WAIT_TIMEOUT (seconds; 0 waits forever) if this wait is legitimate",
+            waited.as_secs_f64(),
+            self.n - missing.len(),
+            self.n,
+        );
+        self.fail(blame, reason);
     }
 
     /// The first failure is broadcast to every joined PE, the blamed one
@@ -1420,6 +1607,16 @@ impl ServerLoop {
         }
         tracing::debug!(addr = %self.addr, "rendezvous server ended");
     }
+}
+
+/// "PE 3", or "3 PEs (1, 4, 7)" (at most 16 named).
+fn pe_list(pes: &[usize]) -> String {
+    if let [only] = pes {
+        return format!("PE {only}");
+    }
+    let list: Vec<String> = pes.iter().take(16).map(|k| k.to_string()).collect();
+    let more = if pes.len() > 16 { ", ..." } else { "" };
+    format!("{} PEs ({}{more})", pes.len(), list.join(", "))
 }
 
 /// A server-side connection's reader: forwards every message, then exactly
@@ -1538,6 +1735,9 @@ fn call_handler_guarded(h: &FailureHandler, f: &PeerFailure) {
 struct Remote {
     /// The rendezvous address, as given (for messages).
     addr: String,
+    /// The connect timeout it was reached with (bounds how long the server
+    /// may legitimately hold a collective back, see `Bootstrap::wait_reply`).
+    connect_timeout: Duration,
     /// Write half; locked for the duration of one frame.
     writer: Mutex<TcpStream>,
     /// The next allgather round; locked for the duration of one collective,
@@ -1576,10 +1776,17 @@ pub struct Bootstrap {
     n_pes: i32,
     /// The init/finalize cycle the rendezvous put this connection in.
     cycle: u64,
+    /// How long each collective may wait; see [`Bootstrap::set_wait_timeout`].
+    wait_timeout: Mutex<Option<Duration>>,
     shared: Arc<Shared>,
     /// `None` for a single PE, and once closed.
     remote: Option<Remote>,
 }
+
+/// How much longer than it should need a client waits for the rendezvous
+/// to settle a collective before it gives up by itself (see
+/// [`Bootstrap::set_wait_timeout`]).
+const SERVER_SLACK: Duration = Duration::from_secs(5);
 
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}
@@ -1625,6 +1832,7 @@ impl Bootstrap {
                 pe,
                 n_pes,
                 cycle: 0,
+                wait_timeout: Mutex::new(None),
                 shared,
                 remote: None,
             });
@@ -1708,9 +1916,11 @@ impl Bootstrap {
             pe,
             n_pes,
             cycle,
+            wait_timeout: Mutex::new(None),
             shared,
             remote: Some(Remote {
                 addr,
+                connect_timeout,
                 writer: Mutex::new(stream),
                 collective: Mutex::new(0),
                 reader: Some(reader),
@@ -1751,11 +1961,54 @@ impl Bootstrap {
         }
     }
 
+    /// One-sided, local: how long each later collective of this PE
+    /// ([`allgather`](Bootstrap::allgather), [`barrier`](Bootstrap::barrier),
+    /// [`finalize`](Bootstrap::finalize)) may wait for the others; `None`
+    /// (the default after [`connect`](Bootstrap::connect)) waits forever.
+    /// Rounded up to whole milliseconds. A collective already waiting keeps
+    /// the timeout it started with.
+    ///
+    /// The rendezvous enforces it: once this PE has waited `timeout` in a
+    /// collective (counted from when the last PE joined the cycle, if that
+    /// was later: a PE that has not joined is the connect timeout's
+    /// business), the server fails the job for every PE, as a peer failure
+    /// does, with a report naming this PE, the collective and its round, how
+    /// long it waited and which PEs had not arrived; every PE's collective
+    /// returns [`BootstrapError::PeerFailed`] with it (blaming the missing
+    /// PE, or PE -1 when several are missing). PEs may use different
+    /// timeouts: the first to run out decides.
+    ///
+    /// Should the rendezvous neither complete the collective nor report a
+    /// failure within `timeout` + the connect timeout + 5 s (its host
+    /// unreachable, say), this PE gives up by itself:
+    /// [`BootstrapError::Timeout`], and it aborts the job
+    /// ([`abort`](Bootstrap::abort)).
+    pub fn set_wait_timeout(&self, timeout: Option<Duration>) {
+        *self.wait_timeout.lock() = timeout;
+    }
+
+    /// The timeout set by [`set_wait_timeout`](Bootstrap::set_wait_timeout).
+    pub fn wait_timeout(&self) -> Option<Duration> {
+        *self.wait_timeout.lock()
+    }
+
     /// Collective: every PE contributes `data` (any length, including 0) and
     /// gets every PE's contribution, indexed by PE. Blocks until all PEs have
     /// called it, or fails with [`BootstrapError::PeerFailed`] as soon as a
-    /// PE is known to have failed.
+    /// PE is known to have failed, or a PE waited longer than its wait
+    /// timeout ([`set_wait_timeout`](Bootstrap::set_wait_timeout)).
     pub fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>, BootstrapError> {
+        self.gather(data, "allgather")
+    }
+
+    /// Collective: returns once every PE has called it (an allgather of
+    /// empty contributions); fails like [`allgather`](Bootstrap::allgather).
+    pub fn barrier(&self) -> Result<(), BootstrapError> {
+        self.gather(&[], "barrier").map(drop)
+    }
+
+    /// An allgather; `call` names it in messages.
+    fn gather(&self, data: &[u8], call: &str) -> Result<Vec<Vec<u8>>, BootstrapError> {
         let Some(remote) = &self.remote else {
             return match self.failure() {
                 Some(f) => Err(f.into()),
@@ -1767,11 +2020,13 @@ impl Bootstrap {
             return Err(f.into());
         }
         let r = *round;
-        let frame = wire::gather(r, data).map_err(|e| {
-            BootstrapError::Protocol(format!("PE {} allgather round {r}: {e}", self.pe))
+        let timeout = self.wait_timeout();
+        let frame = wire::gather(r, timeout, data).map_err(|e| {
+            BootstrapError::Protocol(format!("PE {} {call} round {r}: {e}", self.pe))
         })?;
-        self.send(remote, &frame, &format!("allgather round {r}"))?;
-        match self.wait_reply(remote)? {
+        let what = format!("{call} round {r}");
+        self.send(remote, &frame, &what)?;
+        match self.wait_reply(remote, timeout, &what)? {
             Reply::Gathered { round: got, blobs }
                 if got == r && blobs.len() == self.n_pes as usize =>
             {
@@ -1791,12 +2046,6 @@ impl Bootstrap {
                 self.pe, remote.addr
             ))),
         }
-    }
-
-    /// Collective: returns once every PE has called it (an allgather of
-    /// empty contributions); fails like [`allgather`](Bootstrap::allgather).
-    pub fn barrier(&self) -> Result<(), BootstrapError> {
-        self.allgather(&[]).map(drop)
     }
 
     /// One-sided: tells every other PE that this one is failing, for
@@ -1827,7 +2076,9 @@ impl Bootstrap {
     /// Collective: waits until every PE has called `finalize`, then closes
     /// the connection and joins the bootstrap's threads (and, on the PE that
     /// hosts it, the server). Fails with [`BootstrapError::PeerFailed`] if a
-    /// PE failed first; the connection is closed in any case.
+    /// PE failed first, or a PE waited longer than its wait timeout
+    /// ([`set_wait_timeout`](Bootstrap::set_wait_timeout)); the connection
+    /// is closed in any case.
     pub fn finalize(mut self) -> Result<(), BootstrapError> {
         let result = match &self.remote {
             None => match self.failure() {
@@ -1845,8 +2096,9 @@ impl Bootstrap {
         if let Some(f) = self.failure() {
             return Err(f.into());
         }
-        self.send(remote, &wire::bye(), "finalize")?;
-        match self.wait_reply(remote)? {
+        let timeout = self.wait_timeout();
+        self.send(remote, &wire::bye(timeout), "finalize")?;
+        match self.wait_reply(remote, timeout, "finalize")? {
             Reply::ByeAck => Ok(()),
             Reply::Gathered { round, .. } => Err(BootstrapError::Protocol(format!(
                 "PE {} got allgather round {round} from {} while finalizing",
@@ -1871,8 +2123,22 @@ impl Bootstrap {
     }
 
     /// Waits for the reader thread's next reply (a failure wins only when
-    /// no reply is queued: a collective that completed did complete).
-    fn wait_reply(&self, remote: &Remote) -> Result<Reply, BootstrapError> {
+    /// no reply is queued: a collective that completed did complete). The
+    /// server enforces `timeout`; if it has said nothing by `timeout` + the
+    /// connect timeout + [`SERVER_SLACK`], gives up (`what`: the collective,
+    /// for the message) and aborts.
+    fn wait_reply(
+        &self,
+        remote: &Remote,
+        timeout: Option<Duration>,
+        what: &str,
+    ) -> Result<Reply, BootstrapError> {
+        let start = Instant::now();
+        // The server may hold a collective back for up to the connect
+        // timeout (a PE that has not joined yet), then `timeout`.
+        let give_up = timeout
+            .and_then(|t| t.checked_add(remote.connect_timeout)?.checked_add(SERVER_SLACK))
+            .and_then(|d| start.checked_add(d));
         let mut st = self.shared.state.lock();
         loop {
             if let Some(r) = st.replies.pop_front() {
@@ -1887,7 +2153,34 @@ impl Bootstrap {
                     self.pe, remote.addr
                 )));
             }
-            self.shared.changed.wait(&mut st);
+            match give_up {
+                None => self.shared.changed.wait(&mut st),
+                Some(at) => {
+                    if self.shared.changed.wait_until(&mut st, at).timed_out()
+                        && st.replies.is_empty()
+                        && st.failure.is_none()
+                        && !st.reader_done
+                    {
+                        drop(st);
+                        let reason = format!(
+                            "PE {} gave up on {what} after {:.1}s: the rendezvous at {} neither \
+                             completed it nor reported a failure within this PE's wait timeout \
+                             ({}s) plus the connect timeout ({}s) plus {}s (is its host \
+                             reachable? is cpnet-run, or PE 0 hosting it, still running?)",
+                            self.pe,
+                            start.elapsed().as_secs_f64(),
+                            remote.addr,
+                            timeout.map_or_else(String::new, secs),
+                            secs(remote.connect_timeout),
+                            secs(SERVER_SLACK)
+                        );
+                        self.abort(&reason);
+                        return Err(BootstrapError::Timeout {
+                            what: format!("waiting for the rendezvous: {reason}"),
+                        });
+                    }
+                }
+            }
         }
     }
 
@@ -2154,10 +2447,10 @@ mod cycle_tests {
     use super::*;
     use std::io::Read;
 
-    const CONNECT: Duration = Duration::from_secs(10);
+    pub(super) const CONNECT: Duration = Duration::from_secs(10);
 
     /// Runs `f` on a thread; fails the test if it takes longer than `limit`.
-    fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    pub(super) fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
         let (tx, rx) = mpsc::channel();
         thread::spawn(move || {
             let _ = tx.send(f());
@@ -2169,7 +2462,7 @@ mod cycle_tests {
         }
     }
 
-    fn launch(pe: i32, n_pes: i32, addr: &str, launcher: Launcher) -> Launch {
+    pub(super) fn launch(pe: i32, n_pes: i32, addr: &str, launcher: Launcher) -> Launch {
         Launch {
             pe,
             n_pes,
@@ -2181,7 +2474,7 @@ mod cycle_tests {
     }
 
     /// A server like cpnet-run's: repeated init.
-    fn repeating(n: i32, connect_timeout: Duration) -> (ServerHandle, String) {
+    pub(super) fn repeating(n: i32, connect_timeout: Duration) -> (ServerHandle, String) {
         let s = Server::bind("127.0.0.1:0")
             .unwrap()
             .with_connect_timeout(connect_timeout)
@@ -2192,11 +2485,11 @@ mod cycle_tests {
         (s, addr)
     }
 
-    fn join(pe: i32, n: i32, addr: &str) -> Bootstrap {
+    pub(super) fn join(pe: i32, n: i32, addr: &str) -> Bootstrap {
         Bootstrap::connect(&launch(pe, n, addr, Launcher::CpnetRun), CONNECT).unwrap()
     }
 
-    fn peer_failed<T: fmt::Debug>(r: Result<T, BootstrapError>) -> (i32, String) {
+    pub(super) fn peer_failed<T: fmt::Debug>(r: Result<T, BootstrapError>) -> (i32, String) {
         match r {
             Err(BootstrapError::PeerFailed { pe, reason }) => (pe, reason),
             other => panic!("expected PeerFailed, got {other:?}"),
@@ -2340,13 +2633,13 @@ mod cycle_tests {
     }
 
     /// Hello and Welcome on a raw socket; returns it and the cycle.
-    fn raw_join(pe: i32, n: i32, addr: &str) -> (TcpStream, u64) {
+    pub(super) fn raw_join(pe: i32, n: i32, addr: &str) -> (TcpStream, u64) {
         let mut s = TcpStream::connect(addr).unwrap();
         send_frame(&mut s, &wire::hello(pe, n)).unwrap();
         (s.try_clone().unwrap(), expect_cycle(&mut s))
     }
 
-    fn expect_cycle(s: &mut TcpStream) -> u64 {
+    pub(super) fn expect_cycle(s: &mut TcpStream) -> u64 {
         let (kind, body) = wire::read_frame(s, wire::MAX_FRAME).unwrap().unwrap();
         match wire::decode_to_client(kind, &body).unwrap() {
             ToClient::Welcome { cycle } => cycle,
@@ -2362,7 +2655,7 @@ mod cycle_tests {
             let (mut b, cb) = raw_join(1, 2, &addr);
             assert_eq!((ca, cb), (0, 0));
             for s in [&mut a, &mut b] {
-                send_frame(s, &wire::bye()).unwrap();
+                send_frame(s, &wire::bye(None)).unwrap();
             }
             for s in [&mut a, &mut b] {
                 let (kind, _) = wire::read_frame(s, wire::MAX_FRAME).unwrap().unwrap();
@@ -2375,7 +2668,7 @@ mod cycle_tests {
             // would make PE 0 "send round 0 twice" below).
             let pe0 = join(0, 2, &addr);
             assert_eq!(pe0.cycle, 1);
-            send_frame(&mut a, &wire::gather(0, b"stale").unwrap()).unwrap();
+            send_frame(&mut a, &wire::gather(0, None, b"stale").unwrap()).unwrap();
             let a2 = addr.clone();
             let pe1 = thread::spawn(move || {
                 let b = join(1, 2, &a2);
@@ -2394,6 +2687,324 @@ mod cycle_tests {
             pe0.finalize().unwrap();
             assert_eq!(pe1.join().unwrap(), vec![b"new0".to_vec(), b"new1".to_vec()]);
             assert_eq!(srv.shutdown(), Ok(()));
+        });
+    }
+}
+
+#[cfg(test)]
+mod wait_timeout_tests {
+    //! Host collectives honour the wait timeout (module docs, "Wait
+    //! timeout"): one process, a thread per PE.
+
+    use super::cycle_tests::{CONNECT, expect_cycle, join, launch, peer_failed, repeating, within};
+    use super::*;
+
+    const T: Duration = Duration::from_millis(300);
+
+    /// A server that ends after one cycle (PE 0's under mpirun).
+    fn single(n: i32) -> (ServerHandle, String) {
+        let s = Server::bind("127.0.0.1:0")
+            .unwrap()
+            .with_connect_timeout(CONNECT)
+            .spawn(n)
+            .unwrap();
+        let addr = s.local_addr().to_string();
+        (s, addr)
+    }
+
+    fn join_with(pe: i32, n: i32, addr: &str, timeout: Option<Duration>) -> Bootstrap {
+        let b = join(pe, n, addr);
+        b.set_wait_timeout(timeout);
+        b
+    }
+
+    /// A PE that joined but does not call the collective: it waits until
+    /// it hears of the failure; then its own barrier fails with it too.
+    fn stuck(b: Bootstrap) -> thread::JoinHandle<(i32, String)> {
+        thread::spawn(move || {
+            let t0 = Instant::now();
+            while b.failure().is_none() {
+                assert!(t0.elapsed() < Duration::from_secs(20), "never told");
+                thread::sleep(Duration::from_millis(5));
+            }
+            peer_failed(b.barrier())
+        })
+    }
+
+    fn barrier_in_thread(b: Bootstrap) -> thread::JoinHandle<(i32, String)> {
+        thread::spawn(move || peer_failed(b.barrier()))
+    }
+
+    #[test]
+    fn a_pe_that_never_arrives_is_named_on_every_pe() {
+        within(Duration::from_secs(30), || {
+            let (srv, addr) = single(3);
+            let pes: Vec<Bootstrap> = (0..3).map(|p| join_with(p, 3, &addr, Some(T))).collect();
+            // Round 0 completes; PE 1 then never comes to round 1.
+            let pes: Vec<Bootstrap> = pes
+                .into_iter()
+                .map(|b| {
+                    thread::spawn(move || {
+                        b.barrier().unwrap();
+                        b
+                    })
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|t| t.join().unwrap())
+                .collect();
+            let [p0, p1, p2]: [Bootstrap; 3] = pes.try_into().unwrap();
+            let t0 = Instant::now();
+            let waiting: Vec<_> = [p0, p2]
+                .into_iter()
+                .map(|b| thread::spawn(move || peer_failed(b.allgather(b"x"))))
+                .collect();
+            let p1 = stuck(p1);
+            let mut reports: Vec<(i32, String)> =
+                waiting.into_iter().map(|t| t.join().unwrap()).collect();
+            let elapsed = t0.elapsed();
+            reports.push(p1.join().unwrap());
+            assert!(elapsed >= T && elapsed < Duration::from_secs(5), "{elapsed:?}");
+            for (pe, reason) in &reports {
+                assert_eq!(*pe, 1, "{reason}");
+                assert!(
+                    reason.starts_with("collective timeout: PE 0 gave up on allgather/barrier round 1 after waiting ")
+                        || reason.starts_with("collective timeout: PE 2 gave up on allgather/barrier round 1 after waiting "),
+                    "{reason}"
+                );
+                assert!(
+                    reason.contains("s (its wait timeout: 0.3s); not arrived: PE 1 (2 of 3 PEs had). Is it stuck")
+                        && reason.contains("Raise CPNET_WAIT_TIMEOUT"),
+                    "{reason}"
+                );
+            }
+            // Every PE got the same report.
+            assert!(reports.windows(2).all(|w| w[0] == w[1]), "{reports:?}");
+            assert_eq!(srv.join().unwrap_err().pe, 1);
+        });
+    }
+
+    #[test]
+    fn several_missing_pes_are_listed_and_none_is_blamed() {
+        within(Duration::from_secs(30), || {
+            let (srv, addr) = single(4);
+            let p0 = join_with(0, 4, &addr, Some(T));
+            let others: Vec<_> = (1..4).map(|p| stuck(join_with(p, 4, &addr, None))).collect();
+            let (pe, reason) = peer_failed(p0.barrier());
+            assert_eq!(pe, -1, "{reason}");
+            assert!(
+                reason.contains("PE 0 gave up on allgather/barrier round 0 after waiting")
+                    && reason.contains("not arrived: 3 PEs (1, 2, 3) (1 of 4 PEs had). Are they stuck"),
+                "{reason}"
+            );
+            for t in others {
+                assert_eq!(t.join().unwrap(), (pe, reason.clone()));
+            }
+            drop(p0);
+            assert_eq!(srv.join().unwrap_err().pe, -1);
+        });
+    }
+
+    #[test]
+    fn pes_may_disagree_the_first_deadline_decides() {
+        within(Duration::from_secs(30), || {
+            let (srv, addr) = single(4);
+            // PE 0 waits forever, PE 1 for 3 s, both from t = 0; PE 2 for
+            // 0.3 s from t = 0.5: its deadline (0.8 s) is the first. PE 3
+            // never comes.
+            let t0 = Instant::now();
+            let a = barrier_in_thread(join_with(0, 4, &addr, None));
+            let b = barrier_in_thread(join_with(1, 4, &addr, Some(Duration::from_secs(3))));
+            let p2 = join_with(2, 4, &addr, Some(T));
+            let d = stuck(join_with(3, 4, &addr, Some(T)));
+            thread::sleep(Duration::from_millis(500));
+            let (pe, reason) = peer_failed(p2.barrier());
+            let elapsed = t0.elapsed();
+            assert!(
+                elapsed >= Duration::from_millis(800) && elapsed < Duration::from_millis(2900),
+                "{elapsed:?}"
+            );
+            assert_eq!(pe, 3, "{reason}");
+            assert!(
+                reason.starts_with("collective timeout: PE 2 gave up on allgather/barrier round 0")
+                    && reason.contains("not arrived: PE 3 (3 of 4 PEs had)"),
+                "{reason}"
+            );
+            for t in [a, b, d] {
+                assert_eq!(t.join().unwrap(), (pe, reason.clone()));
+            }
+            drop(p2);
+            assert_eq!(srv.join().unwrap_err().pe, 3);
+        });
+    }
+
+    #[test]
+    fn collectives_within_the_timeout_and_time_between_them_are_fine() {
+        within(Duration::from_secs(30), || {
+            let (srv, addr) = single(3);
+            let threads: Vec<_> = (0..3)
+                .map(|pe| {
+                    let addr = addr.clone();
+                    thread::spawn(move || {
+                        let b = join_with(pe, 3, &addr, Some(T));
+                        for round in 0..4u64 {
+                            // Arrivals spread over 0.1 s of the 0.3 s.
+                            thread::sleep(Duration::from_millis(50 * pe as u64));
+                            let all = b.allgather(&[pe as u8]).unwrap();
+                            assert_eq!(all, vec![vec![0], vec![1], vec![2]], "round {round}");
+                            // Longer than the timeout, between collectives.
+                            if round == 1 {
+                                thread::sleep(Duration::from_millis(600));
+                            }
+                        }
+                        b.finalize().unwrap();
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            assert_eq!(srv.join(), Ok(()));
+        });
+    }
+
+    #[test]
+    fn the_clock_starts_when_the_last_pe_joined() {
+        within(Duration::from_secs(30), || {
+            let (srv, addr) = single(2);
+            let p0 = join_with(0, 2, &addr, Some(T));
+            let a = thread::spawn(move || {
+                p0.barrier().unwrap();
+                p0.finalize().unwrap();
+            });
+            // PE 1 joins after PE 0 waited twice its timeout (the connect
+            // timeout is 10 s): not a collective timeout.
+            thread::sleep(Duration::from_millis(700));
+            let p1 = join_with(1, 2, &addr, Some(T));
+            thread::sleep(Duration::from_millis(100));
+            p1.barrier().unwrap();
+            p1.finalize().unwrap();
+            a.join().unwrap();
+            assert_eq!(srv.join(), Ok(()));
+        });
+    }
+
+    #[test]
+    fn finalize_times_out_too() {
+        within(Duration::from_secs(30), || {
+            let (srv, addr) = single(2);
+            let p0 = join_with(0, 2, &addr, Some(T));
+            let p1 = stuck(join_with(1, 2, &addr, None));
+            let (pe, reason) = match p0.finalize() {
+                Err(BootstrapError::PeerFailed { pe, reason }) => (pe, reason),
+                r => panic!("{r:?}"),
+            };
+            assert_eq!(pe, 1);
+            assert!(
+                reason.starts_with("collective timeout: PE 0 gave up on finalize after waiting")
+                    && reason.contains("not arrived: PE 1 (1 of 2 PEs had)"),
+                "{reason}"
+            );
+            assert_eq!(p1.join().unwrap(), (pe, reason));
+            assert_eq!(srv.join().unwrap_err().pe, 1);
+        });
+    }
+
+    #[test]
+    fn a_later_init_cycle_is_named() {
+        within(Duration::from_secs(30), || {
+            let (srv, addr) = repeating(2, CONNECT);
+            for _ in 0..2 {
+                let b = thread::spawn({
+                    let addr = addr.clone();
+                    move || join_with(1, 2, &addr, Some(T)).finalize().unwrap()
+                });
+                join_with(0, 2, &addr, Some(T)).finalize().unwrap();
+                b.join().unwrap();
+            }
+            let p0 = join_with(0, 2, &addr, Some(T));
+            let p1 = stuck(join_with(1, 2, &addr, Some(T)));
+            let (pe, reason) = peer_failed(p0.barrier());
+            assert_eq!(pe, 1);
+            assert!(
+                reason.starts_with(
+                    "collective timeout: PE 0 gave up on allgather/barrier round 0 of the \
+                     job's init #3 after waiting"
+                ),
+                "{reason}"
+            );
+            assert_eq!(p1.join().unwrap(), (pe, reason));
+            drop(p0);
+            assert_eq!(srv.shutdown().unwrap_err().pe, 1);
+        });
+    }
+
+    #[test]
+    fn a_client_gives_up_on_a_silent_rendezvous_and_aborts() {
+        within(Duration::from_secs(30), || {
+            // A "rendezvous" that welcomes PE 0 and then says nothing.
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            let silent = thread::spawn(move || {
+                let (mut s, _) = listener.accept().unwrap();
+                let (kind, _) = wire::read_frame(&mut s, wire::MAX_FRAME).unwrap().unwrap();
+                assert_eq!(kind, wire::HELLO);
+                send_frame(&mut s, &wire::welcome(0)).unwrap();
+                let mut got = Vec::new();
+                while let Ok(Some((kind, body))) = wire::read_frame(&mut s, wire::MAX_FRAME) {
+                    got.push(wire::decode_to_server(kind, body).unwrap());
+                }
+                got
+            });
+            let connect = Duration::from_millis(200);
+            let b = Bootstrap::connect(&launch(0, 2, &addr, Launcher::CpnetRun), connect).unwrap();
+            b.set_wait_timeout(Some(T));
+            let t0 = Instant::now();
+            let e = b.barrier().unwrap_err();
+            let elapsed = t0.elapsed();
+            let limit = T + connect + SERVER_SLACK;
+            assert!(elapsed >= limit && elapsed < limit + Duration::from_secs(3), "{elapsed:?}");
+            let BootstrapError::Timeout { what } = &e else {
+                panic!("{e:?}")
+            };
+            assert!(
+                what.starts_with("waiting for the rendezvous: PE 0 gave up on barrier round 0 after ")
+                    && what.contains(&format!("the rendezvous at {addr} neither completed it")),
+                "{what}"
+            );
+            // It aborted: its later collectives fail, and the server was told.
+            assert_eq!(b.failure().map(|f| f.pe), Some(0));
+            drop(b);
+            let got = silent.join().unwrap();
+            assert!(
+                matches!(&got[..], [ToServer::Gather { round: 0, timeout_ms: 300, .. }, ToServer::Abort { reason }] if reason.contains("gave up on barrier round 0")),
+                "{got:?}"
+            );
+        });
+    }
+
+    #[test]
+    fn welcome_and_gather_on_a_raw_socket_carry_the_timeout() {
+        // What the server counts is what the PE sent: a raw Gather with a
+        // 0.2 s timeout against a PE that never comes.
+        within(Duration::from_secs(30), || {
+            let (srv, addr) = single(2);
+            let mut s = TcpStream::connect(&addr).unwrap();
+            send_frame(&mut s, &wire::hello(0, 2)).unwrap();
+            assert_eq!(expect_cycle(&mut s), 0);
+            let p1 = stuck(join(1, 2, &addr));
+            send_frame(&mut s, &wire::gather(0, Some(Duration::from_millis(200)), b"").unwrap()).unwrap();
+            let (kind, body) = wire::read_frame(&mut s, wire::MAX_FRAME).unwrap().unwrap();
+            match wire::decode_to_client(kind, &body).unwrap() {
+                ToClient::Aborted { pe, reason } => {
+                    assert_eq!(pe, 1);
+                    assert!(reason.contains("(its wait timeout: 0.2s)"), "{reason}");
+                }
+                m => panic!("{m:?}"),
+            }
+            assert_eq!(p1.join().unwrap().0, 1);
+            drop(s);
+            assert_eq!(srv.join().unwrap_err().pe, 1);
         });
     }
 }

@@ -577,6 +577,8 @@ impl GpuPe {
         // rendezvous is attempted.
         let cuda = open_device(launch.local_pe)?;
         let boot = Bootstrap::connect(&launch, tuning.connect_timeout).map_err(|cause| Error::Bootstrap { pe: me, cause })?;
+        // Before the IPC exchange below; `PeCore::start` sets the same.
+        boot.set_wait_timeout(pe::setup_wait_timeout(&tuning));
         let geom = QueueGeometry::new(tuning.queue_depth).map_err(|cause| Error::Queue { pe: me, cause })?;
         let heap_size = tuning.heap_size.next_multiple_of(SHMALLOC_ALIGN);
         let heap = DeviceHeap::new(&cuda, heap_size)?;

@@ -253,9 +253,12 @@ impl PeCore {
         abort: impl Fn(ErrorCode) + Send + Sync + 'static,
     ) -> Result<PeCore> {
         let me = launch.pe;
+        boot.set_wait_timeout(setup_wait_timeout(&tuning));
         let abort: Arc<dyn Fn(ErrorCode) + Send + Sync> = Arc::new(abort);
         install_failure_handler(&boot, Arc::clone(&proxies.abandon), me, tuning.abort_grace, Arc::clone(&abort));
         let r = proxies.connect(&boot, me).and_then(|()| boot.barrier().map_err(|cause| Error::Bootstrap { pe: me, cause }));
+        // Set up: from here on every host collective waits CPNET_WAIT_TIMEOUT.
+        boot.set_wait_timeout(tuning.wait_timeout);
         let r = match (r, tuning.proxy_stall_timeout) {
             (Ok(()), Some(timeout)) => {
                 let (abandon, grace) = (Arc::clone(&proxies.abandon), tuning.abort_grace);
@@ -345,7 +348,12 @@ impl PeCore {
             tracing::warn!("PE {me}: {n} command(s) failed during the run (each reported to its work-group)");
         }
         match self.boot.take() {
-            Some(b) => b.finalize().map_err(|cause| Error::Bootstrap { pe: me, cause }),
+            Some(b) => {
+                // The PEs tear down their proxies (draining, closing
+                // endpoints) at their own pace before they meet again.
+                b.set_wait_timeout(setup_wait_timeout(&self.tuning));
+                b.finalize().map_err(|cause| Error::Bootstrap { pe: me, cause })
+            }
             None => Ok(()),
         }
     }
@@ -377,6 +385,16 @@ impl std::fmt::Debug for Pe {
             .field("heap_size", &self.heap.size())
             .finish_non_exhaustive()
     }
+}
+
+/// The wait timeout of the host collectives of init (after the PE joined the
+/// rendezvous) and of finalize's last one: the larger of `CPNET_WAIT_TIMEOUT`
+/// and `CPNET_CONNECT_TIMEOUT` (`None`, forever, if the wait timeout is),
+/// since PEs set up and tear down their fabric, heaps and GPU at their own
+/// pace, as they start at their own pace; every other host collective
+/// waits `CPNET_WAIT_TIMEOUT`. See [`Bootstrap::set_wait_timeout`].
+pub(crate) fn setup_wait_timeout(tuning: &Tuning) -> Option<Duration> {
+    tuning.wait_timeout.map(|t| t.max(tuning.connect_timeout))
 }
 
 /// Sets up `tracing` output on stderr once per process (`RUST_LOG`, default
@@ -575,7 +593,9 @@ impl Pe {
     /// barrier every PE sees them.
     ///
     /// # Errors
-    /// [`Error::Bootstrap`] (`PeerFailed` when a peer died).
+    /// [`Error::Bootstrap`] (`PeerFailed` when a peer died, or when a PE
+    /// waited in it longer than `CPNET_WAIT_TIMEOUT`: the report names the
+    /// PEs that had not arrived; so for every host collective).
     pub fn barrier_all(&self) -> Result<()> {
         self.core.barrier_all()
     }
