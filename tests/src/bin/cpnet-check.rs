@@ -100,6 +100,19 @@ enum Scenario {
     /// A wait nobody satisfies must time out with a report (set
     /// CPNET_WAIT_TIMEOUT small).
     StuckWait,
+    /// PE `late` sleeps `sleep` seconds before barrier_all, the others call
+    /// it at once: with CPNET_WAIT_TIMEOUT below `sleep` the barrier must
+    /// fail on every PE with the rendezvous's report naming PE `late` as
+    /// not arrived (each PE prints it and ends non-zero); with a larger one
+    /// it must pass.
+    StuckBarrier {
+        /// The PE that comes late.
+        #[arg(long, default_value_t = 1)]
+        late: i32,
+        /// Seconds it sleeps first.
+        #[arg(long, default_value_t = 3.0)]
+        sleep: f64,
+    },
     /// PE `victim` kills itself mid-run; the others must notice.
     PeerDeath {
         /// The PE that dies.
@@ -135,6 +148,7 @@ fn main() -> ExitCode {
         Scenario::Backpressure { ops, check_every } => backpressure(&pe, cli.wgs, ops, check_every),
         Scenario::BadInput => bad_input(&pe, cli.wgs),
         Scenario::StuckWait => stuck_wait(&pe),
+        Scenario::StuckBarrier { late, sleep } => stuck_barrier(&pe, late, sleep),
         Scenario::PeerDeath { victim } => peer_death(&pe, victim),
     };
     match r.and_then(|()| pe.finalize().context("finalize")) {
@@ -828,6 +842,25 @@ fn stuck_wait(pe: &Pe) -> Result<()> {
         }
         Err(e) => bail!("wrong error: {e}"),
         Ok(()) => bail!("the wait returned although nobody wrote the word"),
+    }
+}
+
+/// PE `late` comes `sleep` seconds late to a host barrier.
+fn stuck_barrier(pe: &Pe, late: i32, sleep: f64) -> Result<()> {
+    let me = pe.my_pe();
+    if me == late {
+        std::thread::sleep(std::time::Duration::from_secs_f64(sleep));
+    }
+    let t = Instant::now();
+    match pe.barrier_all() {
+        Ok(()) => {
+            println!("stuck-barrier PE {me}: barrier passed after {:.3} s", t.elapsed().as_secs_f64());
+            Ok(())
+        }
+        Err(e) => {
+            println!("stuck-barrier PE {me}: {e}");
+            bail!("barrier_all failed after {:.3} s (the report is above)", t.elapsed().as_secs_f64())
+        }
     }
 }
 

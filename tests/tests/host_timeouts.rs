@@ -1,0 +1,79 @@
+//! Host collectives honour `CPNET_WAIT_TIMEOUT` (issue 7): a PE that is
+//! alive but never arrives at a host barrier fails the job, on every PE,
+//! with the rendezvous's report naming it; one that comes late within the
+//! timeout does not. Real processes under `cpnet-run`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use cpnet_tests::launch::{self, Job};
+
+fn job(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)]) -> Job {
+    let check = Path::new(env!("CARGO_BIN_EXE_cpnet-check"));
+    let run = launch::cpnet_run(check.parent().expect("bin dir"), env!("CARGO"));
+    launch::job(&run, n, provider, check, args, env, Duration::from_secs(120))
+}
+
+/// PE 1 sleeps 3 s before `barrier_all`, past a 1 s wait timeout: every PE
+/// (PE 1 too, once it wakes) prints the report naming PE 1 as missing,
+/// and the job ends non-zero in seconds.
+fn stuck_barrier(provider: &str) {
+    let j = job(3, provider, &["stuck-barrier", "--late", "1", "--sleep", "3"], &[("CPNET_WAIT_TIMEOUT", "1")]);
+    assert!(!j.status.success(), "the job must fail:\n{}", j.all);
+    assert!(j.elapsed < Duration::from_secs(15), "took {:?}:\n{}", j.elapsed, j.all);
+    for pe in 0..3 {
+        let line = j
+            .all
+            .lines()
+            .find(|l| l.starts_with(&format!("stuck-barrier PE {pe}: ")))
+            .unwrap_or_else(|| panic!("no report from PE {pe}:\n{}", j.all));
+        // The error names this PE, the PE that gave up (0 or 2, whose
+        // timers ran out first), the collective and round, the wait, and
+        // who had not arrived.
+        assert!(line.contains(&format!("PE {pe}: bootstrap: PE 1 failed: collective timeout: PE ")), "{line}");
+        assert!(line.contains("PE 0 gave up on allgather/barrier round ") || line.contains("PE 2 gave up on allgather/barrier round "), "{line}");
+        assert!(line.contains("(its wait timeout: 1s); not arrived: PE 1 (2 of 3 PEs had)"), "{line}");
+        assert!(line.contains("CPNET_WAIT_TIMEOUT"), "{line}");
+    }
+    // The PEs that waited were told within a second or two of the timeout,
+    // not when PE 1 woke (3 s).
+    for pe in [0, 2] {
+        let failed = j
+            .all
+            .lines()
+            .find(|l| l.starts_with(&format!("cpnet-check: PE {pe}: FAILED: barrier_all failed after ")))
+            .unwrap_or_else(|| panic!("no FAILED line from PE {pe}:\n{}", j.all));
+        let secs: f64 = failed
+            .split("failed after ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no time in: {failed}"));
+        assert!((1.0..2.9).contains(&secs), "{failed}");
+    }
+    // Nothing was left to cpnet-run's kill.
+    assert!(!j.all.contains("killing PEs"), "{}", j.all);
+}
+
+#[test]
+fn stuck_barrier_fails_the_job_naming_the_missing_pe_shm() {
+    stuck_barrier("shm");
+}
+
+#[test]
+fn stuck_barrier_fails_the_job_naming_the_missing_pe_tcp() {
+    stuck_barrier("tcp;ofi_rxm");
+}
+
+/// A PE 0.5 s late to a barrier with a 3 s timeout: the job passes (and
+/// init and finalize, which wait max(CPNET_WAIT_TIMEOUT,
+/// CPNET_CONNECT_TIMEOUT), do not trip it either).
+#[test]
+fn a_late_pe_within_the_timeout_is_fine() {
+    let j = job(3, "shm", &["stuck-barrier", "--late", "1", "--sleep", "0.5"], &[("CPNET_WAIT_TIMEOUT", "3")]);
+    assert!(j.status.success(), "{}", j.all);
+    for pe in 0..3 {
+        assert!(j.all.contains(&format!("stuck-barrier PE {pe}: barrier passed")), "{}", j.all);
+        assert!(j.all.contains(&format!("PE {pe}: OK")), "{}", j.all);
+    }
+}
