@@ -62,7 +62,7 @@
 //!    what.
 //! 4. **Wait timeout.** A PE's Gather or Bye says how long it may wait for
 //!    that collective ([`Bootstrap::set_wait_timeout`]; `Pe` uses
-//!    `CPNET_WAIT_TIMEOUT`). The server times the collective in progress
+//!    `CPNET_COLLECTIVE_TIMEOUT`). The server times the collective in progress
 //!    per PE, from its arrival, or from the last PE's join of the cycle if
 //!    that was later (a PE that has not joined is the connect timeout's
 //!    business): once one PE has waited longer than its timeout, the
@@ -1540,7 +1540,7 @@ impl ServerLoop {
             "collective timeout: PE {p} gave up on {what}{init} after waiting {:.1}s{since} (its \
              wait timeout: {timeout}s); not arrived: {who} ({} of {} PEs had). {are_they} \
              stuck in a long computation, deadlocked, or in a different collective call? Raise \
-             CPNET_WAIT_TIMEOUT (seconds; 0 waits forever) if this wait is legitimate",
+             CPNET_COLLECTIVE_TIMEOUT (seconds; 0 waits forever) if this wait is legitimate",
             waited.as_secs_f64(),
             self.n - missing.len(),
             self.n,
@@ -2774,7 +2774,7 @@ mod wait_timeout_tests {
                 );
                 assert!(
                     reason.contains("s (its wait timeout: 0.3s); not arrived: PE 1 (2 of 3 PEs had). Is it stuck")
-                        && reason.contains("Raise CPNET_WAIT_TIMEOUT"),
+                        && reason.contains("Raise CPNET_COLLECTIVE_TIMEOUT"),
                     "{reason}"
                 );
             }

@@ -54,7 +54,8 @@
 //! | `CPNET_PROXY_THREADS` | proxy service threads per PE | count, `1..=64` | `1` for CPU PEs, `4` for GPU PEs (each GPU operation costs a thread several µs of CUDA driver calls; 8 rings of an allreduce step took 190 µs on 1 thread and 64 µs on 8, docs/results.md) |
 //! | `CPNET_QUEUES` | command queues (work-group contexts) per PE | count, >= 1 | `64` |
 //! | `CPNET_QUEUE_DEPTH` | slots per queue | power of two, `2..=65536` | `64` |
-//! | `CPNET_WAIT_TIMEOUT` | how long any wait may take before it reports what it waits for; `0` or `none` waits forever | seconds (decimal) | `60` |
+//! | `CPNET_WAIT_TIMEOUT` | how long any device-side or work-group wait (`wait_until`, `signal_wait_until`, quiet, a blocking call, a full ring) may take before it reports what it waits for; `0` or `none` waits forever (host collectives: `CPNET_COLLECTIVE_TIMEOUT`) | seconds (decimal) | `60` |
+//! | `CPNET_COLLECTIVE_TIMEOUT` | how long a host collective (`barrier_all`, `shmalloc`, `shfree`, the rendezvous's allgathers, finalize) may wait for the other PEs before the job fails with a report naming the PEs that had not arrived; `0` or `none` waits forever. Longer than `CPNET_WAIT_TIMEOUT` because PEs legitimately spend long apart between host collectives (one PE computing a reference, writing a checkpoint); the same 10 minutes as PyTorch's NCCL process groups (pytorch/pytorch#110947). Init's collectives and finalize's last one wait at least `CPNET_CONNECT_TIMEOUT` | seconds (decimal) | `600` |
 //! | `CPNET_PROXY_STALL_TIMEOUT` | the watchdog: a proxy thread whose polling loop has not moved for this long (stuck inside a libfabric or CUDA call, say) is reported, with the queues, PEs and operations it had pending, and the PE is aborted (its waits return `ABORTED`, the process exits with status 1 after `CPNET_ABORT_GRACE`); `0` or `none` turns the watchdog off | seconds (decimal) | `10` |
 //! | `CPNET_ABORT_GRACE` | after learning that a peer died, how long a PE lets its program end on its own before the runtime exits the process with status 1 | seconds (decimal) | `5` |
 //! | `CPNET_CONNECT_TIMEOUT` | how long a PE may take to reach the rendezvous, and all PEs to arrive there | seconds (decimal), > 0 | `60` |
@@ -100,6 +101,9 @@ pub const QUEUES: &str = "CPNET_QUEUES";
 pub const QUEUE_DEPTH: &str = "CPNET_QUEUE_DEPTH";
 /// `CPNET_WAIT_TIMEOUT`: seconds a wait may take before it reports; `0`/`none` = forever.
 pub const WAIT_TIMEOUT: &str = "CPNET_WAIT_TIMEOUT";
+/// `CPNET_COLLECTIVE_TIMEOUT`: seconds a host collective may wait for the
+/// other PEs; `0`/`none` = forever.
+pub const COLLECTIVE_TIMEOUT: &str = "CPNET_COLLECTIVE_TIMEOUT";
 /// `CPNET_PROXY_STALL_TIMEOUT`: seconds without progress of a proxy thread
 /// before the watchdog reports it and aborts the PE; `0`/`none` = off.
 pub const PROXY_STALL_TIMEOUT: &str = "CPNET_PROXY_STALL_TIMEOUT";
@@ -168,6 +172,8 @@ pub const MIN_QUEUE_DEPTH: u32 = 2;
 pub const MAX_QUEUE_DEPTH: u32 = 65536;
 /// Default of `CPNET_WAIT_TIMEOUT`.
 pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default of `CPNET_COLLECTIVE_TIMEOUT`: 10 minutes.
+pub const DEFAULT_COLLECTIVE_TIMEOUT: Duration = Duration::from_secs(600);
 /// Default of `CPNET_PROXY_STALL_TIMEOUT`.
 pub const DEFAULT_PROXY_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default of `CPNET_ABORT_GRACE`.
@@ -394,6 +400,9 @@ pub struct Tuning {
     /// `CPNET_WAIT_TIMEOUT`: how long a wait may take before it reports what
     /// it waits for; `None` = forever.
     pub wait_timeout: Option<Duration>,
+    /// `CPNET_COLLECTIVE_TIMEOUT`: how long a host collective may wait for
+    /// the other PEs; `None` = forever.
+    pub collective_timeout: Option<Duration>,
     /// `CPNET_PROXY_STALL_TIMEOUT`: how long a proxy thread's loop may stand
     /// still before the watchdog reports it and aborts the PE; `None` = off.
     pub proxy_stall_timeout: Option<Duration>,
@@ -430,6 +439,7 @@ impl Default for Tuning {
             queues: DEFAULT_QUEUES,
             queue_depth: DEFAULT_QUEUE_DEPTH,
             wait_timeout: Some(DEFAULT_WAIT_TIMEOUT),
+            collective_timeout: Some(DEFAULT_COLLECTIVE_TIMEOUT),
             proxy_stall_timeout: Some(DEFAULT_PROXY_STALL_TIMEOUT),
             inject_proxy_stall: None,
             abort_grace: DEFAULT_ABORT_GRACE,
@@ -545,6 +555,15 @@ impl Tuning {
                         "seconds (e.g. 60 or 2.5), or 0 or none to wait forever",
                     )
                 })?;
+                (!d.is_zero()).then_some(d)
+            };
+        }
+        if let Some(v) = get(COLLECTIVE_TIMEOUT) {
+            t.collective_timeout = if v.eq_ignore_ascii_case("none") {
+                None
+            } else {
+                let d = parse_seconds(&v)
+                    .ok_or_else(|| invalid(COLLECTIVE_TIMEOUT, &v, "seconds (e.g. 600 or 2.5), or 0 or none to wait forever"))?;
                 (!d.is_zero()).then_some(d)
             };
         }
@@ -982,10 +1001,12 @@ mod tests {
             (ABORT_GRACE, "0"),
             (CONNECT_TIMEOUT, "0.5"),
             (PROXY_STALL_TIMEOUT, "1.5"),
+            (COLLECTIVE_TIMEOUT, "30"),
             (INJECT_PROXY_STALL, "2:100:1"),
         ]))
         .unwrap();
         assert_eq!(t.proxy_stall_timeout, Some(Duration::from_millis(1500)));
+        assert_eq!(t.collective_timeout, Some(Duration::from_secs(30)));
         assert_eq!(t.inject_proxy_stall, Some((2, 100, Some(1))));
         assert_eq!(t.provider.as_deref(), Some("tcp;ofi_rxm"));
         assert_eq!(t.fabric_node.as_deref(), Some("10.0.0.7"));
@@ -1005,7 +1026,11 @@ mod tests {
             assert_eq!(t.wait_timeout, None, "{v}");
             let t = Tuning::from_lookup(env(&[(PROXY_STALL_TIMEOUT, v)])).unwrap();
             assert_eq!(t.proxy_stall_timeout, None, "watchdog off: {v}");
+            let t = Tuning::from_lookup(env(&[(COLLECTIVE_TIMEOUT, v)])).unwrap();
+            assert_eq!(t.collective_timeout, None, "collectives wait forever: {v}");
         }
+        let t = Tuning::from_lookup(env(&[])).unwrap();
+        assert_eq!(t.collective_timeout, Some(DEFAULT_COLLECTIVE_TIMEOUT));
         let t = Tuning::from_lookup(env(&[])).unwrap();
         assert_eq!(t.proxy_stall_timeout, Some(DEFAULT_PROXY_STALL_TIMEOUT));
         assert_eq!(t.inject_proxy_stall, None);
@@ -1028,6 +1053,7 @@ mod tests {
             (ABORT_GRACE, "soon"),
             (CONNECT_TIMEOUT, "0"),
             (PROXY_STALL_TIMEOUT, "later"),
+            (COLLECTIVE_TIMEOUT, "-2"),
             (INJECT_PROXY_STALL, "1"),
             (INJECT_PROXY_STALL, "0:0"),
             (INJECT_PROXY_STALL, "a:3"),

@@ -257,8 +257,8 @@ impl PeCore {
         let abort: Arc<dyn Fn(ErrorCode) + Send + Sync> = Arc::new(abort);
         install_failure_handler(&boot, Arc::clone(&proxies.abandon), me, tuning.abort_grace, Arc::clone(&abort));
         let r = proxies.connect(&boot, me).and_then(|()| boot.barrier().map_err(|cause| Error::Bootstrap { pe: me, cause }));
-        // Set up: from here on every host collective waits CPNET_WAIT_TIMEOUT.
-        boot.set_wait_timeout(tuning.wait_timeout);
+        // Set up: from here on every host collective waits CPNET_COLLECTIVE_TIMEOUT.
+        boot.set_wait_timeout(tuning.collective_timeout);
         let r = match (r, tuning.proxy_stall_timeout) {
             (Ok(()), Some(timeout)) => {
                 let (abandon, grace) = (Arc::clone(&proxies.abandon), tuning.abort_grace);
@@ -388,13 +388,14 @@ impl std::fmt::Debug for Pe {
 }
 
 /// The wait timeout of the host collectives of init (after the PE joined the
-/// rendezvous) and of finalize's last one: the larger of `CPNET_WAIT_TIMEOUT`
-/// and `CPNET_CONNECT_TIMEOUT` (`None`, forever, if the wait timeout is),
-/// since PEs set up and tear down their fabric, heaps and GPU at their own
-/// pace, as they start at their own pace; every other host collective
-/// waits `CPNET_WAIT_TIMEOUT`. See [`Bootstrap::set_wait_timeout`].
+/// rendezvous) and of finalize's last one: the larger of
+/// `CPNET_COLLECTIVE_TIMEOUT` and `CPNET_CONNECT_TIMEOUT` (`None`, forever,
+/// if the collective timeout is), since PEs set up and tear down their
+/// fabric, heaps and GPU at their own pace, as they start at their own
+/// pace; every other host collective waits `CPNET_COLLECTIVE_TIMEOUT`. See
+/// [`Bootstrap::set_wait_timeout`].
 pub(crate) fn setup_wait_timeout(tuning: &Tuning) -> Option<Duration> {
-    tuning.wait_timeout.map(|t| t.max(tuning.connect_timeout))
+    tuning.collective_timeout.map(|t| t.max(tuning.connect_timeout))
 }
 
 /// Sets up `tracing` output on stderr once per process (`RUST_LOG`, default
@@ -594,7 +595,7 @@ impl Pe {
     ///
     /// # Errors
     /// [`Error::Bootstrap`] (`PeerFailed` when a peer died, or when a PE
-    /// waited in it longer than `CPNET_WAIT_TIMEOUT`: the report names the
+    /// waited in it longer than `CPNET_COLLECTIVE_TIMEOUT`: the report names the
     /// PEs that had not arrived; so for every host collective).
     pub fn barrier_all(&self) -> Result<()> {
         self.core.barrier_all()

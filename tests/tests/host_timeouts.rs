@@ -1,4 +1,4 @@
-//! Host collectives honour `CPNET_WAIT_TIMEOUT` (issue 7): a PE that is
+//! Host collectives honour `CPNET_COLLECTIVE_TIMEOUT` (issue 7): a PE that is
 //! alive but never arrives at a host barrier fails the job, on every PE,
 //! with the rendezvous's report naming it; one that comes late within the
 //! timeout does not. Real processes under `cpnet-run`.
@@ -18,7 +18,7 @@ fn job(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)]) -> Job {
 /// (PE 1 too, once it wakes) prints the report naming PE 1 as missing,
 /// and the job ends non-zero in seconds.
 fn stuck_barrier(provider: &str) {
-    let j = job(3, provider, &["stuck-barrier", "--late", "1", "--sleep", "3"], &[("CPNET_WAIT_TIMEOUT", "1")]);
+    let j = job(3, provider, &["stuck-barrier", "--late", "1", "--sleep", "3"], &[("CPNET_COLLECTIVE_TIMEOUT", "1")]);
     assert!(!j.status.success(), "the job must fail:\n{}", j.all);
     assert!(j.elapsed < Duration::from_secs(15), "took {:?}:\n{}", j.elapsed, j.all);
     for pe in 0..3 {
@@ -33,7 +33,7 @@ fn stuck_barrier(provider: &str) {
         assert!(line.contains(&format!("PE {pe}: bootstrap: PE 1 failed: collective timeout: PE ")), "{line}");
         assert!(line.contains("PE 0 gave up on allgather/barrier round ") || line.contains("PE 2 gave up on allgather/barrier round "), "{line}");
         assert!(line.contains("(its wait timeout: 1s); not arrived: PE 1 (2 of 3 PEs had)"), "{line}");
-        assert!(line.contains("CPNET_WAIT_TIMEOUT"), "{line}");
+        assert!(line.contains("CPNET_COLLECTIVE_TIMEOUT"), "{line}");
     }
     // The PEs that waited were told within a second or two of the timeout,
     // not when PE 1 woke (3 s).
@@ -66,11 +66,11 @@ fn stuck_barrier_fails_the_job_naming_the_missing_pe_tcp() {
 }
 
 /// A PE 0.5 s late to a barrier with a 3 s timeout: the job passes (and
-/// init and finalize, which wait max(CPNET_WAIT_TIMEOUT,
+/// init and finalize, which wait max(CPNET_COLLECTIVE_TIMEOUT,
 /// CPNET_CONNECT_TIMEOUT), do not trip it either).
 #[test]
 fn a_late_pe_within_the_timeout_is_fine() {
-    let j = job(3, "shm", &["stuck-barrier", "--late", "1", "--sleep", "0.5"], &[("CPNET_WAIT_TIMEOUT", "3")]);
+    let j = job(3, "shm", &["stuck-barrier", "--late", "1", "--sleep", "0.5"], &[("CPNET_COLLECTIVE_TIMEOUT", "3")]);
     assert!(j.status.success(), "{}", j.all);
     for pe in 0..3 {
         assert!(j.all.contains(&format!("stuck-barrier PE {pe}: barrier passed")), "{}", j.all);

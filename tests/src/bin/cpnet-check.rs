@@ -98,10 +98,10 @@ enum Scenario {
     /// end: each a clear error, nothing else corrupted.
     BadInput,
     /// A wait nobody satisfies must time out with a report (set
-    /// CPNET_WAIT_TIMEOUT small).
+    /// CPNET_COLLECTIVE_TIMEOUT small).
     StuckWait,
     /// PE `late` sleeps `sleep` seconds before barrier_all, the others call
-    /// it at once: with CPNET_WAIT_TIMEOUT below `sleep` the barrier must
+    /// it at once: with CPNET_COLLECTIVE_TIMEOUT below `sleep` the barrier must
     /// fail on every PE with the rendezvous's report naming PE `late` as
     /// not arrived (each PE prints it and ends non-zero); with a larger one
     /// it must pass.
