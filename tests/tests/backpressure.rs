@@ -14,34 +14,8 @@
 //! CPNET_PROVIDER=shm CPNET_QUEUE_DEPTH=4 cpnet-run -n 2 -- cpnet-check --wgs 4 backpressure --ops 5000000
 //! ```
 
-use std::path::Path;
-use std::time::Duration;
-
-use cpnet_tests::launch::{self, Job};
-
-const SHM: &str = "shm";
-const TCP: &str = "tcp;ofi_rxm";
-
-/// Run `cpnet-check args` as `n` PEs over `provider`.
-fn job(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Job {
-    let check = Path::new(env!("CARGO_BIN_EXE_cpnet-check"));
-    let run = launch::cpnet_run(check.parent().expect("bin dir"), env!("CARGO"));
-    launch::job(&run, n, provider, check, args, env, limit)
-}
-
-fn ok_env(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)]) -> String {
-    let j = job(n, provider, args, env, Duration::from_secs(600));
-    assert!(
-        j.status.success(),
-        "cpnet-run -n {n} cpnet-check {args:?} over {provider} with {env:?} failed ({}):\n{}",
-        j.status,
-        j.all
-    );
-    for pe in 0..n {
-        assert!(j.all.contains(&format!("PE {pe}: OK")), "PE {pe} did not report OK:\n{}", j.all);
-    }
-    j.all
-}
+mod common;
+use common::{SHM, TCP, ok_env};
 
 /// `ops` commands from `wgs` work-groups per PE on `n` PEs, rings of `depth`.
 fn backpressure(n: u32, provider: &str, depth: &str, wgs: &str, ops: &str) {

@@ -3,15 +3,12 @@
 //! with the rendezvous's report naming it; one that comes late within the
 //! timeout does not. Real processes under `cpnet-run`.
 
-use std::path::Path;
 use std::time::Duration;
 
-use cpnet_tests::launch::{self, Job};
+mod common;
 
-fn job(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)]) -> Job {
-    let check = Path::new(env!("CARGO_BIN_EXE_cpnet-check"));
-    let run = launch::cpnet_run(check.parent().expect("bin dir"), env!("CARGO"));
-    launch::job(&run, n, provider, check, args, env, Duration::from_secs(120))
+fn job(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)]) -> cpnet_tests::launch::Job {
+    common::job(n, provider, args, env, Duration::from_secs(120))
 }
 
 /// PE 1 sleeps 3 s before `barrier_all`, past a 1 s wait timeout: every PE

@@ -6,38 +6,10 @@
 //! (a dead peer noticed within 30 s) do not compete with each other on a
 //! small CI machine.
 
-use std::path::Path;
 use std::time::Duration;
 
-use cpnet_tests::launch::{self, Job};
-
-const SHM: &str = "shm";
-const TCP: &str = "tcp;ofi_rxm";
-
-/// Run `cpnet-check args` as `n` PEs over `provider`.
-fn job(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Job {
-    let check = Path::new(env!("CARGO_BIN_EXE_cpnet-check"));
-    let run = launch::cpnet_run(check.parent().expect("bin dir"), env!("CARGO"));
-    launch::job(&run, n, provider, check, args, env, limit)
-}
-
-fn ok(n: u32, provider: &str, args: &[&str]) -> String {
-    ok_env(n, provider, args, &[])
-}
-
-fn ok_env(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)]) -> String {
-    let j = job(n, provider, args, env, Duration::from_secs(600));
-    assert!(
-        j.status.success(),
-        "cpnet-run -n {n} cpnet-check {args:?} over {provider} failed ({}):\n{}",
-        j.status,
-        j.all
-    );
-    for pe in 0..n {
-        assert!(j.all.contains(&format!("PE {pe}: OK")), "PE {pe} did not report OK:\n{}", j.all);
-    }
-    j.all
-}
+mod common;
+use common::{SHM, TCP, job, ok, ok_env};
 
 macro_rules! matrix {
     ($($name:ident: $args:expr;)*) => {$(

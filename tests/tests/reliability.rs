@@ -3,15 +3,12 @@
 //! `apps/tests/peer_death.rs`; stuck waits and dead peers of the checker's
 //! own scenarios in `multi_pe.rs`.)
 
-use std::path::Path;
 use std::time::Duration;
 
-use cpnet_tests::launch::{self, Job};
+mod common;
 
-fn job(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)]) -> Job {
-    let check = Path::new(env!("CARGO_BIN_EXE_cpnet-check"));
-    let run = launch::cpnet_run(check.parent().expect("bin dir"), env!("CARGO"));
-    launch::job(&run, n, provider, check, args, env, Duration::from_secs(120))
+fn job(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)]) -> cpnet_tests::launch::Job {
+    common::job(n, provider, args, env, Duration::from_secs(120))
 }
 
 /// A proxy thread of PE 1 hangs inside a submit (injected): its watchdog

@@ -1,0 +1,41 @@
+//! What the integration tests that run `cpnet-check` share (included with
+//! `mod common;`; each test file uses part of it).
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use cpnet_tests::launch::{self, Job};
+
+/// `shm`, libfabric's shared-memory provider.
+pub const SHM: &str = "shm";
+/// `tcp;ofi_rxm` on loopback.
+pub const TCP: &str = "tcp;ofi_rxm";
+
+/// Run `cpnet-check args` as `n` PEs over `provider` with `env`, stopped
+/// (and the test failed) after `limit`.
+pub fn job(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Job {
+    let check = Path::new(env!("CARGO_BIN_EXE_cpnet-check"));
+    let run = launch::cpnet_run(check.parent().expect("bin dir"), env!("CARGO"));
+    launch::job(&run, n, provider, check, args, env, limit)
+}
+
+/// [`job`] that must pass, every PE printing `PE k: OK`; its output.
+pub fn ok_env(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+    let j = job(n, provider, args, env, Duration::from_secs(600));
+    assert!(
+        j.status.success(),
+        "cpnet-run -n {n} cpnet-check {args:?} over {provider} with {env:?} failed ({}):\n{}",
+        j.status,
+        j.all
+    );
+    for pe in 0..n {
+        assert!(j.all.contains(&format!("PE {pe}: OK")), "PE {pe} did not report OK:\n{}", j.all);
+    }
+    j.all
+}
+
+/// [`ok_env`] without extra environment.
+pub fn ok(n: u32, provider: &str, args: &[&str]) -> String {
+    ok_env(n, provider, args, &[])
+}
