@@ -40,7 +40,7 @@ case $mode in
     B=target/release
     for p in shm "tcp;ofi_rxm"; do
       campaign "$p" 4 3 "$B/allreduce" -variant cpu -b 8 -e 8M -f 4 -iters 100
-      campaign "$p" 4 3 "$B/jacobi" -variant cpu -nx 1024 -ny 1024 -niter 1000000
+      campaign "$p" 4 3 "$B/jacobi" -variant cpu -nx 1024 -ny 1024 -niter 1000000 -skip_single
     done
     ;;
   gpu)
@@ -49,10 +49,10 @@ case $mode in
     app=${3:-both}
     export CPNET_HEAP_SIZE=${CPNET_HEAP_SIZE:-1G}
     if [ "$app" != jacobi ]; then
-      campaign shm "$n" 6 "$B/allreduce" -variant intra-kernel -b 8 -e 64M -f 4 -iters 50 -wgs 16
+      campaign shm "$n" 6 "$B/allreduce" -variant intra-kernel -b 8 -e 64M -f 4 -iters 200 -wgs 16
     fi
     if [ "$app" != allreduce ]; then
-      campaign shm "$n" 6 "$B/jacobi" -variant intra-kernel -nx 8192 -ny 8192 -niter 1000000
+      campaign shm "$n" 6 "$B/jacobi" -variant intra-kernel -nx 8192 -ny 8192 -niter 1000000 -skip_single
     fi
     ;;
   *)

@@ -156,6 +156,12 @@ pub struct Args {
     /// (max abs diff <= 1e-5) and fail if it differs.
     #[arg(long)]
     pub verify: bool,
+    /// Skip PE 0's single-PE (single-GPU) run: the report gives the N-PE
+    /// time only. For long runs where only the distributed phase matters
+    /// (the peer-death trials of scripts/peer_death.sh kill PEs during it);
+    /// not with `-verify`, which needs that run.
+    #[arg(long = "skip_single")]
+    pub skip_single: bool,
 }
 
 impl Args {
@@ -188,6 +194,7 @@ impl Args {
         );
         ensure!(self.nccheck >= 1, "-nccheck must be at least 1");
         ensure!(self.wgs != Some(0), "-wgs must be at least 1");
+        ensure!(!(self.skip_single && self.verify), "-skip_single and -verify exclude each other (-verify compares with the single-PE run)");
         Ok(())
     }
 
@@ -808,7 +815,7 @@ pub fn run(args: &Args) -> anyhow::Result<bool> {
     if let (true, Some(h)) = (say, raised) {
         println!("Setting CPNET_HEAP_SIZE = {h} (symmetric heap for this run)");
     }
-    let reference = if me == 0 {
+    let reference = if me == 0 && !args.skip_single {
         if say {
             println!(
                 "Single PE jacobi relaxation ({} work-groups): {} iterations on {} x {} mesh with norm check every {} iterations",
@@ -857,7 +864,7 @@ pub fn run(args: &Args) -> anyhow::Result<bool> {
         ok = all.iter().all(|v| v.first() == Some(&1));
     }
     if me == 0 && ok {
-        let serial = reference.as_ref().map_or(0.0, |(_, s)| s.secs);
+        let serial = reference.as_ref().map(|(_, s)| s.secs);
         print_report(args, n, serial, sol.secs);
     }
     pe.finalize()?;
@@ -898,8 +905,9 @@ fn print_verdict(args: &Args, who: &str, worst: f32, at: &str, iters: u32, ref_i
 
 /// The report of their tool (or its CSV line): the single-PE ("1 GPU")
 /// time `serial`, the `n`-PE time `t`, speedup and efficiency.
-fn print_report(args: &Args, n: i32, serial: f64, t: f64) {
+fn print_report(args: &Args, n: i32, serial: Option<f64>, t: f64) {
     if args.csv {
+        // The single-PE column is NaN when that run was skipped.
         println!(
             "cpnet-{}, {}, {}, {}, {}, {}, 1, {:.6}, {:.6}",
             args.variant.name(),
@@ -909,11 +917,13 @@ fn print_report(args: &Args, n: i32, serial: f64, t: f64) {
             args.nccheck,
             n,
             t,
-            serial
+            serial.unwrap_or(f64::NAN)
         );
-    } else {
-        println!("Num GPUs: {n}.");
-        println!(
+        return;
+    }
+    println!("Num GPUs: {n}.");
+    match serial {
+        Some(serial) => println!(
             "{}x{}: 1 GPU: {:8.4} s, {} GPUs: {:8.4} s, speedup: {:8.2}, efficiency: {:8.2} ",
             args.ny,
             args.nx,
@@ -922,7 +932,8 @@ fn print_report(args: &Args, n: i32, serial: f64, t: f64) {
             t,
             serial / t,
             serial / (f64::from(n) * t) * 100.0
-        );
+        ),
+        None => println!("{}x{}: {} GPUs: {:8.4} s (single-PE run skipped)", args.ny, args.nx, n, t),
     }
 }
 
