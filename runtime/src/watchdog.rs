@@ -18,7 +18,9 @@
 //! ended within `CPNET_ABORT_GRACE`.
 //!
 //! A thread that has not started its loop yet (connecting) or has left it
-//! (stopped) is not watched.
+//! (stopped) is not watched. When the watchdog itself wakes far later than
+//! planned (the process was stopped by a debugger or SIGSTOP, or starved),
+//! it starts counting again instead of blaming the service threads.
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -90,6 +92,7 @@ fn watch(
     let mut seen: Vec<(u64, Instant)> = watched.iter().map(|w| (w.heartbeat.passes(), Instant::now())).collect();
     let (lock, cv) = stop;
     let mut stopped = lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut looked = Instant::now();
     loop {
         let (guard, _) = cv.wait_timeout(stopped, period).unwrap_or_else(std::sync::PoisonError::into_inner);
         stopped = guard;
@@ -97,7 +100,17 @@ fn watch(
             return;
         }
         let now = Instant::now();
+        // A look far later than planned means the whole process did not run
+        // (stopped by SIGSTOP or a debugger, a suspended VM, a starved
+        // machine): the service threads could not move either, so their
+        // stillness so far says nothing. Start counting again.
+        let late = now - looked > 2 * period + Duration::from_millis(500);
+        looked = now;
         for (w, (last, since)) in watched.iter().zip(seen.iter_mut()) {
+            if late {
+                (*last, *since) = (w.heartbeat.passes(), now);
+                continue;
+            }
             let passes = w.heartbeat.passes();
             let step = w.heartbeat.step();
             if passes != *last || passes == 0 || step.phase == Phase::Stopped {
