@@ -244,11 +244,11 @@ pub struct Service<T: Transport> {
     /// every [`ACTIVE_REFRESH_PASSES`] passes, so a pool of 1024 queues
     /// with a few claimed costs a few polls per pass, not 1024.
     active: Vec<usize>,
-    passes: u32,
     /// Published progress, for the watchdog.
     heartbeat: std::sync::Arc<Heartbeat>,
-    /// Passes over the service's life (the heartbeat's counter).
-    total_passes: u64,
+    /// Passes over the service's life (the heartbeat's counter, and the
+    /// clock of the active-queue refresh).
+    passes: u64,
     /// Commands taken over the service's life.
     taken: u64,
     stall: Option<InjectedStall>,
@@ -270,9 +270,8 @@ impl<T: Transport> Service<T> {
             errors: Vec::new(),
             sink: None,
             active: Vec::new(),
-            passes: 0,
             heartbeat: std::sync::Arc::default(),
-            total_passes: 0,
+            passes: 0,
             taken: 0,
             stall: None,
         }
@@ -393,8 +392,9 @@ impl<T: Transport> Service<T> {
     /// taken or completed (0: idle).
     pub fn poll_once(&mut self) -> usize {
         let mut work = 0;
-        self.total_passes += 1;
-        self.heartbeat.passes.store(self.total_passes, std::sync::atomic::Ordering::Relaxed);
+        let pass = self.passes;
+        self.passes += 1;
+        self.heartbeat.passes.store(self.passes, std::sync::atomic::Ordering::Relaxed);
         self.heartbeat.set_phase(Phase::Progress, 0);
         self.transport.progress(&mut self.done);
         self.heartbeat.set_phase(Phase::Polling, 0);
@@ -405,10 +405,9 @@ impl<T: Transport> Service<T> {
         }
         self.done = done;
         self.done.clear();
-        if self.passes.is_multiple_of(ACTIVE_REFRESH_PASSES) {
+        if pass.is_multiple_of(u64::from(ACTIVE_REFRESH_PASSES)) {
             self.refresh_active();
         }
-        self.passes = self.passes.wrapping_add(1);
         for k in 0..self.active.len() {
             work += self.poll_queue(self.active[k]);
         }
