@@ -605,10 +605,7 @@ impl GpuPe {
             shared: Arc::new(PeShared::default()),
             peer_heaps: peers.bases.clone(),
         });
-        if fabric.provider.starts_with("shm") {
-            crate::proxy_threads::clean_stale_shm_regions();
-        }
-        let proxies = Proxies::spawn(backend, me, per_thread, limits, tuning.proxy_idle_sleep, tuning.inject_proxy_stall)?;
+        let proxies = Proxies::spawn(backend, me, per_thread, limits, &fabric.provider, &tuning)?;
         let q = Arc::clone(&queues);
         let core = PeCore::start(launch, tuning, fabric.provider, boot, heap_size, proxies, move |code| q.abort(code))?;
         let pe = GpuPe { core, stream, peers, queues, heap, cuda };

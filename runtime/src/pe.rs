@@ -470,10 +470,7 @@ impl Pe {
             heap_size,
             epoch: Arc::new(AtomicU64::new(0)),
         });
-        if fabric.provider.starts_with("shm") {
-            crate::proxy_threads::clean_stale_shm_regions();
-        }
-        let proxies = Proxies::spawn(backend, me, queues, limits, tuning.proxy_idle_sleep, tuning.inject_proxy_stall)?;
+        let proxies = Proxies::spawn(backend, me, queues, limits, &fabric.provider, &tuning)?;
         let aborted: Vec<_> = (0..pool.len()).map(|q| pool.queue(q)).collect();
         let core = PeCore::start(launch, tuning, fabric.provider, boot, heap_size, proxies, move |code| {
             for q in &aborted {

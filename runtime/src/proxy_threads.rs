@@ -14,6 +14,7 @@ use cpnet_proxy::decode::Limits;
 use cpnet_proxy::service::{CommandError, Heartbeat, Service, Transport};
 
 use crate::bootstrap::Bootstrap;
+use crate::env::Tuning;
 use crate::pe::{Error, Result};
 use crate::watchdog::{Watched, Watchdog};
 
@@ -59,17 +60,24 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
 impl Proxies {
     /// Spawn `threads` service threads; thread `t` serves `queues[t]`.
-    /// They open their endpoints and wait for [`Proxies::connect`].
-    /// `inject_stall` (`CPNET_INJECT_PROXY_STALL`: thread, nth command, PE)
-    /// hangs one thread for the reliability tests until the PE is abandoned.
+    /// They open their endpoints over `provider` (first removing what dead
+    /// processes left of the shm provider's regions) and wait for
+    /// [`Proxies::connect`]. From `tuning`: the idle sleep
+    /// (`CPNET_PROXY_IDLE_SLEEP`) and `CPNET_INJECT_PROXY_STALL` (thread,
+    /// nth command, PE), which hangs one thread for the reliability tests
+    /// until the PE is abandoned.
     pub(crate) fn spawn<B: Backend>(
         backend: Arc<B>,
         me: i32,
         queues: Vec<Vec<QueueMem>>,
         limits: Limits,
-        idle_sleep: Option<Duration>,
-        inject_stall: Option<(usize, u64, Option<i32>)>,
+        provider: &str,
+        tuning: &Tuning,
     ) -> Result<Proxies> {
+        if provider.starts_with("shm") {
+            clean_stale_shm_regions();
+        }
+        let (idle_sleep, inject_stall) = (tuning.proxy_idle_sleep, tuning.inject_proxy_stall);
         let stop = Arc::new(AtomicBool::new(false));
         let abandon = Arc::new(AtomicBool::new(false));
         let errors = Arc::new(Mutex::new(Vec::new()));
