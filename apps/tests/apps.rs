@@ -25,8 +25,7 @@ const TCP: &str = "tcp;ofi_rxm";
 /// `cpnet-run -n n -- bin args` over `provider`, killed after `limit`.
 fn job(n: u32, provider: &str, bin: &str, args: &[&str], limit: Duration) -> Job {
     let bin = Path::new(bin);
-    let run = launch::cpnet_run(bin.parent().expect("bin dir"), env!("CARGO"));
-    launch::job(&run, n, provider, bin, args, &[], limit)
+    launch::run(bin, n, provider, args, &[], limit)
 }
 
 fn ok(n: u32, provider: &str, bin: &str, args: &[&str]) -> String {

@@ -86,6 +86,17 @@ pub mod launch {
         run
     }
 
+    /// [`job`] under the `cpnet-run` beside `program` (a binary of the
+    /// calling package, `env!("CARGO_BIN_EXE_...")`), built if missing
+    /// ([`cpnet_run`]).
+    ///
+    /// # Panics
+    /// As [`job`] and [`cpnet_run`].
+    pub fn run(program: &Path, n: u32, provider: &str, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Job {
+        let launcher = cpnet_run(program.parent().expect("bin dir"), env!("CARGO"));
+        job(&launcher, n, provider, program, args, env, limit)
+    }
+
     /// What a job printed and how it ended.
     #[derive(Debug)]
     pub struct Job {

@@ -23,9 +23,7 @@ fn cycles_bin() -> &'static Path {
 
 /// `cpnet-run -n n cpnet-cycles args` over `provider`.
 fn job(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Job {
-    let bin = cycles_bin();
-    let run = launch::cpnet_run(bin.parent().expect("bin dir"), env!("CARGO"));
-    launch::job(&run, n, provider, bin, args, env, limit)
+    launch::run(cycles_bin(), n, provider, args, env, limit)
 }
 
 /// The job must pass with every PE reporting OK; prints each PE's summary

@@ -39,11 +39,10 @@ fn have_gpu(test: &str) -> bool {
 /// Run `cpnet-gpu-check args` as `n` GPU PEs over `provider`.
 fn job(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Job {
     let check = Path::new(env!("CARGO_BIN_EXE_cpnet-gpu-check"));
-    let run = launch::cpnet_run(check.parent().expect("bin dir"), env!("CARGO"));
     // The ops scenario moves 1 MiB cases through ~20 lanes per PE.
     let mut all = vec![("CPNET_HEAP_SIZE", "256M")];
     all.extend_from_slice(env);
-    launch::job(&run, n, provider, check, args, &all, limit)
+    launch::run(check, n, provider, args, &all, limit)
 }
 
 /// The job must succeed with every PE reporting OK; returns its output.

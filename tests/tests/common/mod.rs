@@ -15,9 +15,7 @@ pub const TCP: &str = "tcp;ofi_rxm";
 /// Run `cpnet-check args` as `n` PEs over `provider` with `env`, stopped
 /// (and the test failed) after `limit`.
 pub fn job(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)], limit: Duration) -> Job {
-    let check = Path::new(env!("CARGO_BIN_EXE_cpnet-check"));
-    let run = launch::cpnet_run(check.parent().expect("bin dir"), env!("CARGO"));
-    launch::job(&run, n, provider, check, args, env, limit)
+    launch::run(Path::new(env!("CARGO_BIN_EXE_cpnet-check")), n, provider, args, env, limit)
 }
 
 /// [`job`] that must pass, every PE printing `PE k: OK`; its output.
