@@ -386,6 +386,10 @@ struct Layout {
 }
 
 impl Layout {
+    /// The layout of one run: in place, the output is the input.
+    fn for_run(&self, in_place: bool) -> Layout {
+        Layout { output: if in_place { self.input } else { self.output }, ..*self }
+    }
     fn sig_stride(slots: u64) -> u64 {
         (8 * slots).next_multiple_of(64)
     }
@@ -740,24 +744,20 @@ fn prepare<T: Elem>(pe: &Pe, layout: &Layout, count: usize, in_place: bool) {
     }
 }
 
-/// Elements of the result that differ from the exact sum.
-fn count_wrong<T: Elem>(pe: &Pe, layout: &Layout, count: usize, in_place: bool) -> u64 {
-    let n = pe.n_pes() as usize;
-    let out = SymArray::<T>::new(
-        pe.heap(),
-        if in_place {
-            layout.input
-        } else {
-            layout.output
-        },
-        count,
-    );
-    // SAFETY: the run is over on this PE; nothing writes its output now.
-    let got = unsafe { out.slice(0, count) };
+/// Elements of `got` (a result on `n` PEs) that differ from the exact sum
+/// of the inputs.
+fn wrong_elements<T: Elem>(got: &[T], n: usize) -> u64 {
     got.iter()
         .enumerate()
         .filter(|&(i, &g)| g != T::from_small((0..n).map(|p| input_value(p, i)).sum::<i32>()))
         .count() as u64
+}
+
+/// Elements of the result (at `layout.output`) that differ from the exact sum.
+fn count_wrong<T: Elem>(pe: &Pe, layout: &Layout, count: usize) -> u64 {
+    let out = SymArray::<T>::new(pe.heap(), layout.output, count);
+    // SAFETY: the run is over on this PE; nothing writes its output now.
+    wrong_elements(unsafe { out.slice(0, count) }, pe.n_pes() as usize)
 }
 
 /// One line of results: time (us) and #wrong, out-of-place then in-place.
@@ -771,15 +771,7 @@ fn sweep<T: Elem>(pe: &Pe, args: &Args, rings: &Rings) -> anyhow::Result<u64> {
         args,
         |blob| Ok(pe.allgather_bytes(blob)?),
         |count, in_place| {
-            // In-place: the output is the input.
-            let layout = Layout {
-                output: if in_place {
-                    rings.layout.input
-                } else {
-                    rings.layout.output
-                },
-                ..rings.layout
-            };
+            let layout = rings.layout.for_run(in_place);
             prepare::<T>(pe, &layout, count, in_place);
             pe.barrier_all()?;
             let secs =
@@ -788,7 +780,7 @@ fn sweep<T: Elem>(pe: &Pe, args: &Args, rings: &Rings) -> anyhow::Result<u64> {
             if args.check == 1 {
                 prepare::<T>(pe, &layout, count, in_place);
                 rings.run::<T>(pe, &layout, count, in_place, 0, 1, piece)?;
-                wrong = count_wrong::<T>(pe, &layout, count, in_place);
+                wrong = count_wrong::<T>(pe, &layout, count);
             }
             Ok((secs, wrong))
         },

@@ -40,7 +40,7 @@ use cudarc::driver::{
 };
 
 use super::{
-    Args, DataType, Elem, Layout, RingPlan, heap_need, input_value, print_header, sweep_with,
+    Args, DataType, Elem, Layout, RingPlan, heap_need, input_value, print_header, sweep_with, wrong_elements,
 };
 use crate::cli::{Variant, init_gpu_pe};
 use crate::gpu::{check_launch, kernel_source, max_coresident, new_ctl};
@@ -341,11 +341,7 @@ fn count_wrong<T: Elem>(pe: &GpuPe, layout: &Layout, count: usize) -> anyhow::Re
         std::slice::from_raw_parts_mut(got.as_mut_ptr().cast::<u8>(), size_of_val(&got[..]))
     };
     pe.read_heap(layout.output, bytes)?;
-    Ok(got
-        .iter()
-        .enumerate()
-        .filter(|&(i, &g)| g != T::from_small((0..n).map(|p| input_value(p, i)).sum::<i32>()))
-        .count() as u64)
+    Ok(wrong_elements(&got, n))
 }
 
 fn sweep<T: Elem>(pe: &GpuPe, args: &Args, rings: &GpuRings) -> anyhow::Result<u64> {
@@ -356,15 +352,7 @@ fn sweep<T: Elem>(pe: &GpuPe, args: &Args, rings: &GpuRings) -> anyhow::Result<u
         args,
         |blob| Ok(pe.allgather_bytes(blob)?),
         |count, in_place| {
-            // In-place: the output is the input.
-            let layout = Layout {
-                output: if in_place {
-                    rings.layout.input
-                } else {
-                    rings.layout.output
-                },
-                ..rings.layout
-            };
+            let layout = rings.layout.for_run(in_place);
             prepare::<T>(pe, &layout, count, in_place)?;
             pe.barrier_all()?;
             let secs =
