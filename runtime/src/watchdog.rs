@@ -107,15 +107,9 @@ fn watch(
         let late = now - looked > 2 * period + Duration::from_millis(500);
         looked = now;
         for (w, (last, since)) in watched.iter().zip(seen.iter_mut()) {
-            if late {
-                (*last, *since) = (w.heartbeat.passes(), now);
-                continue;
-            }
             let passes = w.heartbeat.passes();
-            let step = w.heartbeat.step();
-            if passes != *last || passes == 0 || step.phase == Phase::Stopped {
-                *last = passes;
-                *since = now;
+            if late || passes != *last || passes == 0 || w.heartbeat.step().phase == Phase::Stopped {
+                (*last, *since) = (passes, now);
                 continue;
             }
             let still = now - *since;
