@@ -141,7 +141,17 @@ pub fn run_trial(t: &Trial, victim: u32, kill_after: Duration, lim: Limits) -> R
     };
     outcome.output = read(&out_path);
     let _ = std::fs::remove_file(&out_path);
-    if let Some(st) = statuses(&outcome.output)
+    // Nothing left: every PE pid is gone (the launcher reaped them). Checked
+    // first: a process left behind fails even a late-kill trial.
+    for (pe, pid) in &pids {
+        if cmdline(*pid).is_some_and(|c| c.contains(&*t.program.to_string_lossy())) {
+            outcome.failures.push(format!("PE {pe} (pid {pid}) is still running after the job ended"));
+            // SAFETY: kill(2) of a process of this trial that outlived it.
+            unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+        }
+    }
+    if outcome.failures.is_empty()
+        && let Some(st) = statuses(&outcome.output)
         && (0..t.pes).filter(|&pe| pe != victim).all(|pe| st.get(&pe).is_some_and(|w| *w == "exited with status 0"))
     {
         outcome.missed = true;
@@ -154,14 +164,6 @@ pub fn run_trial(t: &Trial, victim: u32, kill_after: Duration, lim: Limits) -> R
         outcome.failures.push(format!("the job took {:.1} s to end after the kill (limit {:?})", outcome.ended_after, lim.end_within));
     }
     check_output(&outcome.output, t.pes, victim, &mut outcome.failures);
-    // Nothing left: every PE pid is gone (the launcher reaped them).
-    for (pe, pid) in &pids {
-        if Path::new(&format!("/proc/{pid}")).exists() && cmdline(*pid).is_some_and(|c| c.contains(&*t.program.to_string_lossy())) {
-            outcome.failures.push(format!("PE {pe} (pid {pid}) is still running after the job ended"));
-            // SAFETY: kill(2) of a process of this trial that outlived it.
-            unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
-        }
-    }
     Ok(outcome)
 }
 
