@@ -112,6 +112,12 @@ pub struct Handle {
     /// the abort mirror the host fills when it aborts ([`claim_abort`]); 0:
     /// claim with the host-memory words and read aborts from host memory.
     pub claims: u64,
+    /// Address of `n_pes` `u64` words in GPU memory, the peer-to-peer table:
+    /// word `i` is where the kernel reaches PE `i`'s heap with its own loads
+    /// and stores (its own heap for `my_pe`, a CUDA IPC mapping for a PE on
+    /// this host), 0 where it cannot; 0: no table (every operation goes
+    /// through the queue).
+    pub peers: u64,
 }
 
 /// Number of `u32` words at [`Handle::claims`] for `n_queues` queues
@@ -212,6 +218,7 @@ assert_layout!(Handle, CPNET_HANDLE_BYTES, {
     queues => CPNET_HANDLE_OFF_QUEUES, n_queues => CPNET_HANDLE_OFF_N_QUEUES,
     log2_depth => CPNET_HANDLE_OFF_LOG2_DEPTH, wait_timeout_ns => CPNET_HANDLE_OFF_WAIT_TIMEOUT_NS,
     status => CPNET_HANDLE_OFF_STATUS, claims => CPNET_HANDLE_OFF_CLAIMS,
+    peers => CPNET_HANDLE_OFF_PEERS,
 });
 assert_layout!(Status, CPNET_STATUS_BYTES, {
     abort => CPNET_STATUS_OFF_ABORT, dev_error => CPNET_STATUS_OFF_DEV_ERROR,

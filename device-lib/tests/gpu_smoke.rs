@@ -370,6 +370,7 @@ impl Pool {
             wait_timeout_ns,
             status: self.status.dev,
             claims: 0,
+            peers: 0,
         }
     }
 }

@@ -61,6 +61,7 @@
 //! | `CPNET_CONNECT_TIMEOUT` | how long a PE may take to reach the rendezvous, and all PEs to arrive there | seconds (decimal), > 0 | `60` |
 //! | `CPNET_PROXY_IDLE_SLEEP` | once a proxy thread has had no command to take for 5 ms, sleep this long per polling pass (saves CPU while idle, but the provider's target-side progress, which rxm and shm atomics and delivery-complete writes need, then waits up to a sleep, plus the kernel's timer slack); `0` spins (yielding) forever | microseconds | `0` |
 //! | `CPNET_GPU_IPC` | GPU PEs: reach the heaps of PEs on the same host through CUDA IPC (the proxy's puts, gets and SET signals become peer copies over NVLink or PCIe); `0` sends everything through the staged path | `0` or `1` | `1` |
+//! | `CPNET_GPU_P2P` | GPU PEs: kernels put, get, `p`, `g` and SET-signal to their own heap and to the heaps mapped by `CPNET_GPU_IPC` with their own loads and stores (over NVLink or PCIe peer-to-peer), the work-group copying; AMOs and ADD signals still go through the proxy, so they stay atomic with respect to each other. `0` sends every operation through the command queues and the proxy (the ComP-Net path, for comparison). See docs/gpu-data-paths.md | `0` or `1` | `1` |
 //! | `CPNET_STAGE_CHUNK` | GPU PEs on the staged path: data bytes per message (larger puts and gets are split); each proxy thread keeps `2 x credits x (PEs - 1) + 16` receive buffers and `CPNET_STAGE_BUFS` send buffers of this size plus 64 in pinned memory | bytes (K/M/G) | `256K` |
 //! | `CPNET_STAGE_CREDITS` | GPU PEs on the staged path: requests in flight per proxy thread and target PE | count, `1..=1024` | `8` |
 //! | `CPNET_STAGE_BUFS` | GPU PEs on the staged path: send buffers per proxy thread | count, `1..=4096` | `16` |
@@ -115,6 +116,8 @@ pub const ABORT_GRACE: &str = "CPNET_ABORT_GRACE";
 pub const CONNECT_TIMEOUT: &str = "CPNET_CONNECT_TIMEOUT";
 /// `CPNET_GPU_IPC`: use CUDA IPC peer copies between GPU PEs of one host (1) or not (0).
 pub const GPU_IPC: &str = "CPNET_GPU_IPC";
+/// `CPNET_GPU_P2P`: kernels load and store to the heaps of this host's GPU PEs themselves (1) or not (0).
+pub const GPU_P2P: &str = "CPNET_GPU_P2P";
 /// `CPNET_STAGE_CHUNK`: data bytes per staged message.
 pub const STAGE_CHUNK: &str = "CPNET_STAGE_CHUNK";
 /// `CPNET_STAGE_CREDITS`: staged requests in flight per thread and target.
@@ -420,6 +423,9 @@ pub struct Tuning {
     pub proxy_idle_sleep: Option<Duration>,
     /// `CPNET_GPU_IPC`: peer copies through CUDA IPC between GPU PEs of one host.
     pub gpu_ipc: bool,
+    /// `CPNET_GPU_P2P`: kernels' own loads and stores to their own heap and
+    /// to the heaps mapped through CUDA IPC (the handle's peer-to-peer table).
+    pub gpu_p2p: bool,
     /// `CPNET_STAGE_CHUNK`: data bytes per staged message (GPU PEs), > 0.
     pub stage_chunk: u64,
     /// `CPNET_STAGE_CREDITS`: staged requests in flight per thread and target PE.
@@ -446,6 +452,7 @@ impl Default for Tuning {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             proxy_idle_sleep: None,
             gpu_ipc: true,
+            gpu_p2p: true,
             stage_chunk: 256 << 10,
             stage_credits: 8,
             stage_bufs: 16,
@@ -503,6 +510,13 @@ impl Tuning {
                 "1" => true,
                 "0" => false,
                 _ => return Err(invalid(GPU_IPC, &v, "0 or 1")),
+            };
+        }
+        if let Some(v) = get(GPU_P2P) {
+            t.gpu_p2p = match v.as_str() {
+                "1" => true,
+                "0" => false,
+                _ => return Err(invalid(GPU_P2P, &v, "0 or 1")),
             };
         }
         if let Some(v) = get(STAGE_CHUNK) {
@@ -1090,6 +1104,9 @@ mod tests {
         let t = Tuning::from_lookup(env(&[(GPU_IPC, "0"), (STAGE_CHUNK, "64K"), (STAGE_CREDITS, "4")])).unwrap();
         assert_eq!((t.gpu_ipc, t.stage_chunk, t.stage_credits), (false, 65536, 4));
         assert!(Tuning::from_lookup(env(&[(GPU_IPC, "yes")])).is_err());
+        assert!(Tuning::from_lookup(env(&[])).unwrap().gpu_p2p, "peer-to-peer stores are the default");
+        assert!(!Tuning::from_lookup(env(&[(GPU_P2P, "0")])).unwrap().gpu_p2p);
+        assert!(Tuning::from_lookup(env(&[(GPU_P2P, "on")])).is_err());
         assert!(Tuning::from_lookup(env(&[(STAGE_CREDITS, "0")])).is_err());
     }
 }

@@ -317,11 +317,12 @@ impl GpuQueues {
             wait_timeout_ns,
             status: self.status.dev(),
             claims: self.claims.dev,
+            peers: 0,
         }
     }
 }
 
-/// A [`Handle`] as a kernel argument, passed by value (64 bytes).
+/// A [`Handle`] as a kernel argument, passed by value (`CPNET_HANDLE_BYTES`, 72 bytes).
 #[derive(Clone, Copy, Debug)]
 #[repr(transparent)]
 pub struct KernelHandle(pub Handle);
@@ -452,6 +453,47 @@ impl PeerHeaps {
     }
 }
 
+/// The peer-to-peer table of the handle (`cpnet_handle_t.peers`): `n_pes`
+/// `u64` words in GPU memory, word `i` the address at which this PE's
+/// kernels reach PE `i`'s heap with their own loads and stores (the own
+/// heap, or a [`PeerHeaps`] mapping), 0 where they cannot. Freed on drop.
+#[derive(Debug)]
+struct P2pTable {
+    dev: u64,
+    cuda: Arc<CudaContext>,
+}
+
+impl P2pTable {
+    /// Allocate and fill the table for PE `me` from `peers` (its own heap at
+    /// `me`). The context must be current on this thread.
+    fn new(cuda: &Arc<CudaContext>, me: i32, heap: &DeviceHeap, peers: &PeerHeaps) -> Result<P2pTable, GpuError> {
+        let words: Vec<u64> = peers
+            .bases
+            .iter()
+            .enumerate()
+            .map(|(i, b)| if i as i32 == me { heap.base } else { b.unwrap_or(0) })
+            .collect();
+        // SAFETY: the context is current (callers bound it); the memory is
+        // written below and owned by the returned value.
+        let dev = unsafe { cu::malloc_sync(8 * words.len().max(1)) }
+            .map_err(|source| GpuError::Cuda { what: "cuMemAlloc (peer-to-peer table)", source })?;
+        let table = P2pTable { dev, cuda: Arc::clone(cuda) };
+        // SAFETY: `words` fits the allocation just made; the copy is synchronous.
+        unsafe { cu::memcpy_htod_sync(dev, &words) }
+            .map_err(|source| GpuError::Cuda { what: "cuMemcpyHtoD (peer-to-peer table)", source })?;
+        Ok(table)
+    }
+}
+
+impl Drop for P2pTable {
+    fn drop(&mut self) {
+        let _ = self.cuda.bind_to_thread();
+        // SAFETY: allocated by `new`, freed once; no kernel of this PE runs
+        // after the PE is dropped (finalize synchronizes the device).
+        let _ = unsafe { cu::free_sync(self.dev) };
+    }
+}
+
 impl Drop for PeerHeaps {
     fn drop(&mut self) {
         let _ = self.cuda.bind_to_thread();
@@ -531,6 +573,8 @@ pub struct GpuPe {
     core: PeCore,
     stream: Arc<CudaStream>,
     peers: PeerHeaps,
+    /// `None`: `CPNET_GPU_P2P=0`, every operation goes through the queues.
+    p2p: Option<P2pTable>,
     queues: Arc<GpuQueues>,
     heap: DeviceHeap,
     cuda: Arc<CudaContext>,
@@ -584,6 +628,7 @@ impl GpuPe {
         let heap = DeviceHeap::new(&cuda, heap_size)?;
         let queues = Arc::new(GpuQueues::new(&cuda, tuning.queues, geom)?);
         let peers = PeerHeaps::exchange(&boot, me, &heap, tuning.gpu_ipc)?;
+        let p2p = if tuning.gpu_p2p { Some(P2pTable::new(&cuda, me, &heap, &peers)?) } else { None };
         let stream = cuda.new_stream().map_err(|source| GpuError::Cuda { what: "cuStreamCreate (application stream)", source })?;
         let fabric = pe::default_fabric(&launch, &tuning);
         let cfg = StagedConfig {
@@ -608,7 +653,7 @@ impl GpuPe {
         let proxies = Proxies::spawn(backend, me, per_thread, limits, &fabric.provider, &tuning)?;
         let q = Arc::clone(&queues);
         let core = PeCore::start(launch, tuning, fabric.provider, boot, heap_size, proxies, move |code| q.abort(code))?;
-        let pe = GpuPe { core, stream, peers, queues, heap, cuda };
+        let pe = GpuPe { core, stream, peers, p2p, queues, heap, cuda };
         tracing::debug!(pe = me, n_pes = pe.n_pes(), device = pe.cuda.ordinal(), provider = %pe.core.provider, threads, "cpnet GPU PE up");
         Ok(pe)
     }
@@ -659,7 +704,9 @@ impl GpuPe {
     /// `launch.arg(&handle)`).
     pub fn handle(&self) -> KernelHandle {
         let timeout = self.core.tuning.wait_timeout.map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64);
-        KernelHandle(self.queues.handle(self.my_pe(), self.n_pes(), self.heap.base, self.heap.size, timeout))
+        let mut h = self.queues.handle(self.my_pe(), self.n_pes(), self.heap.base, self.heap.size, timeout);
+        h.peers = self.p2p.as_ref().map_or(0, |t| t.dev);
+        KernelHandle(h)
     }
 
     /// Allocate `bytes` of symmetric GPU memory (`shmem_malloc`, §9.3.1):

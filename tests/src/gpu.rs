@@ -694,12 +694,16 @@ pub const ORDER_SLOTS: u64 = 8;
 /// Bytes per pipeline slot.
 pub const ORDER_SLOT_BYTES: u64 = 2048;
 /// u64 words per `order` lane: 0 inline word, 1 flag, 2 ack, 3 pipeline
-/// ack, 8.. the pipeline slots' signals.
+/// ack, 4 AMO counter, 5 its flag, 6 its ack, 8.. the pipeline slots'
+/// signals.
 pub const ORDER_WORDS: u64 = 64;
 
 /// `order`: put, fence, flag (the target checks the data once it sees the
 /// flag), then a put-with-signal pipeline through a ring of slots, each
-/// message checked at the receiver as soon as its signal shows.
+/// message checked at the receiver as soon as its signal shows, then AMO,
+/// fence, flag (the AMO goes through the proxy, the flag with peer-to-peer
+/// stores on is the kernel's own store: the fence has to order the two
+/// paths).
 pub const ORDER: &str = r#"
 #define DATA 8200ull
 #define DSTRIDE 8448ull
@@ -710,6 +714,9 @@ pub const ORDER: &str = r#"
 #define W_FLAG 1
 #define W_ACK 2
 #define W_PACK 3
+#define W_AMO 4
+#define W_AFLAG 5
+#define W_AACK 6
 #define W_PSIG 8
 
 __device__ __forceinline__ u64 msg_size(unsigned i) { return 1000ull + (u64)((i * 37u) % 1000u); }
@@ -787,6 +794,22 @@ extern "C" __global__ void order(cpnet_handle_t h, u8* data, u64* words, u8* pip
         cpnet_uint64_atomic_add(&ctx, words + mine * NW + W_PACK, 1, left);
     }
     EXPECT_EQ(cpnet_uint64_wait_until(&ctx, words + from_right * NW + W_PACK, CPNET_CMP_GE, (u64)msgs), CPNET_E_OK, 0);
+
+    /* Part 3: an AMO (through the proxy's executor), fence, a flag (p). The
+     * receiver waits for the flag; the AMO's result must be there. Acks (p)
+     * keep the sender one round ahead at most. */
+    for (unsigned r = 1; r <= rounds; ++r) {
+        EXPECT_EQ(cpnet_uint64_wait_until(&ctx, words + from_right * NW + W_AACK, CPNET_CMP_GE, (u64)(r - 1)),
+                  CPNET_E_OK, r);
+        cpnet_uint64_atomic_add(&ctx, words + mine * NW + W_AMO, 1, right);
+        cpnet_fence(&ctx);
+        cpnet_uint64_p(&ctx, words + mine * NW + W_AFLAG, (u64)r, right);
+        EXPECT_EQ(cpnet_uint64_wait_until(&ctx, words + from_left * NW + W_AFLAG, CPNET_CMP_GE, (u64)r), CPNET_E_OK, r);
+        EXPECT_WORD(words + from_left * NW + W_AMO, r, r);
+        cpnet_uint64_p(&ctx, words + mine * NW + W_AACK, (u64)r, left);
+    }
+    EXPECT_EQ(cpnet_uint64_wait_until(&ctx, words + from_right * NW + W_AACK, CPNET_CMP_GE, (u64)rounds), CPNET_E_OK, 0);
+    EXPECT_EQ(cpnet_quiet(&ctx), CPNET_E_OK, 0);
     END();
 }
 "#;

@@ -442,6 +442,7 @@ fn run_device_queues(
         wait_timeout_ns: 30_000_000_000,
         status: status.dev(),
         claims: 0,
+        peers: 0,
     };
     let handle = KernelHandle(h);
     let stop = Arc::new(AtomicBool::new(false));

@@ -338,7 +338,7 @@ typedef struct cpnet_queue_prod {
 /* The handle a kernel receives (passed by value)                           */
 /* ------------------------------------------------------------------------ */
 
-#define CPNET_HANDLE_BYTES 64
+#define CPNET_HANDLE_BYTES 72
 #define CPNET_HANDLE_OFF_MY_PE 0
 #define CPNET_HANDLE_OFF_N_PES 4
 #define CPNET_HANDLE_OFF_HEAP_BASE 8
@@ -349,6 +349,7 @@ typedef struct cpnet_queue_prod {
 #define CPNET_HANDLE_OFF_WAIT_TIMEOUT_NS 40
 #define CPNET_HANDLE_OFF_STATUS 48
 #define CPNET_HANDLE_OFF_CLAIMS 56
+#define CPNET_HANDLE_OFF_PEERS 64
 
 /* handle.claims: words [0, n_queues) are the queues' claim words; after
  * them, at n_queues + CPNET_CLAIM_AFTER_*, the status report's claim word and
@@ -381,6 +382,13 @@ typedef struct cpnet_handle {
                                     prod.in_use and status.dev_error and read aborts from host memory instead
                                     (system-scope atomics on mapped host memory, which GPUs on PCIe without
                                     host-native atomics do not support) */
+    uint64_t peers;            /**< address of n_pes uint64 words in GPU memory, the peer-to-peer
+                                    table: word i is where this kernel reaches PE i's symmetric heap
+                                    with its own loads and stores (its own heap for i == my_pe; a CUDA
+                                    IPC mapping, over NVLink or PCIe, for a PE on this host), 0 where
+                                    it cannot (another host); operations to such a PE go through the
+                                    queue. 0: no table, every operation goes through the queue (CPU
+                                    PEs, CPNET_GPU_P2P=0) */
 } cpnet_handle_t;
 
 /* ------------------------------------------------------------------------ */
@@ -467,6 +475,7 @@ CPNET_CHECK_OFF(cpnet_handle_t, log2_depth, CPNET_HANDLE_OFF_LOG2_DEPTH);
 CPNET_CHECK_OFF(cpnet_handle_t, wait_timeout_ns, CPNET_HANDLE_OFF_WAIT_TIMEOUT_NS);
 CPNET_CHECK_OFF(cpnet_handle_t, status, CPNET_HANDLE_OFF_STATUS);
 CPNET_CHECK_OFF(cpnet_handle_t, claims, CPNET_HANDLE_OFF_CLAIMS);
+CPNET_CHECK_OFF(cpnet_handle_t, peers, CPNET_HANDLE_OFF_PEERS);
 
 CPNET_STATIC_ASSERT(sizeof(cpnet_status_t) == CPNET_STATUS_BYTES, "cpnet_status_t size");
 CPNET_CHECK_OFF(cpnet_status_t, abort, CPNET_STATUS_OFF_ABORT);

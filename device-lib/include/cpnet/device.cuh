@@ -199,10 +199,242 @@ __device__ __forceinline__ cpnet_cmd_t amo_cmd(const cpnet_ctx_t* ctx, const T* 
     return c;
 }
 
+/* ------------------------------------------------------------------------ */
+/* The peer-to-peer path: the kernel's own loads and stores (handle.peers)   */
+/* ------------------------------------------------------------------------ */
+
+/** Where this kernel reaches PE `pe`'s heap with its own loads and stores,
+ *  or 0 when the operation goes through the queue: no table (CPU PEs,
+ *  CPNET_GPU_P2P=0), no queue (a failed create, which the queue path
+ *  reports), `pe` out of range (the proxy reports CPNET_E_BAD_PE) or a PE of
+ *  another host. The same in every thread of the block: ctx fields change
+ *  only inside collective calls, between their barriers, and the table does
+ *  not change while kernels run. */
+__device__ __forceinline__ uint64_t p2p_base(const cpnet_ctx_t* ctx, int pe)
+{
+    if (ctx->peers == nullptr || ctx->ctl == nullptr || pe < 0 || pe >= ctx->n_pes) return 0;
+    return ctx->peers[pe];
+}
+
+/** True when [ptr, ptr + n) lies in this PE's heap, n > 0 (the decoder's
+ *  check, overflow-safe). */
+__device__ __forceinline__ bool in_heap(const cpnet_ctx_t* ctx, const void* ptr, uint64_t n)
+{
+    const uint64_t off = heap_offset(ctx, ptr);
+    return off < ctx->heap_size && n <= ctx->heap_size - off;
+}
+
+/** Where at `pe` a put of `nbytes` (> 0) from `source` to `dest` stores, or
+ *  nullptr when it goes through the queue: no peer-to-peer mapping of `pe`,
+ *  or an argument the proxy rejects (`dest` outside the heap; a `source` of
+ *  more than 8 bytes outside it), so that bad input gets the same error on
+ *  both paths. */
+__device__ __forceinline__ uint8_t* p2p_put_target(const cpnet_ctx_t* ctx, const void* dest,
+                                                   const void* source, uint64_t nbytes, int pe)
+{
+    const uint64_t base = p2p_base(ctx, pe);
+    if (base == 0 || !in_heap(ctx, dest, nbytes)) return nullptr;
+    if (nbytes > CPNET_INLINE_MAX && !in_heap(ctx, source, nbytes)) return nullptr;
+    return (uint8_t*)(base + heap_offset(ctx, dest));
+}
+
+/** Where at `pe` a get of `nbytes` (> 0) from `source` into `dest` loads
+ *  from, or nullptr (as p2p_put_target; `dest` of more than 8 bytes must be
+ *  in the heap). */
+__device__ __forceinline__ const uint8_t* p2p_get_source(const cpnet_ctx_t* ctx, const void* dest,
+                                                         const void* source, uint64_t nbytes, int pe)
+{
+    const uint64_t base = p2p_base(ctx, pe);
+    if (base == 0 || !in_heap(ctx, source, nbytes)) return nullptr;
+    if (nbytes > CPNET_INLINE_MAX && !in_heap(ctx, dest, nbytes)) return nullptr;
+    return (const uint8_t*)(base + heap_offset(ctx, source));
+}
+
+/** Where at `pe` the signal word `sig_addr` is, for a signal the kernel may
+ *  store itself (SET, in the heap, 8-aligned), or nullptr. */
+__device__ __forceinline__ uint64_t* p2p_signal_target(const cpnet_ctx_t* ctx, const uint64_t* sig_addr,
+                                                       int sig_op, int pe)
+{
+    const uint64_t base = p2p_base(ctx, pe);
+    if (base == 0 || sig_op != CPNET_SIGNAL_SET || !in_heap(ctx, sig_addr, 8) ||
+        (heap_offset(ctx, sig_addr) & 7) != 0)
+        return nullptr;
+    return (uint64_t*)(base + heap_offset(ctx, sig_addr));
+}
+
+/** Copy `n` words of T with every thread of the block, four loads in flight
+ *  per thread before their stores. Plain loads and stores: ordering comes
+ *  from the calls' barriers and fences. */
+template <typename T>
+__device__ __forceinline__ void block_copy_words(T* dst, const T* src, uint64_t n)
+{
+    const uint64_t nt = (uint64_t)blockDim.x * blockDim.y * blockDim.z;
+    uint64_t i = thread_rank();
+    for (; i + 3 * nt < n; i += 4 * nt) {
+        const T a = src[i], b = src[i + nt], c = src[i + 2 * nt], d = src[i + 3 * nt];
+        dst[i] = a;
+        dst[i + nt] = b;
+        dst[i + 2 * nt] = c;
+        dst[i + 3 * nt] = d;
+    }
+    for (; i < n; i += nt) dst[i] = src[i];
+}
+
+/** Copy `nbytes` with every thread of the block, in 16-, 8- or 4-byte
+ *  words as far as both addresses are aligned, the rest in bytes. */
+__device__ __forceinline__ void block_copy(void* dst, const void* src, uint64_t nbytes)
+{
+    uint8_t* d = (uint8_t*)dst;
+    const uint8_t* s = (const uint8_t*)src;
+    const uint64_t a = (uint64_t)d | (uint64_t)s;
+    uint64_t done = 0;
+    if ((a & 15) == 0) {
+        done = nbytes & ~(uint64_t)15;
+        block_copy_words<uint4>((uint4*)d, (const uint4*)s, nbytes / 16);
+    } else if ((a & 7) == 0) {
+        done = nbytes & ~(uint64_t)7;
+        block_copy_words<uint2>((uint2*)d, (const uint2*)s, nbytes / 8);
+    } else if ((a & 3) == 0) {
+        done = nbytes & ~(uint64_t)3;
+        block_copy_words<uint32_t>((uint32_t*)d, (const uint32_t*)s, nbytes / 4);
+    }
+    if (done < nbytes) block_copy_words<uint8_t>(d + done, s + done, nbytes - done);
+}
+
+/**
+ * Start a peer-to-peer access (collective). If a cpnet_fence came after
+ * queued commands (ctx->fence_idx), first wait until they are complete: the
+ * queue cannot order the kernel's own stores, so the fence is kept by
+ * waiting. Ends with a block barrier: every thread's earlier writes (a put
+ * source) are visible to every thread of the block, which copy them.
+ * Returns CPNET_E_OK or the wait's failure (remembered for quiet; the access
+ * is then skipped).
+ */
+__device__ __forceinline__ int p2p_enter(cpnet_ctx_t* ctx)
+{
+    if (ctx->fence_idx == 0) {
+        __syncthreads();
+        return CPNET_E_OK;
+    }
+    return collective(ctx, [&]() -> int {
+        cpnet_cmd_t c = {};
+        c.opcode = CPNET_OP_FENCE;
+        const int e = wait_completed(ctx, ctx->fence_idx, c);
+        ctx->fence_idx = 0;
+        note_error(ctx, e);
+        return e;
+    });
+}
+
+/** End a peer-to-peer call with result `e` (collective): the leader records
+ *  it for cpnet_ctx_last_error, then a block barrier, after which every
+ *  thread's loads of the source are done (the source may be reused) and
+ *  data a get loaded is visible to every thread. */
+__device__ __forceinline__ int p2p_leave(cpnet_ctx_t* ctx, int e)
+{
+    if (is_leader()) ctx->ret = e;
+    __syncthreads();
+    return e;
+}
+
+/** A put on the peer-to-peer path (collective): the block stores the data
+ *  at `remote` itself. Complete when it returns as far as the source goes;
+ *  visible at the target after a fence or quiet (or a signal, which is
+ *  issued after a fence). */
+__device__ __forceinline__ int p2p_put(cpnet_ctx_t* ctx, uint8_t* remote, const void* source, uint64_t nbytes)
+{
+    const int e = p2p_enter(ctx);
+    if (e == CPNET_E_OK) block_copy(remote, source, nbytes);
+    return p2p_leave(ctx, e);
+}
+
+/** A get on the peer-to-peer path (collective): the block loads from
+ *  `remote` into `dest`. Complete (visible to every thread) when it
+ *  returns. */
+__device__ __forceinline__ int p2p_get(cpnet_ctx_t* ctx, void* dest, const uint8_t* remote, uint64_t nbytes)
+{
+    const int e = p2p_enter(ctx);
+    if (e == CPNET_E_OK) block_copy(dest, remote, nbytes);
+    return p2p_leave(ctx, e);
+}
+
+/** A get of `nbytes` (<= 8) on the peer-to-peer path whose value every
+ *  thread receives (collective; cpnet_<T>_g): the leader loads it, the value
+ *  is broadcast through ctx->val. */
+__device__ __forceinline__ uint64_t p2p_get_value(cpnet_ctx_t* ctx, const uint8_t* remote, uint64_t nbytes)
+{
+    const int e = p2p_enter(ctx);
+    if (is_leader()) ctx->val = e == CPNET_E_OK ? read_inline(remote, nbytes) : 0;
+    p2p_leave(ctx, e);
+    return ctx->val;
+}
+
+/**
+ * A put-with-signal whose data goes on the peer-to-peer path (collective):
+ * the block stores the data at `remote`; after a block barrier the leader
+ * makes them visible at system scope with fence.acq_rel.sys and then either
+ * stores the signal itself (`sig_remote`: SET) -- the fence and the store
+ * form a release pattern, paired with the target's relaxed poll and fence in
+ * wait_until_leader -- or queues the signal alone (ADD, so that it stays
+ * atomic with respect to the AMOs the proxy's executor applies), which the
+ * proxy reads after the fence. `blocking` waits for a queued signal.
+ */
+__device__ __forceinline__ int p2p_put_signal(cpnet_ctx_t* ctx, uint8_t* remote, const void* source,
+                                              uint64_t nbytes, uint64_t* sig_remote, const cpnet_cmd_t& sig_cmd,
+                                              bool blocking)
+{
+    int e = p2p_enter(ctx);
+    if (e == CPNET_E_OK && nbytes != 0) block_copy(remote, source, nbytes);
+    __syncthreads();
+    if (is_leader() && e == CPNET_E_OK) {
+        cpnet_fence_acq_rel_sys();
+        if (sig_remote != nullptr)
+            cpnet_st_relaxed_sys_u64(sig_remote, sig_cmd.cond);
+        else if (blocking)
+            e = call_blocking(ctx, sig_cmd, false, nullptr);
+        else
+            call_nbi(ctx, sig_cmd);
+    }
+    if (is_leader()) ctx->ret = e;
+    __syncthreads();
+    return ctx->ret;
+}
+
+/** True when a put-with-signal goes on the peer-to-peer path: `pe` is
+ *  mapped, the data range (if any) passes p2p_put_target's checks, and the
+ *  signal word is in the heap, 8-aligned, with a known sig_op (otherwise the
+ *  queue path reports the error). */
+__device__ __forceinline__ bool p2p_put_signal_ok(const cpnet_ctx_t* ctx, const void* dest, const void* source,
+                                                  uint64_t nbytes, const uint64_t* sig_addr, int sig_op, int pe)
+{
+    if (p2p_base(ctx, pe) == 0) return false;
+    if (sig_op != CPNET_SIGNAL_SET && sig_op != CPNET_SIGNAL_ADD) return false;
+    if (!in_heap(ctx, sig_addr, 8) || (heap_offset(ctx, sig_addr) & 7) != 0) return false;
+    return nbytes == 0 || p2p_put_target(ctx, dest, source, nbytes, pe) != nullptr;
+}
+
+/** cpnet_putmem_signal(_nbi) on the peer-to-peer path, once
+ *  p2p_put_signal_ok said yes. An ADD signal is queued as `c` without its
+ *  data (size 0). */
+__device__ __forceinline__ int p2p_put_signal_call(cpnet_ctx_t* ctx, void* dest, const void* source, uint64_t nbytes,
+                                                   const uint64_t* sig_addr, int sig_op, int pe, cpnet_cmd_t c,
+                                                   bool blocking)
+{
+    uint8_t* remote = nbytes == 0 ? nullptr : p2p_put_target(ctx, dest, source, nbytes, pe);
+    uint64_t* sig_remote = p2p_signal_target(ctx, sig_addr, sig_op, pe);
+    c.size = 0;
+    c.flags &= (uint8_t)~CPNET_F_INLINE;
+    c.src = 0;
+    c.value = 0;
+    return p2p_put_signal(ctx, remote, source, nbytes, sig_remote, c, blocking);
+}
+
 /** Blocking put of nbytes (collective). */
 __device__ __forceinline__ int putmem(cpnet_ctx_t* ctx, void* dest, const void* source,
                                       uint64_t nbytes, int pe)
 {
+    if (nbytes != 0)
+        if (uint8_t* r = p2p_put_target(ctx, dest, source, nbytes, pe)) return p2p_put(ctx, r, source, nbytes);
     return collective(ctx, [&]() -> int {
         if (nbytes == 0) return CPNET_E_OK;
         return call_blocking(ctx, put_cmd(ctx, dest, source, nbytes, pe), false, nullptr);
@@ -213,6 +445,11 @@ __device__ __forceinline__ int putmem(cpnet_ctx_t* ctx, void* dest, const void* 
 __device__ __forceinline__ void putmem_nbi(cpnet_ctx_t* ctx, void* dest, const void* source,
                                            uint64_t nbytes, int pe)
 {
+    if (nbytes != 0)
+        if (uint8_t* r = p2p_put_target(ctx, dest, source, nbytes, pe)) {
+            p2p_put(ctx, r, source, nbytes);
+            return;
+        }
     collective(ctx, [&]() -> int {
         if (nbytes != 0) call_nbi(ctx, put_cmd(ctx, dest, source, nbytes, pe));
         return CPNET_E_OK;
@@ -223,6 +460,8 @@ __device__ __forceinline__ void putmem_nbi(cpnet_ctx_t* ctx, void* dest, const v
 __device__ __forceinline__ int getmem(cpnet_ctx_t* ctx, void* dest, const void* source,
                                       uint64_t nbytes, int pe)
 {
+    if (nbytes != 0)
+        if (const uint8_t* r = p2p_get_source(ctx, dest, source, nbytes, pe)) return p2p_get(ctx, dest, r, nbytes);
     return collective(ctx, [&]() -> int {
         if (nbytes == 0) return CPNET_E_OK;
         if (nbytes <= CPNET_INLINE_MAX) {
@@ -239,6 +478,11 @@ __device__ __forceinline__ int getmem(cpnet_ctx_t* ctx, void* dest, const void* 
 __device__ __forceinline__ void getmem_nbi(cpnet_ctx_t* ctx, void* dest, const void* source,
                                            uint64_t nbytes, int pe)
 {
+    if (nbytes != 0)
+        if (const uint8_t* r = p2p_get_source(ctx, dest, source, nbytes, pe)) {
+            p2p_get(ctx, dest, r, nbytes);
+            return;
+        }
     collective(ctx, [&]() -> int {
         if (nbytes != 0) call_nbi(ctx, get_cmd(ctx, dest, source, nbytes, pe, false));
         return CPNET_E_OK;
@@ -399,6 +643,8 @@ __device__ inline int cpnet_ctx_create(const cpnet_handle_t* h, cpnet_ctx_t* ctx
  */
 __device__ inline int cpnet_ctx_destroy(cpnet_ctx_t* ctx)
 {
+    /* Complete this thread's peer-to-peer stores first (see cpnet_quiet). */
+    if (ctx->peers != nullptr) cpnet_fence_acq_rel_sys();
     return cpnet_detail::collective(ctx, [&]() -> int { return cpnet_detail::destroy(ctx); });
 }
 
@@ -569,6 +815,8 @@ __device__ inline void cpnet_getmem_nbi(cpnet_ctx_t* ctx, void* dest, const void
     }                                                                                               \
     __device__ inline TYPE cpnet_##NAME##_g(cpnet_ctx_t* ctx, const TYPE* source, int pe)           \
     {                                                                                               \
+        if (const uint8_t* r = cpnet_detail::p2p_get_source(ctx, nullptr, source, sizeof(TYPE), pe)) \
+            return cpnet_detail::from_bits<TYPE>(cpnet_detail::p2p_get_value(ctx, r, sizeof(TYPE))); \
         const cpnet_cmd_t c = cpnet_detail::get_cmd(ctx, nullptr, source, sizeof(TYPE), pe, true);  \
         return cpnet_detail::from_bits<TYPE>(cpnet_detail::fetch_blocking(ctx, c));                 \
     }
@@ -595,11 +843,10 @@ __device__ inline int cpnet_putmem_signal(cpnet_ctx_t* ctx, void* dest, const vo
                                           cpnet_size_t nbytes, uint64_t* sig_addr, uint64_t signal,
                                           int sig_op, int pe)
 {
-    return cpnet_detail::collective(ctx, [&]() -> int {
-        return cpnet_detail::call_blocking(
-            ctx, cpnet_detail::put_signal_cmd(ctx, dest, source, (uint64_t)nbytes, sig_addr, signal, sig_op, pe),
-            false, nullptr);
-    });
+    const cpnet_cmd_t c = cpnet_detail::put_signal_cmd(ctx, dest, source, (uint64_t)nbytes, sig_addr, signal, sig_op, pe);
+    if (cpnet_detail::p2p_put_signal_ok(ctx, dest, source, (uint64_t)nbytes, sig_addr, sig_op, pe))
+        return cpnet_detail::p2p_put_signal_call(ctx, dest, source, (uint64_t)nbytes, sig_addr, sig_op, pe, c, true);
+    return cpnet_detail::collective(ctx, [&]() -> int { return cpnet_detail::call_blocking(ctx, c, false, nullptr); });
 }
 
 /**
@@ -612,8 +859,11 @@ __device__ inline void cpnet_putmem_signal_nbi(cpnet_ctx_t* ctx, void* dest, con
                                                cpnet_size_t nbytes, uint64_t* sig_addr,
                                                uint64_t signal, int sig_op, int pe)
 {
-    cpnet_detail::enqueue_nbi(
-        ctx, cpnet_detail::put_signal_cmd(ctx, dest, source, (uint64_t)nbytes, sig_addr, signal, sig_op, pe));
+    const cpnet_cmd_t c = cpnet_detail::put_signal_cmd(ctx, dest, source, (uint64_t)nbytes, sig_addr, signal, sig_op, pe);
+    if (cpnet_detail::p2p_put_signal_ok(ctx, dest, source, (uint64_t)nbytes, sig_addr, sig_op, pe))
+        cpnet_detail::p2p_put_signal_call(ctx, dest, source, (uint64_t)nbytes, sig_addr, sig_op, pe, c, false);
+    else
+        cpnet_detail::enqueue_nbi(ctx, c);
 }
 
 /**
@@ -708,7 +958,19 @@ CPNET_P2P_TYPES(CPNET_DEFINE_P2P)
  */
 __device__ inline int cpnet_quiet(cpnet_ctx_t* ctx)
 {
-    return cpnet_detail::collective(ctx, [&]() -> int { return cpnet_detail::drain(ctx, CPNET_OP_QUIET); });
+    if (ctx->peers == nullptr)
+        return cpnet_detail::collective(ctx, [&]() -> int { return cpnet_detail::drain(ctx, CPNET_OP_QUIET); });
+    /* Peer-to-peer stores: each thread's are complete at system scope after
+     * its own fence (the leader's, after the barrier, would be cumulative
+     * over them by the PTX model; every thread fences so that completion does
+     * not lean on that). Queued commands: drain, when there were any. */
+    cpnet_fence_acq_rel_sys();
+    return cpnet_detail::collective(ctx, [&]() -> int {
+        if (ctx->proxy_used) return cpnet_detail::drain(ctx, CPNET_OP_QUIET);
+        const int pending = ctx->pending_error;
+        ctx->pending_error = CPNET_E_OK;
+        return pending;
+    });
 }
 
 /**
@@ -721,7 +983,23 @@ __device__ inline void cpnet_fence(cpnet_ctx_t* ctx)
 {
     cpnet_cmd_t c = {};
     c.opcode = CPNET_OP_FENCE;
-    cpnet_detail::enqueue_nbi(ctx, c);
+    if (ctx->peers == nullptr) {
+        cpnet_detail::enqueue_nbi(ctx, c);
+        return;
+    }
+    /* Peer-to-peer stores before the fence: the leader's fence.acq_rel.sys
+     * after the entry barrier orders every thread's before the block's later
+     * stores and before a later command's release publish. Queued commands
+     * before it: a FENCE command orders them before later queued ones, and
+     * fence_idx makes the next peer-to-peer access wait for them. */
+    cpnet_detail::collective(ctx, [&]() -> int {
+        cpnet_fence_acq_rel_sys();
+        if (ctx->proxy_used) {
+            cpnet_detail::call_nbi(ctx, c);
+            ctx->fence_idx = ctx->write_idx;
+        }
+        return CPNET_E_OK;
+    });
 }
 
 /**
@@ -740,6 +1018,8 @@ __device__ inline void cpnet_fence(cpnet_ctx_t* ctx)
  */
 __device__ inline int cpnet_barrier_all(cpnet_ctx_t* ctx)
 {
+    /* Complete this thread's peer-to-peer stores first (see cpnet_quiet). */
+    if (ctx->peers != nullptr) cpnet_fence_acq_rel_sys();
     return cpnet_detail::collective(ctx,
                                     [&]() -> int { return cpnet_detail::drain(ctx, CPNET_OP_BARRIER_ALL); });
 }

@@ -92,6 +92,12 @@ typedef struct cpnet_ctx {
     int32_t ret;               /**< broadcast: the last call's CPNET_E_* */
     uint32_t* claims;          /**< handle.claims (GPU-memory claim words), or NULL */
     uint32_t n_queues;         /**< handle.n_queues (index of the status report's claim word) */
+    uint32_t proxy_used;       /**< 1 once a command went into the queue since the last drain:
+                                    quiet then has to ask the proxy; 0: only peer-to-peer stores,
+                                    which a fence completes */
+    const uint64_t* peers;     /**< handle.peers (the peer-to-peer table), or NULL */
+    uint64_t fence_idx;        /**< nonzero: a cpnet_fence came after queued commands; the next
+                                    peer-to-peer store first waits until ctl.completed reaches it */
 } cpnet_ctx_t;
 
 namespace cpnet_detail {
@@ -393,6 +399,7 @@ __device__ __noinline__ inline int call_blocking(cpnet_ctx_t* ctx, cpnet_cmd_t c
 {
     uint64_t seq = 0;
     c.flags |= CPNET_F_BLOCKING;
+    ctx->proxy_used = 1;
     int e = submit(ctx, c, &seq);
     uint64_t reply = 0;
     if (e == CPNET_E_OK) e = wait_reply(ctx, seq, c, &reply);
@@ -419,6 +426,7 @@ __device__ __noinline__ inline int call_blocking(cpnet_ctx_t* ctx, cpnet_cmd_t c
 __device__ __forceinline__ void call_nbi(cpnet_ctx_t* ctx, const cpnet_cmd_t& c)
 {
     uint64_t seq = 0;
+    ctx->proxy_used = 1;
     note_error(ctx, submit(ctx, c, &seq));
 }
 
@@ -438,6 +446,10 @@ __device__ __noinline__ inline int drain(cpnet_ctx_t* ctx, uint8_t opcode)
     int e = submit(ctx, c, &seq);
     /* completed >= write_idx == seq + 1: every command of this queue is done. */
     if (e == CPNET_E_OK) e = wait_completed(ctx, ctx->write_idx, c);
+    if (e == CPNET_E_OK) {
+        ctx->proxy_used = 0;
+        ctx->fence_idx = 0;
+    }
     const int pending = ctx->pending_error;
     ctx->pending_error = CPNET_E_OK;
     if (e != CPNET_E_OK) return e;
@@ -480,6 +492,9 @@ __device__ __noinline__ inline int create(const cpnet_handle_t* h, cpnet_ctx_t* 
     ctx->pending_error = CPNET_E_OK;
     ctx->claims = (uint32_t*)h->claims;
     ctx->n_queues = h->n_queues;
+    ctx->proxy_used = 0;
+    ctx->peers = (const uint64_t*)h->peers;
+    ctx->fence_idx = 0;
 
     if (h->queues == 0 || (h->queues & (CPNET_SLOT_BYTES - 1)) != 0 || h->n_queues == 0)
         return CPNET_E_BAD_ADDR;

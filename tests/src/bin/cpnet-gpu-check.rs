@@ -527,6 +527,8 @@ fn order(pe: &GpuPe, wgs: u32, threads: u32, rounds: u32, msgs: u32) -> Result<(
             ("flag from the left", at(left, 1), u64::from(rounds)),
             ("acks from the right", at(right, 2), u64::from(rounds)),
             ("pipeline acks from the right", at(right, 3), u64::from(msgs)),
+            ("AMO counter from the left", at(left, 4), u64::from(rounds)),
+            ("AMO acks from the right", at(right, 6), u64::from(rounds)),
         ];
         for (what, got, want) in finals {
             if got != want {
