@@ -72,6 +72,44 @@ template <> __device__ __forceinline__ int ar_add<int>(int a, int b)
     return (int)((unsigned)a + (unsigned)b);
 }
 
+/** out[i] = staged[i] (+ other[i] when `add`) for i < len, by the whole
+ *  block: 16-byte words when all three addresses allow, then the rest by
+ *  element. The staged piece bypasses L1 (__ldcg): the sender rewrites the
+ *  slot every K messages. The sum is ar_add(staged, other), as the CPU
+ *  variant computes it. */
+template <typename T>
+__device__ __forceinline__ void ar_receive(T* out, const T* staged, const T* other, app_u64 len, bool add)
+{
+    constexpr unsigned V = 16 / sizeof(T);
+    union vec {
+        uint4 v;
+        T t[V];
+    };
+    app_u64 done = 0;
+    if ((((app_u64)out | (app_u64)staged | (app_u64)other) & 15) == 0) {
+        const app_u64 nv = len / V;
+        const uint4* sv = (const uint4*)staged;
+        const uint4* ov = (const uint4*)other;
+        uint4* dv = (uint4*)out;
+        for (app_u64 i = threadIdx.x; i < nv; i += blockDim.x) {
+            vec x;
+            x.v = __ldcg(sv + i);
+            if (add) {
+                vec y;
+                y.v = ov[i];
+#pragma unroll
+                for (unsigned k = 0; k < V; ++k) x.t[k] = ar_add<T>(x.t[k], y.t[k]);
+            }
+            dv[i] = x.v;
+        }
+        done = nv * V;
+    }
+    for (app_u64 i = done + threadIdx.x; i < len; i += blockDim.x) {
+        const T x = __ldcg(staged + i);
+        out[i] = add ? ar_add<T>(x, other[i]) : x;
+    }
+}
+
 enum { AR_ACT_IDLE = 0, AR_ACT_SEND = 1, AR_ACT_RECV = 2, AR_ACT_DONE = 3, AR_ACT_STOP = 4 };
 
 /** What the block does next (written by the leader, read by all). */
@@ -284,20 +322,10 @@ __device__ __noinline__ int ar_ring(const cpnet_handle_t* h, cpnet_ctx_t* ctx, c
                                     (uint64_t*)(p.sigs + ring * p.sig_stride + 8 * act.slot), act.g + 1,
                                     CPNET_SIGNAL_SET, (int)p.next);
         } else if (kind == AR_ACT_RECV) {
-            /* The staged piece bypasses L1 (__ldcg): the proxy rewrites the
-             * slot every K messages. */
             const T* staged = (const T*)(p.staging + (ring * p.slots + act.slot) * p.chunk);
             T* out = (T*)p.output + act.first;
             const T* in = (const T*)p.input + act.first;
-            const app_u64 len = act.len;
-            if (act.reduce) {
-                if (p.in_place)
-                    for (app_u64 i = threadIdx.x; i < len; i += blockDim.x) out[i] = ar_add<T>(__ldcg(staged + i), out[i]);
-                else
-                    for (app_u64 i = threadIdx.x; i < len; i += blockDim.x) out[i] = ar_add<T>(__ldcg(staged + i), in[i]);
-            } else {
-                for (app_u64 i = threadIdx.x; i < len; i += blockDim.x) out[i] = __ldcg(staged + i);
-            }
+            ar_receive<T>(out, staged, p.in_place ? out : in, act.len, act.reduce != 0);
             /* Collective: its entry barrier orders every thread's reads of the
              * slot (and writes of the output) before the acknowledgement.
              * Messages of a ring are consumed in order, so the count after

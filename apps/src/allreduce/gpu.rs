@@ -46,7 +46,7 @@ use crate::cli::{Variant, init_gpu_pe};
 use crate::gpu::{check_launch, kernel_source, max_coresident, new_ctl};
 
 /// Threads per ring block.
-pub const THREADS: u32 = 256;
+pub const THREADS: u32 = 512;
 
 /// An idle ring issues a blocking no-op this often (ns), as the CPU
 /// variant's probe: polling heap words cannot see the job fail.
