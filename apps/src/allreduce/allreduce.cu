@@ -202,7 +202,10 @@ __device__ __noinline__ void ar_decide_leader(const cpnet_handle_t* h, const ar_
         const app_u64 g = st->base_r + st->nr;
         const app_u64 slot = g % K;
         const uint64_t* sig = (const uint64_t*)(p.sigs + ring * p.sig_stride + 8 * slot);
-        if (cpnet_ld_relaxed_sys_u64(sig) >= g + 1) {
+        /* Acquire: pairs with the sender's release of the signal (its
+         * st.release.sys, or the proxy's after the copy): the piece is
+         * visible once the signal is. */
+        if (cpnet_ld_acquire_sys_u64(sig) >= g + 1) {
             const app_u64 blk = ar_plan_step(pl, st->rs, 1);
             const app_u64 idx = ar_plan_block(pl, blk, 2) + st->rj;
             bool can = true;
@@ -211,8 +214,6 @@ __device__ __noinline__ void ar_decide_leader(const cpnet_handle_t* h, const ar_
                 can = out_sent[idx] <= st->acked;
             }
             if (can) {
-                /* Acquire: the piece was delivered before its signal. */
-                cpnet_fence_acq_rel_sys();
                 const app_u64 first = ar_plan_block(pl, blk, 0) + st->rj * p.piece;
                 const app_u64 rest = ar_plan_block(pl, blk, 1) - st->rj * p.piece;
                 a->kind = AR_ACT_RECV;

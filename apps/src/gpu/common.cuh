@@ -113,20 +113,17 @@ struct app_spin {
     __device__ __forceinline__ app_u64 elapsed() const { return cpnet_globaltimer_ns() - start; }
 };
 
-/** Leader only: poll the heap word `word` (written by the proxy: relaxed
- *  loads at system scope) until it is >= `value`, then a system-scope
- *  acq_rel fence, so data delivered before the word (put-with-signal) is
- *  visible. Returns 0, -1 (another block failed) or the recorded failure. */
+/** Leader only: poll the heap word `word` (written by the proxy or a peer
+ *  kernel) with system-scope acquire loads until it is >= `value`, so data
+ *  delivered before the word (put-with-signal) is visible. Returns 0, -1
+ *  (another block failed) or the recorded failure. */
 __device__ __noinline__ int app_wait_ge_leader(const cpnet_handle_t* h, app_u64* ctl, const app_u64* word,
                                                app_u64 value, app_u64 op, app_u64 iter)
 {
     app_spin sp;
     for (;;) {
-        const app_u64 v = cpnet_ld_relaxed_sys_u64((const uint64_t*)word);
-        if (v >= value) {
-            cpnet_fence_acq_rel_sys();
-            return 0;
-        }
+        const app_u64 v = cpnet_ld_acquire_sys_u64((const uint64_t*)word);
+        if (v >= value) return 0;
         const int e = sp.pause(h, ctl);
         if (e != 0) {
             if (e > 0)

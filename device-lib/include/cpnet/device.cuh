@@ -372,12 +372,12 @@ __device__ __forceinline__ uint64_t p2p_get_value(cpnet_ctx_t* ctx, const uint8_
 /**
  * A put-with-signal whose data goes on the peer-to-peer path (collective):
  * the block stores the data at `remote`; after a block barrier the leader
- * makes them visible at system scope with fence.acq_rel.sys and then either
- * stores the signal itself (`sig_remote`: SET) -- the fence and the store
- * form a release pattern, paired with the target's relaxed poll and fence in
- * wait_until_leader -- or queues the signal alone (ADD, so that it stays
- * atomic with respect to the AMOs the proxy's executor applies), which the
- * proxy reads after the fence. `blocking` waits for a queued signal.
+ * either stores the signal itself with st.release.sys (`sig_remote`: SET;
+ * the release is cumulative over the block's stores, and pairs with the
+ * target's acquire load in wait_until_leader), or (ADD, so that it stays
+ * atomic with respect to the AMOs the proxy's executor applies) makes the
+ * data visible at system scope with fence.acq_rel.sys and queues the signal
+ * alone. `blocking` waits for a queued signal.
  */
 __device__ __forceinline__ int p2p_put_signal(cpnet_ctx_t* ctx, uint8_t* remote, const void* source,
                                               uint64_t nbytes, uint64_t* sig_remote, const cpnet_cmd_t& sig_cmd,
@@ -387,13 +387,20 @@ __device__ __forceinline__ int p2p_put_signal(cpnet_ctx_t* ctx, uint8_t* remote,
     if (e == CPNET_E_OK && nbytes != 0) block_copy(remote, source, nbytes);
     __syncthreads();
     if (is_leader() && e == CPNET_E_OK) {
-        cpnet_fence_acq_rel_sys();
-        if (sig_remote != nullptr)
-            cpnet_st_relaxed_sys_u64(sig_remote, sig_cmd.cond);
-        else if (blocking)
-            e = call_blocking(ctx, sig_cmd, false, nullptr);
-        else
-            call_nbi(ctx, sig_cmd);
+        if (sig_remote != nullptr) {
+            /* Release, cumulative over the block's stores ordered before it
+             * by the barrier above; pairs with the target's acquire load in
+             * wait_until_leader. */
+            cpnet_st_release_sys_u64(sig_remote, sig_cmd.cond);
+        } else {
+            /* The data at system scope before the proxy (and the target's
+             * executor, through copy engines) acts on the queued signal. */
+            cpnet_fence_acq_rel_sys();
+            if (blocking)
+                e = call_blocking(ctx, sig_cmd, false, nullptr);
+            else
+                call_nbi(ctx, sig_cmd);
+        }
     }
     if (is_leader()) ctx->ret = e;
     __syncthreads();
@@ -511,15 +518,19 @@ __device__ __forceinline__ void enqueue_nbi(cpnet_ctx_t* ctx, const cpnet_cmd_t&
     });
 }
 
-/** Relaxed system-scope load of a 4- or 8-byte T. */
+/** Acquire system-scope load of a 4- or 8-byte T: pairs with the release
+ *  (or fence + store) that wrote the word, so what was written before it is
+ *  visible after the load. ld.acquire, not "relaxed load + fence.acq_rel":
+ *  a fence.acq_rel.sys is a full system-scope barrier (it waits for this
+ *  SM's outstanding stores), an acquire load only orders what follows. */
 template <typename T>
-__device__ __forceinline__ T load_relaxed(const T* p)
+__device__ __forceinline__ T load_acquire(const T* p)
 {
     static_assert(sizeof(T) == 4 || sizeof(T) == 8, "cpnet: waits are on 32- or 64-bit words");
     if constexpr (sizeof(T) == 8)
-        return from_bits<T>(cpnet_ld_relaxed_sys_u64((const uint64_t*)p));
+        return from_bits<T>(cpnet_ld_acquire_sys_u64((const uint64_t*)p));
     else
-        return from_bits<T>((uint64_t)cpnet_ld_relaxed_sys_u32((const uint32_t*)p));
+        return from_bits<T>((uint64_t)cpnet_ld_acquire_sys_u32((const uint32_t*)p));
 }
 
 /** `v cmp c` for a CPNET_CMP_* (false for an unknown one). */
@@ -540,12 +551,11 @@ __device__ __forceinline__ bool compare(T v, int cmp, T c)
 /**
  * Poll the local word `ivar` until `*ivar cmp cmp_value` (leader only). The
  * word is written by the proxy (an incoming put/signal/AMO applied to this
- * PE's heap) and polled with relaxed system-scope loads; once the condition
- * holds, one fence.acq_rel.sys turns the observing load into an acquire, so
- * data the proxy delivered before the word (put-with-signal: "the signal is
- * visible only after the data", cmd.h CPNET_OP_PUT_SIGNAL) is visible after
- * the call. `*seen` gets the last value read. Fails with CPNET_E_BAD_OP for
- * an unknown cmp, the abort code, or CPNET_E_TIMEOUT (reported with dev_pe =
+ * PE's heap, or a peer kernel's peer-to-peer store) and polled with
+ * acquire system-scope loads, so data delivered before the word
+ * (put-with-signal: "the signal is visible only after the data", cmd.h
+ * CPNET_OP_PUT_SIGNAL) is visible after the call. `*seen` gets the last
+ * value read. Fails with CPNET_E_BAD_OP for an unknown cmp, the abort code, or CPNET_E_TIMEOUT (reported with dev_pe =
  * my_pe, dev_addr = the heap offset of ivar, dev_expected = cmp_value,
  * dev_found = the last value, dev_cmp = cmp; values zero-extended).
  */
@@ -556,12 +566,11 @@ __device__ __forceinline__ int wait_until_leader(cpnet_ctx_t* ctx, const T* ivar
     if (cmp < 0 || cmp >= CPNET_CMP_COUNT) return CPNET_E_BAD_OP;
     spin sp;
     for (;;) {
-        const T v = load_relaxed<T>(ivar);
+        /* Acquire: pairs with the writer's release (the proxy's store after
+         * its copies, or a peer kernel's st.release.sys of a signal). */
+        const T v = load_acquire<T>(ivar);
         *seen = v;
-        if (compare<T>(v, cmp, cmp_value)) {
-            cpnet_fence_acq_rel_sys();
-            return CPNET_E_OK;
-        }
+        if (compare<T>(v, cmp, cmp_value)) return CPNET_E_OK;
         const int e = sp.pause(ctx);
         if (e != CPNET_E_OK) {
             if (e == CPNET_E_TIMEOUT)
@@ -593,8 +602,7 @@ __device__ __forceinline__ int test(cpnet_ctx_t* ctx, const T* ivar, int cmp, T 
             ctx->val = 0;
             return CPNET_E_BAD_OP;
         }
-        const bool hit = compare<T>(load_relaxed<T>(ivar), cmp, cmp_value);
-        if (hit) cpnet_fence_acq_rel_sys(); /* acquire pattern, as in wait_until_leader */
+        const bool hit = compare<T>(load_acquire<T>(ivar), cmp, cmp_value); /* as in wait_until_leader */
         ctx->val = hit ? 1 : 0;
         return CPNET_E_OK;
     });
@@ -887,7 +895,7 @@ __device__ inline uint64_t cpnet_signal_fetch(cpnet_ctx_t* ctx, const uint64_t* 
  * it. OpenSHMEM 1.5 §9.10 (shmem_signal_wait_until).
  *
  * Collective over the work-group; no command is sent (the word is polled in
- * local memory, relaxed, with one acquire fence at the end). On failure --
+ * local memory with acquire loads). On failure --
  * CPNET_E_BAD_OP for an unknown cmp, the abort code, CPNET_E_TIMEOUT after
  * handle.wait_timeout_ns (reported in the status block) -- returns the last
  * value seen, and cpnet_ctx_last_error() gives the code.
