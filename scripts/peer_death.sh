@@ -49,7 +49,7 @@ case $mode in
     app=${3:-both}
     export CPNET_HEAP_SIZE=${CPNET_HEAP_SIZE:-1G}
     if [ "$app" != jacobi ]; then
-      campaign shm "$n" 6 "$B/allreduce" -variant intra-kernel -b 8 -e 64M -f 4 -iters 200 -wgs 16
+      campaign shm "$n" 6 "$B/allreduce" -variant intra-kernel -b 8 -e 64M -f 4 -iters 5000 -wgs 16
     fi
     if [ "$app" != allreduce ]; then
       campaign shm "$n" 6 "$B/jacobi" -variant intra-kernel -nx 8192 -ny 8192 -niter 1000000 -skip_single

@@ -58,9 +58,11 @@ pub struct Outcome {
     /// Every check that failed (empty: the trial passed).
     pub failures: Vec<String>,
     /// The job had finished before the kill: the trial does not count.
-    /// Also set when every other PE exited with status 0: they passed the
-    /// collective finalize, which needs the victim's part, so the victim
-    /// was killed after its last communication (in its teardown).
+    /// Also set when the launcher exited with status 0 (the victim had
+    /// exited by itself, unreaped, when the signal came), and when every
+    /// other PE exited with status 0: they passed the collective finalize,
+    /// which needs the victim's part, so the victim was killed after its
+    /// last communication (in its teardown).
     pub missed: bool,
     /// Everything the job printed (stdout, then stderr).
     pub output: String,
@@ -150,15 +152,19 @@ pub fn run_trial(t: &Trial, victim: u32, kill_after: Duration, lim: Limits) -> R
             unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
         }
     }
+    // A late kill: the launcher succeeded, so every PE, the victim
+    // included, exited with status 0 -- the victim had exited (a zombie
+    // not yet reaped) when the signal was sent; a PE killed by SIGKILL
+    // makes the launcher fail. Or every other PE exited 0: they passed the
+    // collective finalize with the victim.
     if outcome.failures.is_empty()
-        && let Some(st) = statuses(&outcome.output)
-        && (0..t.pes).filter(|&pe| pe != victim).all(|pe| st.get(&pe).is_some_and(|w| *w == "exited with status 0"))
+        && (status.success()
+            || statuses(&outcome.output).is_some_and(|st| {
+                (0..t.pes).filter(|&pe| pe != victim).all(|pe| st.get(&pe).is_some_and(|w| *w == "exited with status 0"))
+            }))
     {
         outcome.missed = true;
         return Ok(outcome);
-    }
-    if status.success() {
-        outcome.failures.push("cpnet-run exited with status 0".into());
     }
     if outcome.ended_after > lim.end_within.as_secs_f64() {
         outcome.failures.push(format!("the job took {:.1} s to end after the kill (limit {:?})", outcome.ended_after, lim.end_within));
