@@ -819,7 +819,8 @@ pub const BARRIER_BYTES: u64 = 256;
 
 /// `barrier`: one block per PE; every round it puts a word, a block of
 /// bytes and an atomic add to every PE, calls `cpnet_barrier_all`, and
-/// checks everything from every PE; a second barrier ends the round.
+/// checks everything from every PE, and its own word at every PE through
+/// `cpnet_ptr`; a second barrier ends the round.
 pub const BARRIER: &str = r#"
 #define BB 256ull
 /* slots[s]: from PE s (r * 1000 + s); data + s * BB: from PE s (pattern (s, 0, r)); ctr: n per round. */
@@ -841,6 +842,16 @@ extern "C" __global__ void barrier(cpnet_handle_t h, u64* slots, u64* ctr, u8* d
             EXPECT_DATA(data + (u64)s * BB, BB, s, 0, r, ((u64)r << 8) | s);
         }
         EXPECT_WORD(ctr, (u64)r * n, r);
+        /* cpnet_ptr (shmem_ptr): every PE of this one-host job is reachable
+         * when the handle has a peer-to-peer table (CPNET_GPU_P2P=1 and
+         * CPNET_GPU_IPC=1), none without one; our word at PE t reads back. */
+        for (int t = 0; t < n; ++t) {
+            const volatile u64* pt = (const volatile u64*)cpnet_ptr(&ctx, slots + me, t);
+            EXPECT_EQ(pt != nullptr, h.peers != 0, ((u64)r << 8) | t);
+            if (pt != nullptr) EXPECT_EQ(*pt, (u64)r * 1000 + me, ((u64)r << 8) | t);
+        }
+        EXPECT_EQ(cpnet_ptr(&ctx, slots, n) == nullptr, 1, r);
+        EXPECT_EQ(cpnet_ptr(&ctx, (const void*)(h.heap_base + h.heap_size), me) == nullptr, 1, r);
         EXPECT_EQ(cpnet_barrier_all(&ctx), CPNET_E_OK, r); /* nobody writes round r + 1 before all checked r */
     }
     END();

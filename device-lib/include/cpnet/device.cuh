@@ -670,6 +670,25 @@ __device__ inline int cpnet_my_pe(const cpnet_ctx_t* ctx) { return ctx->my_pe; }
 __device__ inline int cpnet_n_pes(const cpnet_ctx_t* ctx) { return ctx->n_pes; }
 
 /**
+ * The address at which this kernel can load and store the symmetric object
+ * `dest` of PE `pe` directly, or NULL. OpenSHMEM 1.5 §9.2.8 (shmem_ptr). Not
+ * NULL for this PE and for the PEs of this host whose heap is mapped (the
+ * handle's peer-to-peer table, CPNET_GPU_P2P=1 and CPNET_GPU_IPC=1); NULL for
+ * a PE of another host, a `pe` out of range, `dest` outside the heap, no
+ * table, or a context without a queue. Loads and stores through the pointer
+ * are the kernel's own: order them with the CUDA memory model (e.g. a
+ * st.release.sys of a flag after the data; the target reads the flag with
+ * cpnet_<T>_wait_until, which acquires). Not collective: any thread, any
+ * time after cpnet_ctx_create.
+ */
+__device__ inline void* cpnet_ptr(const cpnet_ctx_t* ctx, const void* dest, int pe)
+{
+    const uint64_t base = cpnet_detail::p2p_base(ctx, pe);
+    if (base == 0 || !cpnet_detail::in_heap(ctx, dest, 1)) return nullptr;
+    return (void*)(base + cpnet_detail::heap_offset(ctx, dest));
+}
+
+/**
  * The abort code the host has set for this PE (CPNET_E_OK: none), for a
  * kernel's own waits (a grid barrier, a flag in its own memory), so that
  * they end with the job like cpnet's waits do. Reads the abort mirror in GPU
