@@ -8,6 +8,8 @@
 //! - [`local`]: execution of operations that target this PE's host heap;
 //! - [`service`]: the service loop, the [`service::Transport`] trait and the
 //!   loopback transport;
+//! - [`mirror`]: how a service serves queues in GPU memory through copies
+//!   to host shadows (`CPNET_QUEUE_MEM=device`, the paper's Fig. 4a);
 //! - [`fabric`]: a safe layer over libfabric (`cpnet-fabric-sys`);
 //! - [`transport`]: the libfabric transport (RMA, atomics, ordering, barrier);
 //! - [`staged`]: the transport for GPU heaps over providers without CUDA
@@ -18,6 +20,7 @@ pub mod cuda;
 pub mod decode;
 pub mod fabric;
 pub mod local;
+pub mod mirror;
 pub mod service;
 pub mod staged;
 pub mod transport;

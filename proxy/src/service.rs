@@ -9,12 +9,18 @@
 //! queue is taken until every earlier one is complete. That is stronger than
 //! OpenSHMEM's fence (per-PE ordering) and makes put-then-fence-then-put hold
 //! on providers without write-after-write ordering (rxm with atomics).
+//!
+//! Queues in GPU memory (`CPNET_QUEUE_MEM=device`) are served the same way
+//! on host shadows, with a [`QueueMirror`] copying around each pass
+//! ([`Service::with_mirror`]; the protocol is in [`crate::mirror`]). Without
+//! a mirror nothing of it runs.
 
 use cpnet_device::layout::{Cmd, ErrorCode};
 use cpnet_device::ring::{Consumer, Outcome, QueueMem};
 use cpnet_device::sync::Spin;
 
 use crate::decode::{Limits, Op, decode};
+use crate::mirror::{MirrorError, QueueMirror};
 
 /// Passes between two refreshes of the list of queues a service polls
 /// (claimed ones, and any with work in flight): a newly claimed queue waits
@@ -130,6 +136,9 @@ pub enum Phase {
     Submit,
     /// Inside [`Transport::barrier`] for the queue in [`Step`].
     Barrier,
+    /// Inside a copy or wait of the [`QueueMirror`] (queues in GPU memory),
+    /// or stopped there for good after one failed (logged).
+    Mirror,
     /// Out of its loop (stopped or draining is over).
     Stopped,
 }
@@ -172,6 +181,7 @@ impl Heartbeat {
             2 => Phase::Submit,
             3 => Phase::Barrier,
             4 => Phase::Stopped,
+            5 => Phase::Mirror,
             _ => Phase::Polling,
         };
         let probe = Cmd { opcode: (w >> 32) as u8, subop: (w >> 40) as u8, ..Cmd::nop() };
@@ -193,6 +203,7 @@ impl Heartbeat {
             Phase::Submit => 2,
             Phase::Barrier => 3,
             Phase::Stopped => 4,
+            Phase::Mirror => 5,
         };
         self.step.store(code | ((queue as u64 & 0xff_ffff) << 8), std::sync::atomic::Ordering::Relaxed);
     }
@@ -252,6 +263,11 @@ pub struct Service<T: Transport> {
     /// Commands taken over the service's life.
     taken: u64,
     stall: Option<InjectedStall>,
+    /// The queues live in GPU memory and `queues` are their host shadows;
+    /// `None` for queues the service reads directly (nothing extra runs).
+    mirror: Option<QueueMirror>,
+    /// The mirror failed: the service takes and completes nothing more.
+    broken: Option<MirrorError>,
 }
 
 impl<T: Transport> Service<T> {
@@ -274,7 +290,70 @@ impl<T: Transport> Service<T> {
             passes: 0,
             taken: 0,
             stall: None,
+            mirror: None,
+            broken: None,
         }
+    }
+
+    /// A service over queues in GPU memory: its consumers work on the
+    /// mirror's host shadows, and each pass copies slots in and control
+    /// blocks out around the polling ([`crate::mirror`]). If a copy fails
+    /// the error is logged and the service stops taking and completing
+    /// commands and stops counting passes, with [`Phase::Mirror`] in its
+    /// heartbeat, so the PE's watchdog reports it (and the work-groups' waits
+    /// time out, `CPNET_WAIT_TIMEOUT`).
+    pub fn with_mirror(mirror: QueueMirror, transport: T, limits: Limits, my_pe: i32) -> Service<T> {
+        let mut s = Service::new(mirror.shadows(), transport, limits, my_pe);
+        s.mirror = Some(mirror);
+        s
+    }
+
+    /// The mirror, for a service over queues in GPU memory.
+    pub fn mirror(&self) -> Option<&QueueMirror> {
+        self.mirror.as_ref()
+    }
+
+    /// Why the mirror stopped this service, if it did.
+    pub fn mirror_failure(&self) -> Option<&MirrorError> {
+        self.broken.as_ref()
+    }
+
+    /// Run one mirror step over `queues` (the active list when `None`),
+    /// under [`Phase::Mirror`]; a failure breaks the service (logged once).
+    /// False if the service is (now) broken.
+    fn mirror_step(
+        &mut self,
+        queues: Option<&[usize]>,
+        step: impl FnOnce(&mut QueueMirror, &[usize]) -> Result<(), MirrorError>,
+    ) -> bool {
+        let Some(m) = self.mirror.as_mut() else { return true };
+        if self.broken.is_some() {
+            return false;
+        }
+        self.heartbeat.set_phase(Phase::Mirror, 0);
+        let r = step(m, queues.unwrap_or(&self.active));
+        match r {
+            Ok(()) => {
+                self.heartbeat.set_phase(Phase::Polling, 0);
+                true
+            }
+            Err(e) => {
+                tracing::error!(
+                    "PE {}: {e}; this proxy thread takes and completes no more commands (its queues are in GPU memory, CPNET_QUEUE_MEM=device)",
+                    self.my_pe
+                );
+                self.broken = Some(e);
+                false
+            }
+        }
+    }
+
+    /// The work-group that owns queue `qi`, for an error report; with a
+    /// mirror its producer block is pulled first (a claim since the last
+    /// refresh may have changed it).
+    fn owner(&mut self, qi: usize) -> u32 {
+        self.mirror_step(Some(&[qi]), QueueMirror::pull_producers);
+        self.queues[qi].consumer.mem().owner()
     }
 
     /// The heartbeat this service publishes its progress in (shared with a
@@ -323,10 +402,9 @@ impl<T: Transport> Service<T> {
 
     fn reject(&mut self, qi: usize, seq: u64, cmd: &Cmd, code: ErrorCode) {
         let (op, addr) = (cmd.op_name(), cmd.target_addr());
-        let q = &mut self.queues[qi];
         let e = CommandError {
             my_pe: self.my_pe,
-            wg: q.consumer.mem().owner(),
+            wg: self.owner(qi),
             queue: qi as u32,
             seq,
             op,
@@ -340,10 +418,9 @@ impl<T: Transport> Service<T> {
     }
 
     fn record_failure(&mut self, tag: Tag, op: &Op, code: ErrorCode) {
-        let q = &self.queues[tag.queue as usize];
         let e = CommandError {
             my_pe: self.my_pe,
-            wg: q.consumer.mem().owner(),
+            wg: self.owner(tag.queue as usize),
             queue: tag.queue,
             seq: tag.seq,
             op: op.name(),
@@ -389,8 +466,15 @@ impl<T: Transport> Service<T> {
     }
 
     /// One pass over every queue and the transport; the number of commands
-    /// taken or completed (0: idle).
+    /// taken or completed (0: idle). With a mirror, the pass pulls the
+    /// active queues' slots first and pushes their changed control blocks
+    /// last ([`crate::mirror`]); once the mirror has failed it only sleeps
+    /// 1 ms and returns 0 (the pass counter stands still).
     pub fn poll_once(&mut self) -> usize {
+        if self.broken.is_some() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            return 0;
+        }
         let mut work = 0;
         let pass = self.passes;
         self.passes += 1;
@@ -408,19 +492,40 @@ impl<T: Transport> Service<T> {
         if pass.is_multiple_of(u64::from(ACTIVE_REFRESH_PASSES)) {
             self.refresh_active();
         }
+        if !self.mirror_step(None, QueueMirror::pull_slots) {
+            return work;
+        }
         for k in 0..self.active.len() {
             work += self.poll_queue(self.active[k]);
         }
+        // Completions of this pass (transport, rejects, no-ops, barriers)
+        // and takes all concern active queues: push theirs.
+        self.mirror_step(None, QueueMirror::push_ctl);
         work
     }
 
     fn refresh_active(&mut self) {
+        if self.mirror.is_some() {
+            let all: Vec<usize> = (0..self.queues.len()).collect();
+            // `in_use` below is the shadow's: pull the producer blocks.
+            self.mirror_step(Some(&all), QueueMirror::pull_producers);
+        }
         self.active.clear();
         for (qi, q) in self.queues.iter().enumerate() {
-            if q.consumer.mem().in_use() || q.consumer.outstanding() > 0 || q.drain.is_some() || q.retry.is_some() {
+            if q.consumer.mem().in_use()
+                || q.consumer.outstanding() > 0
+                || q.drain.is_some()
+                || q.retry.is_some()
+                || self.mirror.as_ref().is_some_and(|m| m.unpushed(qi))
+            {
                 self.active.push(qi);
             }
         }
+    }
+
+    /// Complete the mirror's last pushes (the service is leaving its loop).
+    fn flush_mirror(&mut self) {
+        self.mirror_step(Some(&[]), |m, _| m.flush());
     }
 
     fn poll_queue(&mut self, qi: usize) -> usize {
@@ -516,6 +621,7 @@ impl<T: Transport> Service<T> {
                 }
             }
         }
+        self.flush_mirror();
         self.heartbeat.set_phase(Phase::Stopped, 0);
     }
 
@@ -527,6 +633,7 @@ impl<T: Transport> Service<T> {
                 spin.step();
             }
         }
+        self.flush_mirror();
         self.heartbeat.set_phase(Phase::Stopped, 0);
     }
 }

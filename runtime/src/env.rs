@@ -54,6 +54,7 @@
 //! | `CPNET_PROXY_THREADS` | proxy service threads per PE | count, `1..=64` | `1` for CPU PEs, `4` for GPU PEs (each GPU operation costs a thread several µs of CUDA driver calls; 8 rings of an allreduce step took 190 µs on 1 thread and 64 µs on 8, docs/results.md) |
 //! | `CPNET_QUEUES` | command queues (work-group contexts) per PE | count, >= 1 | `64` |
 //! | `CPNET_QUEUE_DEPTH` | slots per queue | power of two, `2..=65536` | `64` |
+//! | `CPNET_QUEUE_MEM` | GPU PEs: where the command queues live. `host`: pinned host memory mapped into the GPU; the kernel's stores reach the proxy, and the proxy's reach the kernel, with no copy. `device`: GPU memory (the ComP-Net paper's Fig. 4a comparison); each proxy thread reaches its queues through copies to host shadows (`cpnet_proxy::mirror`): per polling pass one device-to-host copy of each active queue's slots (depth x 64 bytes) and one synchronize, a second copy and synchronize for newly published slots (a copy may read a slot torn), and up to three host-to-device copies of each changed control block. So every command's round trip costs at least three copies and two synchronizes where `host` costs none: expect several times the latency and a lower command rate per proxy thread. The status block and the claim words stay where they are. CPU PEs ignore it (their queues are host memory) | `host` or `device` | `host` |
 //! | `CPNET_WAIT_TIMEOUT` | how long any device-side or work-group wait (`wait_until`, `signal_wait_until`, quiet, a blocking call, a full ring) may take before it reports what it waits for; `0` or `none` waits forever (host collectives: `CPNET_COLLECTIVE_TIMEOUT`) | seconds (decimal) | `60` |
 //! | `CPNET_COLLECTIVE_TIMEOUT` | how long a host collective (`barrier_all`, `shmalloc`, `shfree`, the rendezvous's allgathers, finalize) may wait for the other PEs before the job fails with a report naming the PEs that had not arrived; `0` or `none` waits forever. Longer than `CPNET_WAIT_TIMEOUT` because PEs legitimately spend long apart between host collectives (one PE computing a reference, writing a checkpoint); the same 10 minutes as PyTorch's NCCL process groups (pytorch/pytorch#110947). Init's collectives and finalize's last one wait at least `CPNET_CONNECT_TIMEOUT` | seconds (decimal) | `600` |
 //! | `CPNET_PROXY_STALL_TIMEOUT` | the watchdog: a proxy thread whose polling loop has not moved for this long (stuck inside a libfabric or CUDA call, say) is reported, with the queues, PEs and operations it had pending, and the PE is aborted (its waits return `ABORTED`, the process exits with status 1 after `CPNET_ABORT_GRACE`); `0` or `none` turns the watchdog off | seconds (decimal) | `10` |
@@ -100,6 +101,8 @@ pub const PROXY_THREADS: &str = "CPNET_PROXY_THREADS";
 pub const QUEUES: &str = "CPNET_QUEUES";
 /// `CPNET_QUEUE_DEPTH`: slots per queue (power of two).
 pub const QUEUE_DEPTH: &str = "CPNET_QUEUE_DEPTH";
+/// `CPNET_QUEUE_MEM`: where a GPU PE's command queues live, `host` or `device`.
+pub const QUEUE_MEM: &str = "CPNET_QUEUE_MEM";
 /// `CPNET_WAIT_TIMEOUT`: seconds a wait may take before it reports; `0`/`none` = forever.
 pub const WAIT_TIMEOUT: &str = "CPNET_WAIT_TIMEOUT";
 /// `CPNET_COLLECTIVE_TIMEOUT`: seconds a host collective may wait for the
@@ -183,6 +186,36 @@ pub const DEFAULT_PROXY_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_ABORT_GRACE: Duration = Duration::from_secs(5);
 /// Default of `CPNET_CONNECT_TIMEOUT`.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Where a GPU PE's command queues live (`CPNET_QUEUE_MEM`; DESIGN.md "The
+/// command queue"; the ComP-Net paper's Fig. 4a compares the two).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum QueuePlacement {
+    /// `host`: pinned host memory mapped into the GPU (the default). Kernels
+    /// and the proxy load and store the queue words directly.
+    #[default]
+    Host,
+    /// `device`: GPU memory. The proxy serves host shadows of the queues and
+    /// copies slots in and control blocks out every pass
+    /// (`cpnet_proxy::mirror`); each command costs at least three copies.
+    Device,
+}
+
+impl QueuePlacement {
+    /// The variable's spelling of it (`host`, `device`).
+    pub fn name(self) -> &'static str {
+        match self {
+            QueuePlacement::Host => "host",
+            QueuePlacement::Device => "device",
+        }
+    }
+}
+
+impl fmt::Display for QueuePlacement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// A variable that is set but cannot be used, or one that is missing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -400,6 +433,8 @@ pub struct Tuning {
     pub queues: usize,
     /// `CPNET_QUEUE_DEPTH`: slots per queue, a power of two in `2..=65536`.
     pub queue_depth: u32,
+    /// `CPNET_QUEUE_MEM`: where a GPU PE's queues live (CPU PEs ignore it).
+    pub queue_mem: QueuePlacement,
     /// `CPNET_WAIT_TIMEOUT`: how long a wait may take before it reports what
     /// it waits for; `None` = forever.
     pub wait_timeout: Option<Duration>,
@@ -444,6 +479,7 @@ impl Default for Tuning {
             gpu_proxy_threads: DEFAULT_GPU_PROXY_THREADS,
             queues: DEFAULT_QUEUES,
             queue_depth: DEFAULT_QUEUE_DEPTH,
+            queue_mem: QueuePlacement::Host,
             wait_timeout: Some(DEFAULT_WAIT_TIMEOUT),
             collective_timeout: Some(DEFAULT_COLLECTIVE_TIMEOUT),
             proxy_stall_timeout: Some(DEFAULT_PROXY_STALL_TIMEOUT),
@@ -557,6 +593,19 @@ impl Tuning {
                         &format!("a power of two in {MIN_QUEUE_DEPTH}..={MAX_QUEUE_DEPTH}"),
                     )
                 })?;
+        }
+        if let Some(v) = get(QUEUE_MEM) {
+            t.queue_mem = match v.to_ascii_lowercase().as_str() {
+                "host" => QueuePlacement::Host,
+                "device" => QueuePlacement::Device,
+                _ => {
+                    return Err(invalid(
+                        QUEUE_MEM,
+                        &v,
+                        "host (pinned host memory mapped into the GPU) or device (GPU memory, served through copies)",
+                    ));
+                }
+            };
         }
         if let Some(v) = get(WAIT_TIMEOUT) {
             t.wait_timeout = if v.eq_ignore_ascii_case("none") {
@@ -1108,5 +1157,20 @@ mod tests {
         assert!(!Tuning::from_lookup(env(&[(GPU_P2P, "0")])).unwrap().gpu_p2p);
         assert!(Tuning::from_lookup(env(&[(GPU_P2P, "on")])).is_err());
         assert!(Tuning::from_lookup(env(&[(STAGE_CREDITS, "0")])).is_err());
+    }
+
+    #[test]
+    fn queue_mem_host_by_default_device_on_request_nothing_else() {
+        assert_eq!(Tuning::from_lookup(env(&[])).unwrap().queue_mem, QueuePlacement::Host);
+        for (v, want) in [("host", QueuePlacement::Host), ("device", QueuePlacement::Device), (" Device ", QueuePlacement::Device), ("", QueuePlacement::Host)] {
+            assert_eq!(Tuning::from_lookup(env(&[(QUEUE_MEM, v)])).unwrap().queue_mem, want, "{v:?}");
+        }
+        for bad in ["gpu", "mapped", "1", "device,host"] {
+            let e = Tuning::from_lookup(env(&[(QUEUE_MEM, bad)])).unwrap_err();
+            assert!(matches!(&e, EnvError::Invalid { var, value, .. } if *var == QUEUE_MEM && value == bad), "{e}");
+            let msg = e.to_string();
+            assert!(msg.contains("CPNET_QUEUE_MEM") && msg.contains("host") && msg.contains("device"), "{msg}");
+        }
+        assert_eq!(QueuePlacement::Device.to_string(), "device");
     }
 }

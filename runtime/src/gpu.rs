@@ -1,7 +1,8 @@
 //! GPU PEs: [`GpuPe`] (one PE per GPU, the symmetric heap in GPU memory),
 //! and its pieces: the CUDA device of a PE, command queues in pinned host
-//! memory mapped into the GPU, the status block, the kernel handle, and
-//! kernel builds through the NVRTC helper.
+//! memory mapped into the GPU or in GPU memory (`CPNET_QUEUE_MEM`,
+//! [`GpuQueues`]), the status block, the kernel handle, and kernel builds
+//! through the NVRTC helper.
 //!
 //! Everything goes through cudarc with dynamic loading, so cpnet builds and
 //! runs its CPU paths on machines without CUDA; [`open_device`] says clearly
@@ -24,12 +25,13 @@ use cpnet_device::sync::Ordering;
 use cpnet_device::cpu::SymAddr;
 use cpnet_device::layout::Cmp;
 use cpnet_proxy::decode::Limits;
+use cpnet_proxy::mirror::{CudaCopies, QueueMirror};
 use cpnet_proxy::service::CommandError;
 use cpnet_proxy::staged::{GpuHeap, PeShared, StagedConfig, StagedEndpoint, StagedTransport};
 use cudarc::driver::{CudaContext, CudaModule, CudaStream, DeviceRepr, DriverError};
 
 use crate::bootstrap::Bootstrap;
-use crate::env::{Launch, Tuning};
+use crate::env::{Launch, QueuePlacement, Tuning};
 use crate::pe::{self, Error, PeCore, SHMALLOC_ALIGN};
 use crate::proxy_threads::{Backend, Proxies};
 use cudarc::driver::{result as cu, sys as cusys};
@@ -163,15 +165,41 @@ impl Drop for MappedHost {
     }
 }
 
-/// A PE's command queues and status block in mapped pinned memory (the
-/// default placement, DESIGN.md "The command queue").
+/// A PE's command queues, its status block and its claim words
+/// (DESIGN.md "The command queue").
+///
+/// The queues are placed by [`QueuePlacement`] (`CPNET_QUEUE_MEM`):
+///
+/// - [`QueuePlacement::Host`] (the default): one pool in pinned host memory
+///   mapped into the GPU; kernels and the proxy share its words.
+/// - [`QueuePlacement::Device`] (the ComP-Net paper's Fig. 4a comparison):
+///   the pool in GPU memory (`cuMemAlloc`, zeroed, the same layout: per
+///   queue the 128-byte header and `depth` 64-byte slots), which kernels
+///   use, and a host shadow of it in pinned memory, which the proxy's
+///   consumers, the watchdog and [`GpuQueues::abort`] use. Each service
+///   thread copies between the two through a [`QueueMirror`]
+///   ([`GpuQueues::mirror`]).
+///
+/// Either way the status block is mapped pinned memory and the claim words
+/// (with the abort mirror) are GPU memory.
 #[derive(Debug)]
 pub struct GpuQueues {
-    queues: MappedHost,
+    pool: Pool,
     status: MappedHost,
     claims: ClaimWords,
     geom: QueueGeometry,
     n: usize,
+}
+
+/// Where a [`GpuQueues`] pool lives.
+#[derive(Debug)]
+enum Pool {
+    /// Mapped pinned memory, shared by kernels and the proxy.
+    Mapped(MappedHost),
+    /// GPU memory for kernels; a pinned host shadow for the proxy (the GPU
+    /// never touches the shadow; it is mapped only because that is the
+    /// pinned allocation this module has).
+    Device { dev: DeviceMem, shadow: MappedHost },
 }
 
 /// [`claim_words`]`(n)` zeroed `u32` words in GPU memory
@@ -240,19 +268,103 @@ impl Drop for ClaimWords {
 }
 
 impl GpuQueues {
-    /// `n` queues of `geom`, zeroed, a zeroed status block, and the claim
-    /// words in `cuda`'s GPU memory (binds `cuda` to this thread).
+    /// `n` queues of `geom` in mapped pinned memory, zeroed, a zeroed status
+    /// block, and the claim words in `cuda`'s GPU memory (binds `cuda` to
+    /// this thread): [`GpuQueues::with_placement`] with
+    /// [`QueuePlacement::Host`].
     ///
     /// # Errors
     /// As [`MappedHost::new`]; `cuMemAlloc` of the claim words.
     pub fn new(cuda: &Arc<CudaContext>, n: usize, geom: QueueGeometry) -> Result<GpuQueues, GpuError> {
-        Ok(GpuQueues {
-            claims: ClaimWords::new(cuda, n)?,
-            queues: MappedHost::new(n * geom.bytes())?,
-            status: MappedHost::new(CPNET_STATUS_BYTES)?,
-            geom,
-            n,
-        })
+        GpuQueues::with_placement(cuda, n, geom, QueuePlacement::Host)
+    }
+
+    /// `n` queues of `geom` placed as `placement` says (for
+    /// [`QueuePlacement::Device`]: `n * geom.bytes()` bytes of GPU memory
+    /// and as many of pinned host memory for the shadow), all zeroed, a
+    /// zeroed status block, and the claim words in `cuda`'s GPU memory
+    /// (binds `cuda` to this thread).
+    ///
+    /// # Errors
+    /// [`GpuError::Cuda`] from `cuMemHostAlloc`, `cuMemAlloc` or
+    /// `cuMemsetD8`.
+    pub fn with_placement(
+        cuda: &Arc<CudaContext>,
+        n: usize,
+        geom: QueueGeometry,
+        placement: QueuePlacement,
+    ) -> Result<GpuQueues, GpuError> {
+        let claims = ClaimWords::new(cuda, n)?;
+        let pool = match placement {
+            QueuePlacement::Host => Pool::Mapped(MappedHost::new(n * geom.bytes())?),
+            QueuePlacement::Device => Pool::Device {
+                dev: DeviceMem::new(
+                    cuda,
+                    (n * geom.bytes()) as u64,
+                    "cuMemAlloc (command queues in GPU memory, CPNET_QUEUE_MEM=device)",
+                    "cuMemsetD8 (zero the command queues)",
+                )?,
+                shadow: MappedHost::new(n * geom.bytes())?,
+            },
+        };
+        Ok(GpuQueues { pool, claims, status: MappedHost::new(CPNET_STATUS_BYTES)?, geom, n })
+    }
+
+    /// Where the queues live.
+    pub fn placement(&self) -> QueuePlacement {
+        match self.pool {
+            Pool::Mapped(_) => QueuePlacement::Host,
+            Pool::Device { .. } => QueuePlacement::Device,
+        }
+    }
+
+    /// The geometry of every queue.
+    pub fn geometry(&self) -> QueueGeometry {
+        self.geom
+    }
+
+    /// The host memory the proxy reads the queues in: the mapped pool, or
+    /// the shadow of the device pool.
+    fn host_pool(&self) -> &MappedHost {
+        match &self.pool {
+            Pool::Mapped(m) => m,
+            Pool::Device { shadow, .. } => shadow,
+        }
+    }
+
+    /// For [`QueuePlacement::Device`]: the mirror through which one proxy
+    /// service thread serves queues `indices` of the pool (its queue `i` is
+    /// pool queue `indices[i]`), on a new non-blocking stream of `cuda`.
+    /// Call it on that thread (it binds `cuda` there; the mirror is used
+    /// there only). `None` for mapped queues, which need no mirror.
+    ///
+    /// # Errors
+    /// [`GpuError::Cuda`] from binding the context, creating the stream or
+    /// allocating the pinned outbox.
+    ///
+    /// # Panics
+    /// If an index is out of range.
+    pub fn mirror(self: &Arc<Self>, cuda: &Arc<CudaContext>, indices: &[usize]) -> Result<Option<QueueMirror>, GpuError> {
+        let Pool::Device { dev, shadow } = &self.pool else { return Ok(None) };
+        let bytes = self.geom.bytes();
+        let queues = indices
+            .iter()
+            .map(|&q| {
+                assert!(q < self.n, "queue {q} of {}", self.n);
+                // SAFETY: q < n: inside the shadow allocation of n * bytes.
+                (dev.base + (q * bytes) as u64, unsafe { shadow.host().add(q * bytes) })
+            })
+            .collect();
+        let keep: Arc<dyn std::any::Any + Send + Sync> = Arc::clone(self) as _;
+        // SAFETY: (1) each pair is queue q of the device pool (cuMemAlloc of
+        // `cuda`, zeroed) and of the shadow (pinned by cuMemHostAlloc, page
+        // aligned, zeroed), geom.bytes() each; (2) `keep` owns both; (3) only
+        // this thread's mirror copies into these queues' shadows (each queue
+        // belongs to one service thread), everyone else uses QueueMem atomics
+        // on the shadow, and kernels follow queue.cuh on the device pool.
+        let copies = unsafe { CudaCopies::new(cuda, self.geom, queues, keep) }
+            .map_err(|e| GpuError::Cuda { what: e.what, source: e.source })?;
+        Ok(Some(QueueMirror::new(Box::new(copies))))
     }
 
     /// Number of queues.
@@ -265,17 +377,21 @@ impl GpuQueues {
         self.n == 0
     }
 
-    /// Queue `i`, for a consumer (the proxy) or a CPU producer.
+    /// Queue `i` as the proxy sees it: for mapped queues the queue itself
+    /// (for a consumer, or a CPU producer); for queues in GPU memory its host
+    /// shadow (for the consumer of a mirrored service and for reports only:
+    /// commands a CPU producer wrote there would never reach the GPU's copy).
     ///
     /// # Panics
     /// If `i >= len()`.
     pub fn queue(&self, i: usize) -> QueueMem {
         assert!(i < self.n, "queue {i} of {}", self.n);
-        // SAFETY: inside the mapped allocation (page aligned, geom.bytes()
-        // per queue), zeroed at creation, alive as long as `self`, which the
-        // owner keeps past every kernel and proxy thread; the GPU follows
-        // THE QUEUE PROTOCOL (queue.cuh).
-        unsafe { QueueMem::from_raw(self.queues.host().add(i * self.geom.bytes()), self.geom) }
+        // SAFETY: inside the mapped pool or the shadow (page aligned,
+        // geom.bytes() per queue), zeroed at creation, alive as long as
+        // `self`, which the owner keeps past every kernel and proxy thread;
+        // the GPU follows THE QUEUE PROTOCOL (queue.cuh) on the mapped pool,
+        // and only the queue's mirror copies into a shadow.
+        unsafe { QueueMem::from_raw(self.host_pool().host().add(i * self.geom.bytes()), self.geom) }
     }
 
     fn status_word(&self, byte: usize) -> &AtomicU32 {
@@ -293,7 +409,11 @@ impl GpuQueues {
     }
 
     /// Make every device wait return `code` at once, and every queue's
-    /// waits too (the job is ending).
+    /// waits too (the job is ending). For queues in GPU memory the queues'
+    /// abort words are set in the shadows and reach the GPU with the
+    /// services' next pushes; kernels read the abort mirror in the claim
+    /// words first, which this copies at once (so an abort reaches them even
+    /// when a service thread is stuck).
     pub fn abort(&self, code: ErrorCode) {
         // Release: pairs with the device's acquire of `abort` in its waits.
         self.status_word(CPNET_STATUS_OFF_ABORT).store(code as u32, Ordering::Release);
@@ -304,14 +424,18 @@ impl GpuQueues {
         self.claims.mirror_abort(self.status_word(CPNET_STATUS_OFF_ABORT));
     }
 
-    /// The handle a kernel receives (`cpnet_handle_t`).
+    /// The handle a kernel receives (`cpnet_handle_t`): `queues` is the
+    /// pool's GPU address (the mapped pool's, or the device pool's).
     pub fn handle(&self, my_pe: i32, n_pes: i32, heap_base: u64, heap_size: u64, wait_timeout_ns: u64) -> Handle {
         Handle {
             my_pe,
             n_pes,
             heap_base,
             heap_size,
-            queues: self.queues.dev(),
+            queues: match &self.pool {
+                Pool::Mapped(m) => m.dev(),
+                Pool::Device { dev, .. } => dev.base,
+            },
             n_queues: self.n as u32,
             log2_depth: self.geom.log2_depth(),
             wait_timeout_ns,
@@ -345,30 +469,31 @@ pub fn build_module(ctx: &Arc<CudaContext>, name: &str, source: &str) -> Result<
     ctx.load_module(image).map_err(|source| GpuError::Cuda { what: "cuModuleLoadData", source })
 }
 
-/// The symmetric heap in GPU memory (`cuMemAlloc`), zeroed, freed on drop.
+/// GPU memory (`cuMemAlloc`), zeroed, freed on drop: the symmetric heap,
+/// and the queue pool of [`QueuePlacement::Device`].
 #[derive(Debug)]
-struct DeviceHeap {
+struct DeviceMem {
     base: u64,
     size: u64,
     cuda: Arc<CudaContext>,
 }
 
-impl DeviceHeap {
-    fn new(cuda: &Arc<CudaContext>, size: u64) -> Result<DeviceHeap, GpuError> {
+impl DeviceMem {
+    /// `size` zeroed bytes of `cuda`'s memory; `alloc` and `zero` name the
+    /// two calls in errors.
+    fn new(cuda: &Arc<CudaContext>, size: u64, alloc: &'static str, zero: &'static str) -> Result<DeviceMem, GpuError> {
         cuda.bind_to_thread().map_err(|source| GpuError::Cuda { what: "cuCtxSetCurrent", source })?;
         // SAFETY: the context is current; the allocation is owned by the
         // returned value and freed once, in Drop.
-        let base = unsafe { cu::malloc_sync(size as usize) }
-            .map_err(|source| GpuError::Cuda { what: "cuMemAlloc (symmetric heap; lower CPNET_HEAP_SIZE?)", source })?;
-        let heap = DeviceHeap { base, size, cuda: Arc::clone(cuda) };
+        let base = unsafe { cu::malloc_sync(size as usize) }.map_err(|source| GpuError::Cuda { what: alloc, source })?;
+        let mem = DeviceMem { base, size, cuda: Arc::clone(cuda) };
         // SAFETY: `base..base+size` is the allocation just made.
-        unsafe { cu::memset_d8_sync(base, 0, size as usize) }
-            .map_err(|source| GpuError::Cuda { what: "cuMemsetD8 (zero the symmetric heap)", source })?;
-        Ok(heap)
+        unsafe { cu::memset_d8_sync(base, 0, size as usize) }.map_err(|source| GpuError::Cuda { what: zero, source })?;
+        Ok(mem)
     }
 }
 
-impl Drop for DeviceHeap {
+impl Drop for DeviceMem {
     fn drop(&mut self) {
         let _ = self.cuda.bind_to_thread();
         // SAFETY: allocated by cuMemAlloc in `new`, freed once; the owner
@@ -401,7 +526,7 @@ impl PeerHeaps {
     /// Exchange IPC handles of every PE's heap (**collective**, an
     /// allgather) and open those of the other PEs on this host. A handle
     /// that does not open leaves that PE on the staged path (logged).
-    fn exchange(boot: &Bootstrap, me: i32, heap: &DeviceHeap, enabled: bool) -> pe::Result<PeerHeaps> {
+    fn exchange(boot: &Bootstrap, me: i32, heap: &DeviceMem, enabled: bool) -> pe::Result<PeerHeaps> {
         let mut card = Vec::new();
         let id = host_id();
         let mut handle = cusys::CUipcMemHandle_st { reserved: [0; 64] };
@@ -466,7 +591,7 @@ struct P2pTable {
 impl P2pTable {
     /// Allocate and fill the table for PE `me` from `peers` (its own heap at
     /// `me`). The context must be current on this thread.
-    fn new(cuda: &Arc<CudaContext>, me: i32, heap: &DeviceHeap, peers: &PeerHeaps) -> Result<P2pTable, GpuError> {
+    fn new(cuda: &Arc<CudaContext>, me: i32, heap: &DeviceMem, peers: &PeerHeaps) -> Result<P2pTable, GpuError> {
         let words: Vec<u64> = peers
             .bases
             .iter()
@@ -505,7 +630,8 @@ impl Drop for PeerHeaps {
     }
 }
 
-/// The GPU PE's transport: the staged path (DESIGN.md "Data paths").
+/// The GPU PE's transport: the staged path (DESIGN.md "Data paths"); and,
+/// for queues in GPU memory, each thread's queue mirror.
 struct GpuBackend {
     cfg: StagedConfig,
     cuda: Arc<CudaContext>,
@@ -514,6 +640,9 @@ struct GpuBackend {
     heap: GpuHeap,
     shared: Arc<PeShared>,
     peer_heaps: Vec<Option<u64>>,
+    queues: Arc<GpuQueues>,
+    /// Per thread: the pool indices of its queues, in its order.
+    per_thread: Vec<Vec<usize>>,
 }
 
 impl Backend for GpuBackend {
@@ -537,12 +666,17 @@ impl Backend for GpuBackend {
     fn connect(&self, ep: StagedEndpoint, cards: Vec<Vec<u8>>) -> Result<StagedTransport, String> {
         ep.connect(&cards).map_err(|e| e.to_string())
     }
+    fn mirror(&self, t: usize) -> Option<Result<QueueMirror, String>> {
+        self.queues.mirror(&self.cuda, &self.per_thread[t]).map_err(|e| e.to_string()).transpose()
+    }
 }
 
 /// This process's PE on a GPU: one PE per GPU (device = local rank % GPU
-/// count), the symmetric heap in GPU memory, the command queues and status
-/// block in pinned host memory mapped into the GPU, and proxy service
-/// threads that carry kernels' commands over the staged transport.
+/// count), the symmetric heap in GPU memory, the command queues in pinned
+/// host memory mapped into the GPU (default) or in GPU memory
+/// (`CPNET_QUEUE_MEM=device`, [`GpuQueues`]), the status block in mapped
+/// memory, and proxy service threads that carry kernels' commands over the
+/// staged transport.
 ///
 /// ```no_run
 /// # fn main() -> Result<(), cpnet::pe::Error> {
@@ -576,7 +710,7 @@ pub struct GpuPe {
     /// `None`: `CPNET_GPU_P2P=0`, every operation goes through the queues.
     p2p: Option<P2pTable>,
     queues: Arc<GpuQueues>,
-    heap: DeviceHeap,
+    heap: DeviceMem,
     cuda: Arc<CudaContext>,
 }
 
@@ -597,8 +731,10 @@ impl GpuPe {
     /// **Collective.** Reads the launch and tuning environment
     /// ([`crate::env`]), opens device `local rank % device count`, allocates
     /// `CPNET_HEAP_SIZE` bytes of GPU memory for the symmetric heap (zeroed),
-    /// `CPNET_QUEUES` mapped queues, and starts `CPNET_PROXY_THREADS` (default
-    /// 4 for GPU PEs) proxy threads on the staged transport.
+    /// `CPNET_QUEUES` queues placed as `CPNET_QUEUE_MEM` says (mapped pinned
+    /// memory, or GPU memory served through copies), and starts
+    /// `CPNET_PROXY_THREADS` (default 4 for GPU PEs) proxy threads on the
+    /// staged transport (with a queue mirror each for GPU-memory queues).
     ///
     /// # Errors
     /// [`Error::Gpu`] (no driver, no device, allocation failed),
@@ -625,8 +761,13 @@ impl GpuPe {
         boot.set_wait_timeout(pe::setup_wait_timeout(&tuning));
         let geom = QueueGeometry::new(tuning.queue_depth).map_err(|cause| Error::Queue { pe: me, cause })?;
         let heap_size = tuning.heap_size.next_multiple_of(SHMALLOC_ALIGN);
-        let heap = DeviceHeap::new(&cuda, heap_size)?;
-        let queues = Arc::new(GpuQueues::new(&cuda, tuning.queues, geom)?);
+        let heap = DeviceMem::new(
+            &cuda,
+            heap_size,
+            "cuMemAlloc (symmetric heap; lower CPNET_HEAP_SIZE?)",
+            "cuMemsetD8 (zero the symmetric heap)",
+        )?;
+        let queues = Arc::new(GpuQueues::with_placement(&cuda, tuning.queues, geom, tuning.queue_mem)?);
         let peers = PeerHeaps::exchange(&boot, me, &heap, tuning.gpu_ipc)?;
         let p2p = if tuning.gpu_p2p { Some(P2pTable::new(&cuda, me, &heap, &peers)?) } else { None };
         let stream = cuda.new_stream().map_err(|source| GpuError::Cuda { what: "cuStreamCreate (application stream)", source })?;
@@ -639,8 +780,10 @@ impl GpuPe {
         };
         let threads = tuning.gpu_proxy_threads.min(tuning.queues).max(1);
         let limits = Limits { n_pes: launch.n_pes, heap_size };
-        let per_thread: Vec<Vec<QueueMem>> =
-            (0..threads).map(|t| (t..tuning.queues).step_by(threads).map(|q| queues.queue(q)).collect()).collect();
+        let indices: Vec<Vec<usize>> = (0..threads).map(|t| (t..tuning.queues).step_by(threads).collect()).collect();
+        // The proxy's views: the queues, or (CPNET_QUEUE_MEM=device) the host
+        // shadows that the threads' mirrors keep. The watchdog reads them.
+        let per_thread: Vec<Vec<QueueMem>> = indices.iter().map(|qs| qs.iter().map(|&q| queues.queue(q)).collect()).collect();
         let backend = Arc::new(GpuBackend {
             cfg,
             cuda: Arc::clone(&cuda),
@@ -649,12 +792,14 @@ impl GpuPe {
             heap: GpuHeap { base: heap.base, size: heap_size },
             shared: Arc::new(PeShared::default()),
             peer_heaps: peers.bases.clone(),
+            queues: Arc::clone(&queues),
+            per_thread: indices,
         });
         let proxies = Proxies::spawn(backend, me, per_thread, limits, &fabric.provider, &tuning)?;
         let q = Arc::clone(&queues);
         let core = PeCore::start(launch, tuning, fabric.provider, boot, heap_size, proxies, move |code| q.abort(code))?;
         let pe = GpuPe { core, stream, peers, p2p, queues, heap, cuda };
-        tracing::debug!(pe = me, n_pes = pe.n_pes(), device = pe.cuda.ordinal(), provider = %pe.core.provider, threads, "cpnet GPU PE up");
+        tracing::debug!(pe = me, n_pes = pe.n_pes(), device = pe.cuda.ordinal(), provider = %pe.core.provider, threads, queue_mem = %pe.queues.placement(), "cpnet GPU PE up");
         Ok(pe)
     }
 

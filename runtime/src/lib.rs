@@ -8,7 +8,8 @@
 //!   notices) and the server that `cpnet-run` (or PE 0 under mpirun/srun) runs;
 //! - [`pe`]: the host API proper ([`Pe`]);
 //! - [`gpu`]: GPU PEs ([`GpuPe`]): the CUDA device of a PE, the symmetric
-//!   heap in GPU memory, mapped queues, the kernel handle and builds;
+//!   heap in GPU memory, the queues (mapped, or in GPU memory through
+//!   copies: `CPNET_QUEUE_MEM`), the kernel handle and builds;
 //! - the proxy watchdog (`CPNET_PROXY_STALL_TIMEOUT`): a service thread that
 //!   stops making progress ends its PE with a report of what was pending.
 #![warn(missing_docs)]

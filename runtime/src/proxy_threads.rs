@@ -1,7 +1,8 @@
 //! The proxy service threads of a PE, whatever their transport: spawn them
-//! (each opens its own endpoint on its own thread), exchange the endpoints'
-//! cards with every PE through the bootstrap, run the service loops, and
-//! stop them (draining, or abandoning when the job is failing).
+//! (each opens its own endpoint on its own thread, and its queue mirror
+//! where its queues are in GPU memory), exchange the endpoints' cards with
+//! every PE through the bootstrap, run the service loops, and stop them
+//! (draining, or abandoning when the job is failing).
 
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use cpnet_device::ring::QueueMem;
 use cpnet_proxy::decode::Limits;
+use cpnet_proxy::mirror::QueueMirror;
 use cpnet_proxy::service::{CommandError, Heartbeat, Service, Transport};
 
 use crate::bootstrap::Bootstrap;
@@ -56,12 +58,21 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn card(ep: &Self::Endpoint) -> Vec<u8>;
     /// Connect it.
     fn connect(&self, ep: Self::Endpoint, cards: Vec<Vec<u8>>) -> std::result::Result<Self::Transport, String>;
+    /// Thread `t`'s queue mirror, when its queues are in GPU memory (built
+    /// on the thread, after `open`); its shadows must be the views
+    /// [`Proxies::spawn`] got for the thread, in the same order. `None` (the
+    /// default): the service reads its queues directly.
+    fn mirror(&self, _t: usize) -> Option<std::result::Result<QueueMirror, String>> {
+        None
+    }
 }
 
 impl Proxies {
-    /// Spawn `threads` service threads; thread `t` serves `queues[t]`.
-    /// They open their endpoints over `provider` (first removing what dead
-    /// processes left of the shm provider's regions) and wait for
+    /// Spawn `threads` service threads; thread `t` serves `queues[t]` (the
+    /// queues themselves, or the host shadows of its [`Backend::mirror`],
+    /// which the watchdog reads too). They open their endpoints over
+    /// `provider` (first removing what dead processes left of the shm
+    /// provider's regions), build their mirrors, and wait for
     /// [`Proxies::connect`]. From `tuning`: the idle sleep
     /// (`CPNET_PROXY_IDLE_SLEEP`) and `CPNET_INJECT_PROXY_STALL` (thread,
     /// nth command, PE), which hangs one thread for the reliability tests
@@ -110,6 +121,13 @@ impl Proxies {
                             return;
                         }
                     };
+                    let mirror = match backend.mirror(t).transpose() {
+                        Ok(m) => m,
+                        Err(e) => {
+                            let _ = card_tx.send((t, Err(format!("queue mirror: {e}"))));
+                            return;
+                        }
+                    };
                     let _ = card_tx.send((t, Ok(B::card(&ep))));
                     let Ok(cards) = peer_rx.recv() else { return };
                     let transport = match backend.connect(ep, cards) {
@@ -120,7 +138,13 @@ impl Proxies {
                         }
                     };
                     let _ = ready_tx.send((t, Ok(())));
-                    let mut service = Service::new(queues, transport, limits, me);
+                    let mut service = match mirror {
+                        Some(m) => {
+                            debug_assert_eq!(m.len(), queues.len(), "thread {t}: mirror and queue views");
+                            Service::with_mirror(m, transport, limits, me)
+                        }
+                        None => Service::new(queues, transport, limits, me),
+                    };
                     service.set_error_sink(Arc::clone(&errors));
                     service.set_heartbeat(heartbeat);
                     if let Some(n) = stall {

@@ -36,7 +36,11 @@ pub(crate) struct Watched {
     pub(crate) thread: usize,
     /// Its published progress.
     pub(crate) heartbeat: Arc<Heartbeat>,
-    /// The queues it serves (views, for the report).
+    /// The queues it serves (views, for the report). For queues in GPU
+    /// memory these are the host shadows its mirror keeps
+    /// (`cpnet_proxy::mirror`): the control blocks are the consumer's own,
+    /// the producer blocks and slots as of the mirror's last pull (a slot
+    /// the consumer has not reached may read torn; it is only printed).
     pub(crate) queues: Vec<QueueMem>,
 }
 
@@ -138,6 +142,9 @@ fn report(me: i32, w: &Watched, still: Duration, timeout: Duration) -> String {
         ),
         Phase::Barrier => format!("inside the transport's barrier for queue {} (work-group {})", step.queue, owner(step.queue)),
         Phase::Progress => "inside the transport's progress call (completions)".to_owned(),
+        Phase::Mirror => "in its queue mirror (copies of the queues in GPU memory, CPNET_QUEUE_MEM=device): a copy or \
+                          synchronize hangs, or one failed (logged above)"
+            .to_owned(),
         Phase::Polling | Phase::Stopped => "between transport calls".to_owned(),
     };
     let mut pending = Vec::new();
@@ -223,6 +230,45 @@ mod tests {
         assert!(report.contains("submit of putmem to PE 0 at heap+0x50 (queue 1, work-group 7, seq 2)"), "{report}");
         assert!(report.contains("queue 1 (work-group 7): 1 taken and not complete, 2 waiting (next: putmem to PE 0 at heap+0x58"), "{report}");
         assert!(report.contains("after 3 commands taken"), "{report}");
+    }
+
+    /// A service whose queue mirror failed (queues in GPU memory) stops
+    /// counting passes: the watchdog reports it, saying so.
+    #[test]
+    fn a_service_stopped_by_its_queue_mirror_is_reported() {
+        use cpnet_proxy::mirror::{HostCopies, QueueMirror};
+        let geom = QueueGeometry::new(8).unwrap();
+        let (device, shadows) = (QueuePool::new_host(1, geom), QueuePool::new_host(1, geom));
+        let heap = cpnet_device::cpu::HostHeap::new(4096);
+        let view = heap.view();
+        let hb = Arc::new(Heartbeat::default());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let svc = {
+            let (hb, stop, device, shadows) = (Arc::clone(&hb), Arc::clone(&stop), device.clone(), shadows.clone());
+            std::thread::spawn(move || {
+                let copies = HostCopies::new(&device, &shadows).fail_at_wait(3);
+                let limits = cpnet_proxy::decode::Limits { n_pes: 1, heap_size: 4096 };
+                let mut s = Service::with_mirror(QueueMirror::new(Box::new(copies)), LoopbackTransport::new(view), limits, 0);
+                s.set_heartbeat(hb);
+                // Acquire: pairs with the test's Release store below.
+                s.run(move || stop.load(std::sync::atomic::Ordering::Acquire));
+            })
+        };
+        assert!(device.queue(0).try_claim(4));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut dog = Watchdog::spawn(
+            0,
+            vec![Watched { thread: 0, heartbeat: Arc::clone(&hb), queues: vec![shadows.queue(0)] }],
+            Duration::from_millis(200),
+            Box::new(move |r| tx.send(r).unwrap()),
+        )
+        .unwrap();
+        let report = rx.recv_timeout(Duration::from_secs(20)).expect("the watchdog reports the broken mirror");
+        // Release: pairs with the service's Acquire load.
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        svc.join().unwrap();
+        dog.stop();
+        assert!(report.contains("proxy thread 0") && report.contains("in its queue mirror"), "{report}");
     }
 
     fn q1_claim(pool: &QueuePool) -> bool {
