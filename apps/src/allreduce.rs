@@ -121,18 +121,62 @@ pub struct Args {
     /// Element type.
     #[arg(short = 'd', long = "type", value_enum, default_value_t = DataType::Float)]
     pub dtype: DataType,
-    /// Work-groups per PE = rings.
+    /// Work-groups per PE = rings (default: 2 for `-variant cpu`,
+    /// [`GPU_DEFAULT_WGS`] for the GPU variants).
     #[arg(long, default_value_t = 2)]
     pub wgs: u32,
     /// Which variant runs the rings.
     #[arg(long, value_enum, default_value_t = Variant::Cpu)]
     pub variant: Variant,
-    /// Largest message (pipeline piece), bytes; a multiple of 8.
+    /// Largest message (pipeline piece), bytes; a multiple of 8 (default:
+    /// 128K for `-variant cpu`, [`GPU_DEFAULT_CHUNK`] for the GPU variants).
     #[arg(long, value_parser = parse_size, default_value = "128K")]
     pub chunk: u64,
-    /// Staging slots per ring on the receiver (messages in flight per ring).
+    /// Staging slots per ring on the receiver (messages in flight per ring;
+    /// default: 4 for `-variant cpu`, [`GPU_DEFAULT_SLOTS`] for the GPU
+    /// variants).
     #[arg(long, default_value_t = 4)]
     pub slots: u32,
+}
+
+/// `-wgs` of the GPU variants when not given: 128 rings (a block of 512
+/// threads each; the PE's `CPNET_QUEUES` is raised to match when unset).
+/// With peer-to-peer stores the rings' blocks do the copies, so bandwidth
+/// grows with them: on two H200s 16 rings reach 100 GB/s busbw at 8 MiB,
+/// 128 rings 222 GB/s (docs/results.md, "Peer-to-peer stores").
+pub const GPU_DEFAULT_WGS: u32 = 128;
+/// `-chunk` of the GPU variants when not given, bytes.
+pub const GPU_DEFAULT_CHUNK: u64 = 256 << 10;
+/// `-slots` of the GPU variants when not given.
+pub const GPU_DEFAULT_SLOTS: u32 = 8;
+
+impl Args {
+    /// Parse the process's arguments (one-dash long flags accepted), then
+    /// [`Args::apply_variant_defaults`].
+    pub fn from_command_line() -> Args {
+        let (mut a, m) = crate::cli::parse_args_and_matches::<Args>();
+        a.apply_variant_defaults(&m);
+        a
+    }
+
+    /// Give the GPU variants their own `-wgs`, `-chunk` and `-slots`
+    /// ([`GPU_DEFAULT_WGS`], [`GPU_DEFAULT_CHUNK`], [`GPU_DEFAULT_SLOTS`])
+    /// where `m` says the value is clap's default, not the user's.
+    pub fn apply_variant_defaults(&mut self, m: &clap::ArgMatches) {
+        if self.variant == Variant::Cpu {
+            return;
+        }
+        let defaulted = |id: &str| m.value_source(id) == Some(clap::parser::ValueSource::DefaultValue);
+        if defaulted("wgs") {
+            self.wgs = GPU_DEFAULT_WGS;
+        }
+        if defaulted("chunk") {
+            self.chunk = GPU_DEFAULT_CHUNK;
+        }
+        if defaulted("slots") {
+            self.slots = GPU_DEFAULT_SLOTS;
+        }
+    }
 }
 
 impl Args {
@@ -1022,6 +1066,29 @@ fn print_header(args: &Args, n: i32, provider: &str, raised: Option<u64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parsed(argv: &[&str]) -> Args {
+        use clap::{CommandFactory, FromArgMatches};
+        let argv = crate::cli::single_dash_to_long::<Args>(argv.iter().map(std::ffi::OsString::from));
+        let m = Args::command().get_matches_from(argv);
+        let mut a = Args::from_arg_matches(&m).expect("parse");
+        a.apply_variant_defaults(&m);
+        a
+    }
+
+    /// The GPU variants get their own ring count, piece and slots unless
+    /// the command line gives them; the CPU variant keeps its defaults.
+    #[test]
+    fn gpu_variants_default_to_more_rings_unless_told() {
+        let cpu = parsed(&["allreduce"]);
+        assert_eq!((cpu.wgs, cpu.chunk, cpu.slots), (2, 128 << 10, 4));
+        let gpu = parsed(&["allreduce", "-variant", "intra-kernel"]);
+        assert_eq!((gpu.wgs, gpu.chunk, gpu.slots), (GPU_DEFAULT_WGS, GPU_DEFAULT_CHUNK, GPU_DEFAULT_SLOTS));
+        let told = parsed(&["allreduce", "-variant", "inter-kernel", "-wgs", "16", "-chunk", "128K"]);
+        assert_eq!((told.wgs, told.chunk, told.slots), (16, 128 << 10, GPU_DEFAULT_SLOTS));
+        let told_default = parsed(&["allreduce", "-variant", "intra-kernel", "-wgs", "2"]);
+        assert_eq!(told_default.wgs, 2, "a value equal to the CPU default is still the user's");
+    }
 
     /// What PE `p` sends on a ring is exactly what PE `p + 1` expects, piece
     /// for piece, and every element of the segment is reduced on one PE and

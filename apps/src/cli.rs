@@ -16,7 +16,7 @@ use std::ffi::OsString;
 
 use anyhow::{Context, bail};
 use clap::{CommandFactory, Parser, ValueEnum};
-use cpnet::env::{HEAP_SIZE, Launch, Tuning};
+use cpnet::env::{HEAP_SIZE, Launch, QUEUES, Tuning};
 use cpnet::gpu::GpuError;
 use cpnet::{GpuPe, Pe};
 
@@ -106,6 +106,14 @@ pub fn parse_args<P: Parser>() -> P {
     P::parse_from(single_dash_to_long::<P>(std::env::args_os()))
 }
 
+/// [`parse_args`], also returning clap's matches (to tell a value given on
+/// the command line from a default: `ArgMatches::value_source`).
+pub fn parse_args_and_matches<P: Parser>() -> (P, clap::ArgMatches) {
+    let m = P::command().get_matches_from(single_dash_to_long::<P>(std::env::args_os()));
+    let p = P::from_arg_matches(&m).unwrap_or_else(|e| e.exit());
+    (p, m)
+}
+
 /// `e` and its causes on one line, skipping a cause whose text its parent
 /// already includes (cpnet's errors print their source inside their own
 /// message *and* expose it as `source()`, so `{:#}` would say it twice).
@@ -150,9 +158,14 @@ fn init_logging() {
 ///
 /// # Errors
 /// A malformed launch or tuning variable, a heap set too small.
-fn sized_launch(need: impl FnOnce(i32) -> u64) -> anyhow::Result<(Launch, Tuning, Option<u64>)> {
+fn sized_launch(need: impl FnOnce(i32) -> u64, min_queues: usize) -> anyhow::Result<(Launch, Tuning, Option<u64>)> {
     let launch = Launch::from_env()?;
     let mut tuning = Tuning::from_env()?;
+    // A queue per work-group that communicates: raised when CPNET_QUEUES is
+    // unset; when it is set too small the program's own check says so.
+    if tuning.queues < min_queues && std::env::var_os(QUEUES).is_none_or(|v| v.to_string_lossy().trim().is_empty()) {
+        tuning.queues = min_queues;
+    }
     let required = need(launch.n_pes);
     let user_set =
         std::env::var_os(HEAP_SIZE).is_some_and(|v| !v.to_string_lossy().trim().is_empty());
@@ -179,7 +192,7 @@ fn sized_launch(need: impl FnOnce(i32) -> u64) -> anyhow::Result<(Launch, Tuning
 /// error of [`Pe::init_with`].
 pub fn init_pe(need: impl FnOnce(i32) -> u64) -> anyhow::Result<(Pe, Option<u64>)> {
     init_logging();
-    let (launch, tuning, raised) = sized_launch(need)?;
+    let (launch, tuning, raised) = sized_launch(need, 0)?;
     let pe = Pe::init_with(launch, tuning).context("cpnet init")?;
     Ok((pe, raised))
 }
@@ -187,7 +200,8 @@ pub fn init_pe(need: impl FnOnce(i32) -> u64) -> anyhow::Result<(Pe, Option<u64>
 /// Start this PE on its GPU (**collective**, [`GpuPe::init_with`]) for
 /// `variant`, with a symmetric heap (GPU memory) of at least `need(n_pes)`
 /// bytes: raised to it when `CPNET_HEAP_SIZE` is unset (the new size is
-/// returned), an error when it is set too small.
+/// returned), an error when it is set too small; and at least `min_queues`
+/// command queues when `CPNET_QUEUES` is unset.
 ///
 /// # Errors
 /// No GPU ("-variant ... needs a GPU: ..."), a malformed launch or tuning
@@ -195,9 +209,10 @@ pub fn init_pe(need: impl FnOnce(i32) -> u64) -> anyhow::Result<(Pe, Option<u64>
 pub fn init_gpu_pe(
     variant: Variant,
     need: impl FnOnce(i32) -> u64,
+    min_queues: usize,
 ) -> anyhow::Result<(GpuPe, Option<u64>)> {
     variant.require_available()?;
-    let (launch, tuning, raised) = sized_launch(need)?;
+    let (launch, tuning, raised) = sized_launch(need, min_queues)?;
     match GpuPe::init_with(launch, tuning) {
         Ok(pe) => Ok((pe, raised)),
         Err(cpnet::pe::Error::Gpu(e @ (GpuError::NoDriver | GpuError::NoDevice { .. }))) => bail!(

@@ -375,14 +375,14 @@ fn sweep<T: Elem>(pe: &GpuPe, args: &Args, rings: &GpuRings) -> anyhow::Result<u
 /// kernel build and run errors (naming PE, work-group, operation and
 /// address).
 pub fn run(args: &Args) -> anyhow::Result<u64> {
-    let (pe, raised) = init_gpu_pe(args.variant, |_| heap_need(args))?;
+    let (pe, raised) = init_gpu_pe(args.variant, |_| heap_need(args), args.wgs as usize)?;
     let (me, n) = (pe.my_pe(), pe.n_pes());
     let rings = args.wgs as usize;
     let queues = pe.handle().0.n_queues as usize;
     ensure!(
         rings <= queues,
         "-wgs {rings}: every ring's block needs its own command queue and this PE has {queues} \
-         (raise CPNET_QUEUES)"
+         (raise CPNET_QUEUES, or unset it to let the allreduce size it)"
     );
     let module = pe.build_module("allreduce.cu", &source())?;
     let probe: CudaFunction = module

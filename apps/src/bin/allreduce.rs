@@ -10,10 +10,10 @@
 use std::process::ExitCode;
 
 use cpnet_apps::allreduce::{Args, run};
-use cpnet_apps::cli::{error_text, parse_args};
+use cpnet_apps::cli::error_text;
 
 fn main() -> ExitCode {
-    let args: Args = parse_args();
+    let args = Args::from_command_line();
     match run(&args) {
         Ok(0) => ExitCode::SUCCESS,
         Ok(wrong) => {

@@ -498,7 +498,7 @@ fn cpu_reference(args: &Args) -> (Vec<Real>, Solution) {
 /// No GPU, init, kernel build and run errors (naming PE, work-group,
 /// operation and address).
 pub fn run(args: &Args) -> anyhow::Result<bool> {
-    let (pe, raised) = init_gpu_pe(args.variant, |n| heap_need(args, n))?;
+    let (pe, raised) = init_gpu_pe(args.variant, |n| heap_need(args, n), 0)?;
     let (me, n) = (pe.my_pe(), pe.n_pes());
     let say = me == 0 && !args.csv;
     if let (true, Some(h)) = (say, raised) {
