@@ -40,7 +40,8 @@
 //!    `[0, 16)` (consumed, completed), the reply word `[56, 64)`. Not waited
 //!    for: the next pull's wait completes them.
 //!
-//! Every [`crate::service::ACTIVE_REFRESH_PASSES`] passes the service pulls
+//! Every [`crate::service::ACTIVE_REFRESH_PASSES`] passes, and at most once
+//! per [`crate::service::MIRROR_REFRESH_INTERVAL`], the service pulls
 //! the producer block (bytes `[64, 128)`) of every queue it owns and waits
 //! ([`QueueMirror::pull_producers`]): `in_use` chooses the queues to poll;
 //! an error report pulls its queue's block again first, for `owner`.

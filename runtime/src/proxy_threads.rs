@@ -162,6 +162,13 @@ impl Proxies {
                     let until = Instant::now() + DRAIN_LIMIT;
                     // Acquire: pairs with the Release stores of `abandon`.
                     service.drain(|| abandon.load(std::sync::atomic::Ordering::Acquire) || Instant::now() > until);
+                    if let Some(m) = service.mirror() {
+                        let st = m.stats();
+                        tracing::debug!(
+                            "PE {me}: proxy thread {t}: queue mirror: {} passes, {} slot pulls, {} re-read slots ({} torn), {} producer pulls, {} pushes, {} waits",
+                            st.passes, st.slot_pulls, st.rereads, st.torn, st.producer_pulls, st.pushes, st.waits
+                        );
+                    }
                 })
                 .map_err(|e| Error::Proxy { pe: me, thread: t, why: format!("spawn: {e}") })?;
             handles.push(handle);
