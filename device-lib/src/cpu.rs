@@ -393,6 +393,20 @@ impl CpuCtx {
         &self.pe.heap
     }
 
+    /// Where this work-group can load and store the symmetric object at
+    /// `addr` of PE `pe` directly (`cpnet_ptr`; OpenSHMEM 1.5 §9.2.8,
+    /// shmem_ptr). CPU PEs are separate processes whose heaps only the
+    /// fabric reaches, so this is `Some` for `pe == my_pe` with `addr`
+    /// inside the heap, `None` otherwise. One-sided, local. Access through
+    /// the pointer is the caller's: other PEs' puts and AMOs land in the
+    /// same bytes, so use atomics (or order it with a wait that acquires).
+    pub fn ptr(&self, addr: SymAddr, pe: i32) -> Option<NonNull<u8>> {
+        if pe != self.pe.my_pe || self.pe.heap.check(addr, 1).is_err() {
+            return None;
+        }
+        NonNull::new(self.pe.heap.base().wrapping_add(addr.0 as usize))
+    }
+
     fn deadline(&self) -> Deadline {
         Deadline::after(self.pe.wait_timeout)
     }

@@ -49,6 +49,23 @@ impl Job {
 }
 
 #[test]
+fn ptr_reaches_only_the_own_heap() {
+    let job = Job::new(1, 4);
+    let mut c = job.ctx(0);
+    let p = c.ptr(SymAddr(64), 0).expect("own heap");
+    assert_eq!(p.as_ptr(), c.heap().base().wrapping_add(64));
+    c.p::<u64>(SymAddr(64), 0x5a5a, 0).unwrap();
+    c.quiet().unwrap();
+    // SAFETY: 8 bytes inside this PE's heap, 8-aligned; the put is complete
+    // (quiet) and nothing else writes the word.
+    assert_eq!(unsafe { p.cast::<u64>().as_ptr().read_volatile() }, 0x5a5a);
+    assert!(c.ptr(SymAddr(64), 1).is_none(), "another PE");
+    assert!(c.ptr(SymAddr(HEAP), 0).is_none(), "past the heap");
+    c.destroy().unwrap();
+    assert!(job.finish().is_empty());
+}
+
+#[test]
 fn every_operation_on_one_pe() {
     let job = Job::new(4, 64);
     let mut c = job.ctx(0);
