@@ -88,6 +88,42 @@ extern "C" __global__ void p2p(cpnet_handle_t h, unsigned char* local, unsigned 
     const int d = cpnet_ctx_destroy(&ctx);
     if (threadIdx.x == 0) status[b] = e != CPNET_E_OK ? e : d;
 }
+
+/* Ping-pong between PE 0 and PE 1, one block each: round i, PE 0 puts
+ * `size` bytes with signal i (SET) into `buf` and `sig` at PE 1 and waits
+ * for its own `sig` to reach i; PE 1 waits for i and answers the same way.
+ * times[0] = duration of the `iters` timed rounds (ns, after `warmup`). */
+extern "C" __global__ void pingpong(cpnet_handle_t h, unsigned char* buf, const unsigned char* src,
+                                    unsigned long long* sig, unsigned long long size, unsigned iters,
+                                    unsigned warmup, unsigned long long* times, int* status)
+{
+    __shared__ cpnet_ctx_t ctx;
+    int e = cpnet_ctx_create(&h, &ctx);
+    if (e != CPNET_E_OK) {
+        if (threadIdx.x == 0) status[0] = e;
+        return;
+    }
+    const int me = cpnet_my_pe(&ctx), peer = 1 - me;
+    uint64_t* const word = (uint64_t*)sig;
+    unsigned long long t0 = cpnet_globaltimer_ns();
+    for (unsigned long long i = 1; i <= (unsigned long long)warmup + iters && e == CPNET_E_OK; ++i) {
+        if (i == (unsigned long long)warmup + 1) t0 = cpnet_globaltimer_ns();
+        if (me == 0) {
+            cpnet_putmem_signal_nbi(&ctx, buf, src, size, word, i, CPNET_SIGNAL_SET, peer);
+            cpnet_signal_wait_until(&ctx, word, CPNET_CMP_GE, i);
+        } else {
+            cpnet_signal_wait_until(&ctx, word, CPNET_CMP_GE, i);
+            cpnet_putmem_signal_nbi(&ctx, buf, src, size, word, i, CPNET_SIGNAL_SET, peer);
+        }
+        e = cpnet_ctx_last_error(&ctx);
+    }
+    const unsigned long long t1 = cpnet_globaltimer_ns();
+    const int d = cpnet_ctx_destroy(&ctx);
+    if (threadIdx.x == 0) {
+        times[0] = t1 - t0;
+        status[0] = e != CPNET_E_OK ? e : d;
+    }
+}
 "#;
 
 /// A byte count: digits with an optional K/M/G (KiB/MiB/GiB) suffix.
@@ -133,6 +169,12 @@ pub struct P2pArgs {
     /// Also write the table to this CSV file (PE 0).
     #[arg(long)]
     pub csv: Option<PathBuf>,
+    /// Measure instead the one-way latency of a put-with-signal between
+    /// kernels on both PEs: a ping-pong of `cpnet_putmem_signal_nbi` (SET)
+    /// and `cpnet_signal_wait_until`, one work-group each, half the round
+    /// trip (µs, mean over `--iters` rounds after 20 warm-up ones).
+    #[arg(long)]
+    pub pingpong: bool,
 }
 
 /// What a size's runs measured.
@@ -182,6 +224,9 @@ pub fn run(pe: &GpuPe, cli: &P2pArgs) -> Result<()> {
         heap_needed(cli.max)
     );
     let sizes: Vec<u64> = std::iter::successors(Some(cli.min), |&s| s.checked_mul(2)).take_while(|&s| s <= cli.max).collect();
+    if cli.pingpong {
+        return pingpong(pe, cli, &sizes);
+    }
     let module = pe.build_module("p2p.cu", KERNEL)?;
     let func = module.load_function("p2p").context("load kernel p2p")?;
     let src = pe.shmalloc(cli.max)?; // PE 0: the put source
@@ -252,6 +297,57 @@ pub fn run(pe: &GpuPe, cli: &P2pArgs) -> Result<()> {
     pe.barrier_all()?;
     if let (Some(path), 0) = (&cli.csv, me) {
         println!("# wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// `--pingpong` (**collective**: PEs 0 and 1 run the `pingpong` kernel at
+/// once, the others wait in the barriers; PE 0 prints one line per size).
+fn pingpong(pe: &GpuPe, cli: &P2pArgs, sizes: &[u64]) -> Result<()> {
+    let me = pe.my_pe();
+    let module = pe.build_module("p2p.cu", KERNEL)?;
+    let func = module.load_function("pingpong").context("load kernel pingpong")?;
+    let src = pe.shmalloc(cli.max)?;
+    let buf = pe.shmalloc(cli.max)?;
+    let sig = pe.shmalloc(8)?;
+    if me == 0 {
+        let p2p = cpnet::env::Tuning::from_env().map(|t| t.gpu_p2p).unwrap_or(true);
+        println!(
+            "# cpnet-gpu-p2p --pingpong: PE 0 <-> PE 1, cpnet_putmem_signal_nbi (SET) + cpnet_signal_wait_until, 1 work-group x {} threads each, {} rounds; {}",
+            cli.threads,
+            cli.iters,
+            if p2p { "peer-to-peer stores (CPNET_GPU_P2P=1)" } else { "through the queues and the proxy (CPNET_GPU_P2P=0)" }
+        );
+        println!("{:>12} {:>14}", "size_B", "one_way_us");
+    }
+    for &size in sizes {
+        if me < 2 {
+            pe.write_heap(sig, &[0u8; 8])?;
+        }
+        pe.barrier_all()?;
+        if me < 2 {
+            let stream = pe.stream();
+            let times = stream.alloc_zeros::<u64>(1)?;
+            let status = stream.clone_htod(&[-1i32])?;
+            let (h, b_, s_, g_) = (pe.handle(), pe.dev_ptr(buf), pe.dev_ptr(src), pe.dev_ptr(sig));
+            let (warmup, iters) = (20u32, cli.iters);
+            let mut b = stream.launch_builder(&func);
+            b.arg(&h).arg(&b_).arg(&s_).arg(&g_).arg(&size).arg(&iters).arg(&warmup).arg(&times).arg(&status);
+            let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (cli.threads, 1, 1), shared_mem_bytes: 0 };
+            // SAFETY: the arguments match `pingpong` (handle by value, three
+            // device pointers into this PE's heap: `size` bytes twice and
+            // one u64, u64, two u32, the times and status buffers of one
+            // element); the kernel has ended when synchronize returns.
+            unsafe { b.launch(cfg) }.context("launch pingpong")?;
+            pe.synchronize()?;
+            let st = stream.clone_dtoh(&status)?;
+            ensure!(st[0] == 0, "ping-pong of {size} bytes failed on PE {me}: CPNET_E_* {}", st[0]);
+            if me == 0 {
+                let t = stream.clone_dtoh(&times)?[0];
+                println!("{size:>12} {:>14.2}", t as f64 / 1e3 / (2.0 * f64::from(iters)));
+            }
+        }
+        pe.barrier_all()?;
     }
     Ok(())
 }
