@@ -183,6 +183,7 @@ fn suite(cli: &Cli) -> Result<()> {
         wgs: 1,
         threads: 32,
         csv: cli.p2p_csv.clone(),
+        pingpong: false,
     };
     // SAFETY: no other thread exists yet (nothing has been started), so
     // nobody reads the environment concurrently.
