@@ -230,6 +230,20 @@ __device__ __noinline__ void ar_decide_leader(const cpnet_handle_t* h, const ar_
             }
         }
     }
+    /* Nothing to do now. Before handing an idle round to the whole block
+     * (two block barriers per round), the leader watches, alone, the two
+     * words that can change that: the next message's signal and the
+     * acknowledgement word (bounded: the checks below still run). */
+    {
+        const uint64_t* next_sig = st->nr < st->nr_end
+            ? (const uint64_t*)(p.sigs + ring * p.sig_stride + 8 * ((st->base_r + st->nr) % K))
+            : nullptr;
+        const app_u64 want = st->base_r + st->nr + 1;
+        for (unsigned k = 0; k < AR_LEADER_SPIN; ++k) {
+            if (next_sig != nullptr && cpnet_ld_relaxed_sys_u64(next_sig) >= want) break;
+            if (cpnet_ld_relaxed_sys_u64(ack) != st->acked) break;
+        }
+    }
     /* Idle: bounded, abortable, interrupted by another ring's failure. */
     a->kind = AR_ACT_IDLE;
     const app_u64 now = cpnet_globaltimer_ns();
@@ -275,8 +289,18 @@ __device__ __noinline__ int ar_ring(const cpnet_handle_t* h, cpnet_ctx_t* ctx, c
 {
     __shared__ ar_state st;
     __shared__ ar_action act;
+    __shared__ app_u64 plan_s[AR_PLAN_SHARED_WORDS];
     app_u64* ctl = (app_u64*)p.ctl;
     const app_u64* pl = (const app_u64*)p.plan + ring * p.plan_stride;
+    /* The ring's plan in shared memory when it fits (up to 93 PEs): the
+     * leader reads it at every decision, and from global memory those are
+     * dependent L2 loads (its acquire loads keep invalidating L1). */
+    if (p.plan_stride <= AR_PLAN_SHARED_WORDS) {
+        __syncthreads(); /* the previous allreduce's last reads of plan_s are done */
+        for (app_u64 i = threadIdx.x; i < p.plan_stride; i += blockDim.x) plan_s[i] = pl[i];
+        __syncthreads();
+        pl = plan_s;
+    }
     const app_u64 steps = pl[AR_PLAN_STEPS];
     if (steps == 0) {
         /* One PE: out of place copies the segment, in place has nothing to do. */

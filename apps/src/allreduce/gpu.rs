@@ -52,6 +52,15 @@ pub const THREADS: u32 = 512;
 /// variant's probe: polling heap words cannot see the job fail.
 const PROBE_EVERY_NS: u64 = 2_000_000;
 
+/// Plan words a ring block keeps in shared memory (8 KiB; a ring's plan
+/// is `4 + 3n + 4(2(n - 1) + 1)` = `11n` words, so up to 93 PEs); larger plans are
+/// read from global memory.
+const PLAN_SHARED_WORDS: usize = 1024;
+
+/// Polls of the next signal and the acknowledgement word the ring leader
+/// makes alone before an idle round of the whole block.
+const LEADER_SPIN: u32 = 64;
+
 /// Control block words of the allreduce kernel.
 mod arctl {
     use crate::gpu::ctl::APP;
@@ -89,6 +98,8 @@ pub fn source() -> String {
         ("AR_CTL_T1", arctl::T1.to_string()),
         ("AR_THREADS", THREADS.to_string()),
         ("AR_PROBE_EVERY_NS", format!("{PROBE_EVERY_NS}ull")),
+        ("AR_PLAN_SHARED_WORDS", PLAN_SHARED_WORDS.to_string()),
+        ("AR_LEADER_SPIN", LEADER_SPIN.to_string()),
     ];
     kernel_source(&defines, include_str!("allreduce.cu"))
 }
