@@ -224,42 +224,38 @@ __device__ __forceinline__ bool in_heap(const cpnet_ctx_t* ctx, const void* ptr,
     return off < ctx->heap_size && n <= ctx->heap_size - off;
 }
 
-/** Where at `pe` a put of `nbytes` (> 0) from `source` to `dest` stores, or
- *  nullptr when it goes through the queue: no peer-to-peer mapping of `pe`,
- *  or an argument the proxy rejects (`dest` outside the heap; a `source` of
- *  more than 8 bytes outside it), so that bad input gets the same error on
- *  both paths. */
-__device__ __forceinline__ uint8_t* p2p_put_target(const cpnet_ctx_t* ctx, const void* dest,
-                                                   const void* source, uint64_t nbytes, int pe)
+/** Where at `pe` the symmetric object `remote` (a put's `dest`, a get's
+ *  `source`) is, for an access of `nbytes` (> 0) whose other side is `local`
+ *  (the put's source, the get's destination), or nullptr when the access
+ *  goes through the queue: no peer-to-peer mapping of `pe`, or an argument
+ *  the proxy rejects (`remote` outside the heap; a `local` of more than 8
+ *  bytes outside it), so that bad input gets the same error on both paths. */
+__device__ __forceinline__ uint8_t* p2p_remote(const cpnet_ctx_t* ctx, const void* remote, const void* local,
+                                               uint64_t nbytes, int pe)
 {
     const uint64_t base = p2p_base(ctx, pe);
-    if (base == 0 || !in_heap(ctx, dest, nbytes)) return nullptr;
-    if (nbytes > CPNET_INLINE_MAX && !in_heap(ctx, source, nbytes)) return nullptr;
-    return (uint8_t*)(base + heap_offset(ctx, dest));
+    if (base == 0 || !in_heap(ctx, remote, nbytes)) return nullptr;
+    if (nbytes > CPNET_INLINE_MAX && !in_heap(ctx, local, nbytes)) return nullptr;
+    return (uint8_t*)(base + heap_offset(ctx, remote));
 }
 
-/** Where at `pe` a get of `nbytes` (> 0) from `source` into `dest` loads
- *  from, or nullptr (as p2p_put_target; `dest` of more than 8 bytes must be
- *  in the heap). */
-__device__ __forceinline__ const uint8_t* p2p_get_source(const cpnet_ctx_t* ctx, const void* dest,
-                                                         const void* source, uint64_t nbytes, int pe)
+/** Route a put-with-signal: true when it goes on the peer-to-peer path --
+ *  `pe` is mapped, the data range (if any) passes p2p_remote's checks, and
+ *  the signal word is in the heap, 8-aligned, with a known sig_op
+ *  (otherwise the queue path reports the error). Then `*remote` is where
+ *  the data goes (nullptr for nbytes 0) and `*sig_remote` where the kernel
+ *  stores a SET signal (nullptr for ADD, which is queued). */
+__device__ __forceinline__ bool p2p_put_signal_route(const cpnet_ctx_t* ctx, const void* dest, const void* source,
+                                                     uint64_t nbytes, const uint64_t* sig_addr, int sig_op, int pe,
+                                                     uint8_t** remote, uint64_t** sig_remote)
 {
     const uint64_t base = p2p_base(ctx, pe);
-    if (base == 0 || !in_heap(ctx, source, nbytes)) return nullptr;
-    if (nbytes > CPNET_INLINE_MAX && !in_heap(ctx, dest, nbytes)) return nullptr;
-    return (const uint8_t*)(base + heap_offset(ctx, source));
-}
-
-/** Where at `pe` the signal word `sig_addr` is, for a signal the kernel may
- *  store itself (SET, in the heap, 8-aligned), or nullptr. */
-__device__ __forceinline__ uint64_t* p2p_signal_target(const cpnet_ctx_t* ctx, const uint64_t* sig_addr,
-                                                       int sig_op, int pe)
-{
-    const uint64_t base = p2p_base(ctx, pe);
-    if (base == 0 || sig_op != CPNET_SIGNAL_SET || !in_heap(ctx, sig_addr, 8) ||
-        (heap_offset(ctx, sig_addr) & 7) != 0)
-        return nullptr;
-    return (uint64_t*)(base + heap_offset(ctx, sig_addr));
+    if (base == 0 || (sig_op != CPNET_SIGNAL_SET && sig_op != CPNET_SIGNAL_ADD)) return false;
+    if (!in_heap(ctx, sig_addr, 8) || (heap_offset(ctx, sig_addr) & 7) != 0) return false;
+    *remote = nbytes == 0 ? nullptr : p2p_remote(ctx, dest, source, nbytes, pe);
+    if (nbytes != 0 && *remote == nullptr) return false;
+    *sig_remote = sig_op == CPNET_SIGNAL_SET ? (uint64_t*)(base + heap_offset(ctx, sig_addr)) : nullptr;
+    return true;
 }
 
 /** Copy `n` words of T with every thread of the block, four loads in flight
@@ -337,24 +333,15 @@ __device__ __forceinline__ int p2p_leave(cpnet_ctx_t* ctx, int e)
     return e;
 }
 
-/** A put on the peer-to-peer path (collective): the block stores the data
- *  at `remote` itself. Complete when it returns as far as the source goes;
- *  visible at the target after a fence or quiet (or a signal, which is
- *  issued after a fence). */
-__device__ __forceinline__ int p2p_put(cpnet_ctx_t* ctx, uint8_t* remote, const void* source, uint64_t nbytes)
+/** A put or get on the peer-to-peer path (collective): the block copies
+ *  `nbytes` from `src` to `dst`, one of them at the other PE. Complete when
+ *  it returns as far as this block goes (a put's source may be reused, a
+ *  get's data is visible to every thread); a put is visible at the target
+ *  after a fence or quiet (or a signal, which is issued after a fence). */
+__device__ __forceinline__ int p2p_copy(cpnet_ctx_t* ctx, void* dst, const void* src, uint64_t nbytes)
 {
     const int e = p2p_enter(ctx);
-    if (e == CPNET_E_OK) block_copy(remote, source, nbytes);
-    return p2p_leave(ctx, e);
-}
-
-/** A get on the peer-to-peer path (collective): the block loads from
- *  `remote` into `dest`. Complete (visible to every thread) when it
- *  returns. */
-__device__ __forceinline__ int p2p_get(cpnet_ctx_t* ctx, void* dest, const uint8_t* remote, uint64_t nbytes)
-{
-    const int e = p2p_enter(ctx);
-    if (e == CPNET_E_OK) block_copy(dest, remote, nbytes);
+    if (e == CPNET_E_OK) block_copy(dst, src, nbytes);
     return p2p_leave(ctx, e);
 }
 
@@ -376,13 +363,19 @@ __device__ __forceinline__ uint64_t p2p_get_value(cpnet_ctx_t* ctx, const uint8_
  * the release is cumulative over the block's stores, and pairs with the
  * target's acquire load in wait_until_leader), or (ADD, so that it stays
  * atomic with respect to the AMOs the proxy's executor applies) makes the
- * data visible at system scope with fence.acq_rel.sys and queues the signal
- * alone. `blocking` waits for a queued signal.
+ * data visible at system scope with fence.acq_rel.sys and queues `sig_cmd`
+ * (the put-with-signal's command) without its data. `blocking` waits for a
+ * queued signal.
  */
 __device__ __forceinline__ int p2p_put_signal(cpnet_ctx_t* ctx, uint8_t* remote, const void* source,
-                                              uint64_t nbytes, uint64_t* sig_remote, const cpnet_cmd_t& sig_cmd,
+                                              uint64_t nbytes, uint64_t* sig_remote, cpnet_cmd_t sig_cmd,
                                               bool blocking)
 {
+    /* The queued signal carries no data (size 0). */
+    sig_cmd.size = 0;
+    sig_cmd.flags &= (uint8_t)~CPNET_F_INLINE;
+    sig_cmd.src = 0;
+    sig_cmd.value = 0;
     int e = p2p_enter(ctx);
     if (e == CPNET_E_OK && nbytes != 0) block_copy(remote, source, nbytes);
     __syncthreads();
@@ -407,41 +400,12 @@ __device__ __forceinline__ int p2p_put_signal(cpnet_ctx_t* ctx, uint8_t* remote,
     return ctx->ret;
 }
 
-/** True when a put-with-signal goes on the peer-to-peer path: `pe` is
- *  mapped, the data range (if any) passes p2p_put_target's checks, and the
- *  signal word is in the heap, 8-aligned, with a known sig_op (otherwise the
- *  queue path reports the error). */
-__device__ __forceinline__ bool p2p_put_signal_ok(const cpnet_ctx_t* ctx, const void* dest, const void* source,
-                                                  uint64_t nbytes, const uint64_t* sig_addr, int sig_op, int pe)
-{
-    if (p2p_base(ctx, pe) == 0) return false;
-    if (sig_op != CPNET_SIGNAL_SET && sig_op != CPNET_SIGNAL_ADD) return false;
-    if (!in_heap(ctx, sig_addr, 8) || (heap_offset(ctx, sig_addr) & 7) != 0) return false;
-    return nbytes == 0 || p2p_put_target(ctx, dest, source, nbytes, pe) != nullptr;
-}
-
-/** cpnet_putmem_signal(_nbi) on the peer-to-peer path, once
- *  p2p_put_signal_ok said yes. An ADD signal is queued as `c` without its
- *  data (size 0). */
-__device__ __forceinline__ int p2p_put_signal_call(cpnet_ctx_t* ctx, void* dest, const void* source, uint64_t nbytes,
-                                                   const uint64_t* sig_addr, int sig_op, int pe, cpnet_cmd_t c,
-                                                   bool blocking)
-{
-    uint8_t* remote = nbytes == 0 ? nullptr : p2p_put_target(ctx, dest, source, nbytes, pe);
-    uint64_t* sig_remote = p2p_signal_target(ctx, sig_addr, sig_op, pe);
-    c.size = 0;
-    c.flags &= (uint8_t)~CPNET_F_INLINE;
-    c.src = 0;
-    c.value = 0;
-    return p2p_put_signal(ctx, remote, source, nbytes, sig_remote, c, blocking);
-}
-
 /** Blocking put of nbytes (collective). */
 __device__ __forceinline__ int putmem(cpnet_ctx_t* ctx, void* dest, const void* source,
                                       uint64_t nbytes, int pe)
 {
     if (nbytes != 0)
-        if (uint8_t* r = p2p_put_target(ctx, dest, source, nbytes, pe)) return p2p_put(ctx, r, source, nbytes);
+        if (uint8_t* r = p2p_remote(ctx, dest, source, nbytes, pe)) return p2p_copy(ctx, r, source, nbytes);
     return collective(ctx, [&]() -> int {
         if (nbytes == 0) return CPNET_E_OK;
         return call_blocking(ctx, put_cmd(ctx, dest, source, nbytes, pe), false, nullptr);
@@ -453,8 +417,8 @@ __device__ __forceinline__ void putmem_nbi(cpnet_ctx_t* ctx, void* dest, const v
                                            uint64_t nbytes, int pe)
 {
     if (nbytes != 0)
-        if (uint8_t* r = p2p_put_target(ctx, dest, source, nbytes, pe)) {
-            p2p_put(ctx, r, source, nbytes);
+        if (uint8_t* r = p2p_remote(ctx, dest, source, nbytes, pe)) {
+            p2p_copy(ctx, r, source, nbytes);
             return;
         }
     collective(ctx, [&]() -> int {
@@ -468,7 +432,7 @@ __device__ __forceinline__ int getmem(cpnet_ctx_t* ctx, void* dest, const void* 
                                       uint64_t nbytes, int pe)
 {
     if (nbytes != 0)
-        if (const uint8_t* r = p2p_get_source(ctx, dest, source, nbytes, pe)) return p2p_get(ctx, dest, r, nbytes);
+        if (const uint8_t* r = p2p_remote(ctx, source, dest, nbytes, pe)) return p2p_copy(ctx, dest, r, nbytes);
     return collective(ctx, [&]() -> int {
         if (nbytes == 0) return CPNET_E_OK;
         if (nbytes <= CPNET_INLINE_MAX) {
@@ -486,8 +450,8 @@ __device__ __forceinline__ void getmem_nbi(cpnet_ctx_t* ctx, void* dest, const v
                                            uint64_t nbytes, int pe)
 {
     if (nbytes != 0)
-        if (const uint8_t* r = p2p_get_source(ctx, dest, source, nbytes, pe)) {
-            p2p_get(ctx, dest, r, nbytes);
+        if (const uint8_t* r = p2p_remote(ctx, source, dest, nbytes, pe)) {
+            p2p_copy(ctx, dest, r, nbytes);
             return;
         }
     collective(ctx, [&]() -> int {
@@ -842,7 +806,7 @@ __device__ inline void cpnet_getmem_nbi(cpnet_ctx_t* ctx, void* dest, const void
     }                                                                                               \
     __device__ inline TYPE cpnet_##NAME##_g(cpnet_ctx_t* ctx, const TYPE* source, int pe)           \
     {                                                                                               \
-        if (const uint8_t* r = cpnet_detail::p2p_get_source(ctx, nullptr, source, sizeof(TYPE), pe)) \
+        if (const uint8_t* r = cpnet_detail::p2p_remote(ctx, source, nullptr, sizeof(TYPE), pe))    \
             return cpnet_detail::from_bits<TYPE>(cpnet_detail::p2p_get_value(ctx, r, sizeof(TYPE))); \
         const cpnet_cmd_t c = cpnet_detail::get_cmd(ctx, nullptr, source, sizeof(TYPE), pe, true);  \
         return cpnet_detail::from_bits<TYPE>(cpnet_detail::fetch_blocking(ctx, c));                 \
@@ -871,8 +835,10 @@ __device__ inline int cpnet_putmem_signal(cpnet_ctx_t* ctx, void* dest, const vo
                                           int sig_op, int pe)
 {
     const cpnet_cmd_t c = cpnet_detail::put_signal_cmd(ctx, dest, source, (uint64_t)nbytes, sig_addr, signal, sig_op, pe);
-    if (cpnet_detail::p2p_put_signal_ok(ctx, dest, source, (uint64_t)nbytes, sig_addr, sig_op, pe))
-        return cpnet_detail::p2p_put_signal_call(ctx, dest, source, (uint64_t)nbytes, sig_addr, sig_op, pe, c, true);
+    uint8_t* remote;
+    uint64_t* sig_remote;
+    if (cpnet_detail::p2p_put_signal_route(ctx, dest, source, (uint64_t)nbytes, sig_addr, sig_op, pe, &remote, &sig_remote))
+        return cpnet_detail::p2p_put_signal(ctx, remote, source, (uint64_t)nbytes, sig_remote, c, true);
     return cpnet_detail::collective(ctx, [&]() -> int { return cpnet_detail::call_blocking(ctx, c, false, nullptr); });
 }
 
@@ -887,8 +853,10 @@ __device__ inline void cpnet_putmem_signal_nbi(cpnet_ctx_t* ctx, void* dest, con
                                                uint64_t signal, int sig_op, int pe)
 {
     const cpnet_cmd_t c = cpnet_detail::put_signal_cmd(ctx, dest, source, (uint64_t)nbytes, sig_addr, signal, sig_op, pe);
-    if (cpnet_detail::p2p_put_signal_ok(ctx, dest, source, (uint64_t)nbytes, sig_addr, sig_op, pe))
-        cpnet_detail::p2p_put_signal_call(ctx, dest, source, (uint64_t)nbytes, sig_addr, sig_op, pe, c, false);
+    uint8_t* remote;
+    uint64_t* sig_remote;
+    if (cpnet_detail::p2p_put_signal_route(ctx, dest, source, (uint64_t)nbytes, sig_addr, sig_op, pe, &remote, &sig_remote))
+        cpnet_detail::p2p_put_signal(ctx, remote, source, (uint64_t)nbytes, sig_remote, c, false);
     else
         cpnet_detail::enqueue_nbi(ctx, c);
 }
