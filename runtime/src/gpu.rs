@@ -581,42 +581,21 @@ impl PeerHeaps {
 /// The peer-to-peer table of the handle (`cpnet_handle_t.peers`): `n_pes`
 /// `u64` words in GPU memory, word `i` the address at which this PE's
 /// kernels reach PE `i`'s heap with their own loads and stores (the own
-/// heap, or a [`PeerHeaps`] mapping), 0 where they cannot. Freed on drop.
-#[derive(Debug)]
-struct P2pTable {
-    dev: u64,
-    cuda: Arc<CudaContext>,
-}
-
-impl P2pTable {
-    /// Allocate and fill the table for PE `me` from `peers` (its own heap at
-    /// `me`). The context must be current on this thread.
-    fn new(cuda: &Arc<CudaContext>, me: i32, heap: &DeviceMem, peers: &PeerHeaps) -> Result<P2pTable, GpuError> {
-        let words: Vec<u64> = peers
-            .bases
-            .iter()
-            .enumerate()
-            .map(|(i, b)| if i as i32 == me { heap.base } else { b.unwrap_or(0) })
-            .collect();
-        // SAFETY: the context is current (callers bound it); the memory is
-        // written below and owned by the returned value.
-        let dev = unsafe { cu::malloc_sync(8 * words.len().max(1)) }
-            .map_err(|source| GpuError::Cuda { what: "cuMemAlloc (peer-to-peer table)", source })?;
-        let table = P2pTable { dev, cuda: Arc::clone(cuda) };
-        // SAFETY: `words` fits the allocation just made; the copy is synchronous.
-        unsafe { cu::memcpy_htod_sync(dev, &words) }
-            .map_err(|source| GpuError::Cuda { what: "cuMemcpyHtoD (peer-to-peer table)", source })?;
-        Ok(table)
-    }
-}
-
-impl Drop for P2pTable {
-    fn drop(&mut self) {
-        let _ = self.cuda.bind_to_thread();
-        // SAFETY: allocated by `new`, freed once; no kernel of this PE runs
-        // after the PE is dropped (finalize synchronizes the device).
-        let _ = unsafe { cu::free_sync(self.dev) };
-    }
+/// heap, or a [`PeerHeaps`] mapping), 0 where they cannot.
+fn p2p_table(cuda: &Arc<CudaContext>, me: i32, heap: &DeviceMem, peers: &PeerHeaps) -> Result<DeviceMem, GpuError> {
+    let words: Vec<u64> =
+        peers.bases.iter().enumerate().map(|(i, b)| if i as i32 == me { heap.base } else { b.unwrap_or(0) }).collect();
+    let table = DeviceMem::new(
+        cuda,
+        8 * words.len().max(1) as u64,
+        "cuMemAlloc (peer-to-peer table)",
+        "cuMemsetD8 (peer-to-peer table)",
+    )?;
+    // SAFETY: `words` fits the allocation just made (8 bytes per PE); the
+    // copy is synchronous.
+    unsafe { cu::memcpy_htod_sync(table.base, &words) }
+        .map_err(|source| GpuError::Cuda { what: "cuMemcpyHtoD (peer-to-peer table)", source })?;
+    Ok(table)
 }
 
 impl Drop for PeerHeaps {
@@ -708,7 +687,7 @@ pub struct GpuPe {
     stream: Arc<CudaStream>,
     peers: PeerHeaps,
     /// `None`: `CPNET_GPU_P2P=0`, every operation goes through the queues.
-    p2p: Option<P2pTable>,
+    p2p: Option<DeviceMem>,
     queues: Arc<GpuQueues>,
     heap: DeviceMem,
     cuda: Arc<CudaContext>,
@@ -769,7 +748,7 @@ impl GpuPe {
         )?;
         let queues = Arc::new(GpuQueues::with_placement(&cuda, tuning.queues, geom, tuning.queue_mem)?);
         let peers = PeerHeaps::exchange(&boot, me, &heap, tuning.gpu_ipc)?;
-        let p2p = if tuning.gpu_p2p { Some(P2pTable::new(&cuda, me, &heap, &peers)?) } else { None };
+        let p2p = if tuning.gpu_p2p { Some(p2p_table(&cuda, me, &heap, &peers)?) } else { None };
         let stream = cuda.new_stream().map_err(|source| GpuError::Cuda { what: "cuStreamCreate (application stream)", source })?;
         let fabric = pe::default_fabric(&launch, &tuning);
         let cfg = StagedConfig {
@@ -850,7 +829,7 @@ impl GpuPe {
     pub fn handle(&self) -> KernelHandle {
         let timeout = self.core.tuning.wait_timeout.map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64);
         let mut h = self.queues.handle(self.my_pe(), self.n_pes(), self.heap.base, self.heap.size, timeout);
-        h.peers = self.p2p.as_ref().map_or(0, |t| t.dev);
+        h.peers = self.p2p.as_ref().map_or(0, |t| t.base);
         KernelHandle(h)
     }
 
