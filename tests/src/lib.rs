@@ -110,6 +110,21 @@ pub mod launch {
         pub elapsed: Duration,
     }
 
+    impl Job {
+        /// Fail the test unless the launcher succeeded and each of the `n`
+        /// PEs printed `PE k: OK` followed by `ok_suffix`; `what` (the
+        /// command, provider, environment) names the job in the message.
+        ///
+        /// # Panics
+        /// On either failure, with the job's whole output.
+        pub fn assert_every_pe_ok(&self, n: u32, what: &str, ok_suffix: &str) {
+            assert!(self.status.success(), "{what} failed ({}):\n{}", self.status, self.all);
+            for pe in 0..n {
+                assert!(self.all.contains(&format!("PE {pe}: OK{ok_suffix}")), "PE {pe} did not report OK:\n{}", self.all);
+            }
+        }
+    }
+
     /// `cpnet-run -n n --grace 25 -- program args` with `CPNET_PROVIDER =
     /// provider`, `CPNET_WAIT_TIMEOUT = 60` and `RUST_LOG = warn` (`env`
     /// overrides any of them); SIGTERM to the launcher, and a panic, after

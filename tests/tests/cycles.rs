@@ -31,15 +31,7 @@ fn job(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)], limit: Durat
 fn ok(n: u32, provider: &str, cycles: u32) -> String {
     let c = cycles.to_string();
     let j = job(n, provider, &["--cycles", &c], &[], Duration::from_secs(600));
-    assert!(
-        j.status.success(),
-        "cpnet-run -n {n} cpnet-cycles --cycles {cycles} over {provider} failed ({}):\n{}",
-        j.status,
-        j.all
-    );
-    for pe in 0..n {
-        assert!(j.all.contains(&format!("PE {pe}: OK ({cycles} cycles")), "PE {pe} did not report OK:\n{}", j.all);
-    }
+    j.assert_every_pe_ok(n, &format!("cpnet-run -n {n} cpnet-cycles --cycles {cycles} over {provider}"), &format!(" ({cycles} cycles"));
     eprintln!("{cycles} cycles over {provider} in {:.1} s:", j.elapsed.as_secs_f64());
     for l in j.stdout.lines().filter(|l| l.contains("after the warm-up") || l.contains(": OK (")) {
         eprintln!("  {l}");
@@ -149,11 +141,8 @@ fn gpu_100_cycles() {
         return;
     }
     let j = job(2, SHM, &["--gpu", "--cycles", "100"], &[("CPNET_HEAP_SIZE", "64M")], Duration::from_secs(600));
-    assert!(j.status.success(), "cpnet-cycles --gpu failed ({}):\n{}", j.status, j.all);
+    j.assert_every_pe_ok(2, "cpnet-cycles --gpu", " (100 cycles");
     assert!(!j.all.contains("SKIP"), "a PE skipped although this machine has a GPU:\n{}", j.all);
-    for pe in 0..2 {
-        assert!(j.all.contains(&format!("PE {pe}: OK (100 cycles")), "PE {pe} did not report OK:\n{}", j.all);
-    }
     for l in j.stdout.lines().filter(|l| l.contains("after the warm-up") || l.contains(": OK (")) {
         eprintln!("  {l}");
     }

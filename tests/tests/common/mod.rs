@@ -21,15 +21,7 @@ pub fn job(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)], limit: D
 /// [`job`] that must pass, every PE printing `PE k: OK`; its output.
 pub fn ok_env(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)]) -> String {
     let j = job(n, provider, args, env, Duration::from_secs(600));
-    assert!(
-        j.status.success(),
-        "cpnet-run -n {n} cpnet-check {args:?} over {provider} with {env:?} failed ({}):\n{}",
-        j.status,
-        j.all
-    );
-    for pe in 0..n {
-        assert!(j.all.contains(&format!("PE {pe}: OK")), "PE {pe} did not report OK:\n{}", j.all);
-    }
+    j.assert_every_pe_ok(n, &format!("cpnet-run -n {n} cpnet-check {args:?} over {provider} with {env:?}"), "");
     j.all
 }
 
