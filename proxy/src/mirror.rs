@@ -192,6 +192,19 @@ pub trait MirrorCopies: Send {
     fn wait(&mut self) -> Result<(), MirrorError>;
 }
 
+/// The contract of [`MirrorCopies::pull`], checked by every
+/// implementation before it copies: inside the queue, never the control
+/// block.
+fn check_pull(geom: QueueGeometry, bytes: &Range<usize>) {
+    assert!(bytes.start >= CPNET_QUEUE_OFF_PROD && bytes.end <= geom.bytes(), "pull of {bytes:?}");
+}
+
+/// The contract of [`MirrorCopies::push`], checked by every
+/// implementation before it copies: whole words inside the control block.
+fn check_push(off: usize, words: usize) {
+    assert!(off.is_multiple_of(8) && off + 8 * words <= CPNET_CTL_BYTES, "push of {words} words at {off}");
+}
+
 /// What a mirror has done, for tests and reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MirrorStats {
@@ -566,10 +579,10 @@ impl MirrorCopies for CudaCopies {
     }
 
     fn pull(&mut self, q: usize, bytes: Range<usize>) -> Result<(), MirrorError> {
-        assert!(bytes.start >= CPNET_QUEUE_OFF_PROD && bytes.end <= self.geom.bytes(), "pull of {bytes:?}");
+        check_pull(self.geom, &bytes);
         self.bind()?;
         let (dev, host) = self.queues[q];
-        // SAFETY: both ranges lie inside queue q (asserted), on the device
+        // SAFETY: both ranges lie inside queue q (check_pull), on the device
         // and in the pinned shadow (`new`, clauses 1, 2). Until the next wait
         // only the watchdog reads these shadow bytes, through atomics, for a
         // report (a half-done copy reads as a stale or torn slot, as a slot
@@ -580,7 +593,7 @@ impl MirrorCopies for CudaCopies {
     }
 
     fn push(&mut self, q: usize, off: usize, words: &[u64]) -> Result<(), MirrorError> {
-        assert!(off.is_multiple_of(8) && off + 8 * words.len() <= CPNET_CTL_BYTES, "push of {} words at {off}", words.len());
+        check_push(off, words.len());
         self.bind()?;
         let mask = (0..words.len()).fold(0u8, |m, i| m | 1 << (off / 8 + i));
         if self.in_flight[q] & mask != 0 {
@@ -778,13 +791,13 @@ impl MirrorCopies for HostCopies {
     }
 
     fn pull(&mut self, q: usize, bytes: Range<usize>) -> Result<(), MirrorError> {
-        assert!(bytes.start >= CPNET_QUEUE_OFF_PROD && bytes.end <= self.geom.bytes(), "pull of {bytes:?}");
+        check_pull(self.geom, &bytes);
         self.queue_copy(Pending::Pull(q, bytes));
         Ok(())
     }
 
     fn push(&mut self, q: usize, off: usize, words: &[u64]) -> Result<(), MirrorError> {
-        assert!(off.is_multiple_of(8) && off + 8 * words.len() <= CPNET_CTL_BYTES, "push of {} words at {off}", words.len());
+        check_push(off, words.len());
         self.queue_copy(Pending::Push(q, off, words.to_vec()));
         Ok(())
     }
