@@ -103,7 +103,7 @@ pub fn single_dash_to_long<P: CommandFactory>(
 /// Parse the process's arguments as `P`, accepting single-dash long flags
 /// (see [`single_dash_to_long`]). Exits with clap's message on bad input.
 pub fn parse_args<P: Parser>() -> P {
-    P::parse_from(single_dash_to_long::<P>(std::env::args_os()))
+    parse_args_and_matches::<P>().0
 }
 
 /// [`parse_args`], also returning clap's matches (to tell a value given on
@@ -163,15 +163,15 @@ fn sized_launch(need: impl FnOnce(i32) -> u64, min_queues: usize) -> anyhow::Res
     let mut tuning = Tuning::from_env()?;
     // A queue per work-group that communicates: raised when CPNET_QUEUES is
     // unset; when it is set too small the program's own check says so.
-    if tuning.queues < min_queues && std::env::var_os(QUEUES).is_none_or(|v| v.to_string_lossy().trim().is_empty()) {
+    // Set by the user: present and not blank (as Tuning::from_env reads it).
+    let user_set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.to_string_lossy().trim().is_empty());
+    if tuning.queues < min_queues && !user_set(QUEUES) {
         tuning.queues = min_queues;
     }
     let required = need(launch.n_pes);
-    let user_set =
-        std::env::var_os(HEAP_SIZE).is_some_and(|v| !v.to_string_lossy().trim().is_empty());
     let mut raised = None;
     if tuning.heap_size < required {
-        if user_set {
+        if user_set(HEAP_SIZE) {
             bail!(
                 "{HEAP_SIZE} = {} bytes is too small: this run needs at least {required} bytes of symmetric \
                  heap per PE (unset {HEAP_SIZE} to size it automatically)",
