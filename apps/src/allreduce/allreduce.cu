@@ -65,6 +65,13 @@ __device__ __forceinline__ app_u64 ar_plan_step(const app_u64* pl, app_u64 s, ap
     return pl[AR_PLAN_BLOCKS + 3 * pl[AR_PLAN_N] + 4 * s + k];
 }
 
+/** Ring `ring`'s signal word of staging slot `slot` (this PE's copy; a
+ *  sender passes it as the symmetric address at its next PE). */
+__device__ __forceinline__ uint64_t* ar_sig(const ar_params& p, app_u64 ring, app_u64 slot)
+{
+    return (uint64_t*)(p.sigs + ring * p.sig_stride + 8 * slot);
+}
+
 template <typename T> __device__ __forceinline__ T ar_add(T a, T b) { return a + b; }
 /* int32 sums wrap, as on the CPU (signed overflow is undefined in C++). */
 template <> __device__ __forceinline__ int ar_add<int>(int a, int b)
@@ -201,7 +208,7 @@ __device__ __noinline__ void ar_decide_leader(const cpnet_handle_t* h, const ar_
     if (st->nr < st->nr_end) {
         const app_u64 g = st->base_r + st->nr;
         const app_u64 slot = g % K;
-        const uint64_t* sig = (const uint64_t*)(p.sigs + ring * p.sig_stride + 8 * slot);
+        const uint64_t* sig = ar_sig(p, ring, slot);
         /* Acquire: pairs with the sender's release of the signal (its
          * st.release.sys, or the proxy's after the copy): the piece is
          * visible once the signal is. */
@@ -236,7 +243,7 @@ __device__ __noinline__ void ar_decide_leader(const cpnet_handle_t* h, const ar_
      * acknowledgement word (bounded: the checks below still run). */
     {
         const uint64_t* next_sig = st->nr < st->nr_end
-            ? (const uint64_t*)(p.sigs + ring * p.sig_stride + 8 * ((st->base_r + st->nr) % K))
+            ? ar_sig(p, ring, (st->base_r + st->nr) % K)
             : nullptr;
         const app_u64 want = st->base_r + st->nr + 1;
         for (unsigned k = 0; k < AR_LEADER_SPIN; ++k) {
@@ -263,7 +270,7 @@ __device__ __noinline__ void ar_decide_leader(const cpnet_handle_t* h, const ar_
         if (code != CPNET_E_OK) {
             const bool receiving = st->nr < st->nr_end;
             const app_u64 g = receiving ? st->base_r + st->nr : st->base_s + st->ns;
-            const uint64_t* word = receiving ? (const uint64_t*)(p.sigs + ring * p.sig_stride + 8 * (g % K)) : ack;
+            const uint64_t* word = receiving ? ar_sig(p, ring, g % K) : ack;
             const app_u64 expected = receiving ? g + 1 : (g + 1 > K ? g + 1 - K : 0);
             app_fail_leader(ctl, code, receiving ? APP_OP_RING_RECV : APP_OP_RING_ACK, g, h->my_pe,
                             (app_u64)word - h->heap_base, expected, cpnet_ld_relaxed_sys_u64(word));
@@ -344,7 +351,7 @@ __device__ __noinline__ int ar_ring(const cpnet_handle_t* h, cpnet_ctx_t* ctx, c
         if (kind == AR_ACT_SEND) {
             cpnet_putmem_signal_nbi(ctx, (void*)(p.staging + (ring * p.slots + act.slot) * p.chunk),
                                     (const void*)act.src, act.len * sizeof(T),
-                                    (uint64_t*)(p.sigs + ring * p.sig_stride + 8 * act.slot), act.g + 1,
+                                    ar_sig(p, ring, act.slot), act.g + 1,
                                     CPNET_SIGNAL_SET, (int)p.next);
         } else if (kind == AR_ACT_RECV) {
             const T* staged = (const T*)(p.staging + (ring * p.slots + act.slot) * p.chunk);
