@@ -542,18 +542,10 @@ impl Tuning {
             t.gpu_proxy_threads = t.proxy_threads;
         }
         if let Some(v) = get(GPU_IPC) {
-            t.gpu_ipc = match v.as_str() {
-                "1" => true,
-                "0" => false,
-                _ => return Err(invalid(GPU_IPC, &v, "0 or 1")),
-            };
+            t.gpu_ipc = switch(GPU_IPC, &v)?;
         }
         if let Some(v) = get(GPU_P2P) {
-            t.gpu_p2p = match v.as_str() {
-                "1" => true,
-                "0" => false,
-                _ => return Err(invalid(GPU_P2P, &v, "0 or 1")),
-            };
+            t.gpu_p2p = switch(GPU_P2P, &v)?;
         }
         if let Some(v) = get(STAGE_CHUNK) {
             t.stage_chunk = parse_bytes(&v)
@@ -715,6 +707,15 @@ fn parse_seconds(s: &str) -> Option<Duration> {
 /// that it fails to parse (and is reported) rather than counting as unset.
 fn process_env(name: &str) -> Option<String> {
     std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+}
+
+/// An on/off variable: `1` or `0`.
+fn switch(var: &'static str, value: &str) -> Result<bool, EnvError> {
+    match value {
+        "1" => Ok(true),
+        "0" => Ok(false),
+        _ => Err(invalid(var, value, "0 or 1")),
+    }
 }
 
 fn invalid(var: &'static str, value: &str, expected: &str) -> EnvError {
