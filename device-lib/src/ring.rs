@@ -516,6 +516,11 @@ pub enum Outcome {
     Failed(ErrorCode),
 }
 
+/// [`Consumer`]'s flag for a taken command that is complete.
+const PENDING_DONE: u8 = 1;
+/// [`Consumer`]'s flag for a taken command flagged `CPNET_F_BLOCKING`.
+const PENDING_BLOCKING: u8 = 2;
+
 /// The consumer side of one queue: what the proxy's service thread holds.
 ///
 /// [`Consumer::poll`] takes commands in order; [`Consumer::complete`] may be
@@ -526,10 +531,11 @@ pub struct Consumer {
     mem: QueueMem,
     next: u64,
     completed: u64,
-    /// `done[i]`: command `completed + i` is complete; `len == next - completed`.
-    done: VecDeque<bool>,
-    /// Per outstanding command (same index as `done`): flagged BLOCKING (C5).
-    blocking: VecDeque<bool>,
+    /// Per taken command `completed + i`: [`PENDING_DONE`] once complete,
+    /// [`PENDING_BLOCKING`] if flagged BLOCKING (C5); `len == next -
+    /// completed`. One deque of flag bytes: a service with many queues
+    /// touches one more cache line per command, not two.
+    pending: VecDeque<u8>,
 }
 
 impl Consumer {
@@ -539,7 +545,7 @@ impl Consumer {
         let next = mem.words.word(CONSUMED).load(Ordering::Relaxed);
         let completed = mem.words.word(COMPLETED).load(Ordering::Relaxed);
         assert_eq!(next, completed, "a consumer attaches to a quiescent queue");
-        Consumer { mem, next, completed, done: VecDeque::new(), blocking: VecDeque::new() }
+        Consumer { mem, next, completed, pending: VecDeque::new() }
     }
 
     /// The queue this consumer reads.
@@ -582,9 +588,8 @@ impl Consumer {
         // of `consumed` (P1): our reads above happen before its overwrite.
         self.next = seq + 1;
         self.mem.words.word(CONSUMED).store(self.next, Ordering::Release);
-        self.done.push_back(false);
         let cmd = Cmd::from_words(words);
-        self.blocking.push_back(cmd.flags & CPNET_F_BLOCKING != 0);
+        self.pending.push_back(if cmd.flags & CPNET_F_BLOCKING != 0 { PENDING_BLOCKING } else { 0 });
         Some((seq, cmd))
     }
 
@@ -596,8 +601,8 @@ impl Consumer {
     pub fn complete(&mut self, seq: u64, outcome: Outcome) {
         assert!(seq >= self.completed && seq < self.next, "complete({seq}): not outstanding");
         let idx = (seq - self.completed) as usize;
-        assert!(!self.done[idx], "complete({seq}) twice");
-        self.done[idx] = true;
+        assert!(self.pending[idx] & PENDING_DONE == 0, "complete({seq}) twice");
+        self.pending[idx] |= PENDING_DONE;
         // C4: the payload of the completion, relaxed, published by the
         // release store of `completed` below (now or at a later advance).
         match outcome {
@@ -611,7 +616,7 @@ impl Consumer {
                 self.mem.words.word(ERROR_SEQ).store(seq + 1, Ordering::Release);
             }
         }
-        if self.blocking[idx] {
+        if self.pending[idx] & PENDING_BLOCKING != 0 {
             // C5: release pairs with a blocking producer's acquire of
             // `reply` (P4); the result / error stores above precede it.
             let code = match outcome {
@@ -621,9 +626,8 @@ impl Consumer {
             self.mem.words.word(REPLY).store(((seq + 1) << 8) | code, Ordering::Release);
         }
         let before = self.completed;
-        while self.done.front() == Some(&true) {
-            self.done.pop_front();
-            self.blocking.pop_front();
+        while self.pending.front().is_some_and(|&f| f & PENDING_DONE != 0) {
+            self.pending.pop_front();
             self.completed += 1;
         }
         if self.completed != before {
