@@ -161,8 +161,12 @@ pub struct Status {
     pub dev_found: u64,
     /// `CPNET_CMP_*` of the wait.
     pub dev_cmp: u32,
+    /// Queue claims so far (wrapping): every claim of a queue adds 1, with
+    /// release, after setting the queue's `prod.in_use`; a proxy rereads
+    /// the `in_use` words only when it changed.
+    pub claim_gen: u32,
     /// Zero.
-    pub reserved: [u32; 5],
+    pub reserved: [u32; 4],
 }
 
 impl Status {
@@ -182,7 +186,8 @@ impl Status {
             dev_expected: w64(CPNET_STATUS_OFF_DEV_EXPECTED),
             dev_found: w64(CPNET_STATUS_OFF_DEV_FOUND),
             dev_cmp: word(CPNET_STATUS_OFF_DEV_CMP),
-            reserved: [0; 5],
+            claim_gen: word(CPNET_STATUS_OFF_CLAIM_GEN),
+            reserved: [0; 4],
         }
     }
 }
@@ -225,6 +230,7 @@ assert_layout!(Status, CPNET_STATUS_BYTES, {
     dev_pe => CPNET_STATUS_OFF_DEV_PE, dev_wg => CPNET_STATUS_OFF_DEV_WG,
     dev_addr => CPNET_STATUS_OFF_DEV_ADDR, dev_expected => CPNET_STATUS_OFF_DEV_EXPECTED,
     dev_found => CPNET_STATUS_OFF_DEV_FOUND, dev_cmp => CPNET_STATUS_OFF_DEV_CMP,
+    claim_gen => CPNET_STATUS_OFF_CLAIM_GEN,
 });
 const _: () = {
     assert!(CPNET_CMD_OFF_COMMIT == CPNET_CMD_COMMIT_WORD * 8);

@@ -21,7 +21,7 @@ use cpnet_device::layout::{
 };
 use cpnet_device::nvrtc::{self, BuildOptions};
 use cpnet_device::ring::{QueueGeometry, QueueMem};
-use cpnet_device::sync::Ordering;
+use cpnet_device::sync::{Ordering, Words};
 use cpnet_device::cpu::SymAddr;
 use cpnet_device::layout::Cmp;
 use cpnet_proxy::decode::Limits;
@@ -394,6 +394,20 @@ impl GpuQueues {
         unsafe { QueueMem::from_raw(self.host_pool().host().add(i * self.geom.bytes()), self.geom) }
     }
 
+    /// The status block as a proxy service's claim signal
+    /// ([`cpnet_proxy::service::Service::set_claim_signal`]): kernels bump
+    /// its `claim_gen` when they claim a queue. `None` for queues in GPU
+    /// memory, whose services see claims through their mirrors.
+    pub fn claim_signal(&self) -> Option<Words> {
+        if !matches!(self.pool, Pool::Mapped(_)) {
+            return None;
+        }
+        // SAFETY: the status allocation is CPNET_STATUS_BYTES, page aligned,
+        // and lives as long as `self`, which the owner keeps past every proxy
+        // thread; the GPU writes it only with atomics.
+        Some(unsafe { Words::from_raw(self.status.host().cast::<u64>(), CPNET_STATUS_BYTES / 8) })
+    }
+
     fn status_word(&self, byte: usize) -> &AtomicU32 {
         assert!(byte.is_multiple_of(4) && byte + 4 <= CPNET_STATUS_BYTES);
         // SAFETY: 4-aligned, inside the status allocation that lives as long
@@ -647,6 +661,9 @@ impl Backend for GpuBackend {
     }
     fn mirror(&self, t: usize) -> Option<Result<QueueMirror, String>> {
         self.queues.mirror(&self.cuda, &self.per_thread[t]).map_err(|e| e.to_string()).transpose()
+    }
+    fn claim_signal(&self) -> Option<Words> {
+        self.queues.claim_signal()
     }
 }
 

@@ -11,6 +11,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cpnet_device::ring::QueueMem;
+use cpnet_device::sync::Words;
 use cpnet_proxy::decode::Limits;
 use cpnet_proxy::mirror::QueueMirror;
 use cpnet_proxy::service::{CommandError, Heartbeat, Service, Transport};
@@ -63,6 +64,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// [`Proxies::spawn`] got for the thread, in the same order. `None` (the
     /// default): the service reads its queues directly.
     fn mirror(&self, _t: usize) -> Option<std::result::Result<QueueMirror, String>> {
+        None
+    }
+    /// The PE's status block, where the queues' producers signal their
+    /// claims ([`Service::set_claim_signal`]); `None` (the default): the
+    /// services find claims by rereading every queue periodically.
+    fn claim_signal(&self) -> Option<Words> {
         None
     }
 }
@@ -143,7 +150,13 @@ impl Proxies {
                             debug_assert_eq!(m.len(), queues.len(), "thread {t}: mirror and queue views");
                             Service::with_mirror(m, transport, limits, me)
                         }
-                        None => Service::new(queues, transport, limits, me),
+                        None => {
+                            let mut s = Service::new(queues, transport, limits, me);
+                            if let Some(status) = backend.claim_signal() {
+                                s.set_claim_signal(status);
+                            }
+                            s
+                        }
                     };
                     service.set_error_sink(Arc::clone(&errors));
                     service.set_heartbeat(heartbeat);

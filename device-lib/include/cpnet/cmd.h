@@ -246,6 +246,13 @@ typedef unsigned long long uint64_t;
  * 0 to 1 (ctx_create) and returns it with a release store of 0 (ctx_destroy,
  * after quiet). write_idx and cached_consumed persist in the producer block
  * across destroy/create, so sequence numbers never restart on a live queue.
+ *
+ * Claim signal. After setting prod.in_use = 1, a claiming GPU context adds 1
+ * to status.claim_gen with a release RMW (where the handle has a status
+ * block). A proxy thread loads claim_gen with acquire each pass and rereads
+ * the in_use words of its queues when it moved: the acquire pairs with that
+ * release, so the reread sees in_use = 1. Without it the proxy rereads them
+ * on a slow timer only, and a first command waits for that.
  */
 
 /* ------------------------------------------------------------------------ */
@@ -405,6 +412,7 @@ typedef struct cpnet_handle {
 #define CPNET_STATUS_OFF_DEV_EXPECTED 24
 #define CPNET_STATUS_OFF_DEV_FOUND 32
 #define CPNET_STATUS_OFF_DEV_CMP 40
+#define CPNET_STATUS_OFF_CLAIM_GEN 44
 
 typedef struct cpnet_status {
     uint32_t abort;        /**< nonzero (a CPNET_E_*): every device wait returns at once */
@@ -415,7 +423,9 @@ typedef struct cpnet_status {
     uint64_t dev_expected; /**< value it waited for */
     uint64_t dev_found;    /**< value it last saw */
     uint32_t dev_cmp;      /**< CPNET_CMP_* of the wait */
-    uint32_t reserved[5];
+    uint32_t claim_gen;    /**< bumped (release, after prod.in_use = 1) by every queue claim, so
+                                the proxy rereads the queues' in_use words only when it moved */
+    uint32_t reserved[4];
 } cpnet_status_t;
 
 /* ------------------------------------------------------------------------ */
@@ -486,5 +496,6 @@ CPNET_CHECK_OFF(cpnet_status_t, dev_addr, CPNET_STATUS_OFF_DEV_ADDR);
 CPNET_CHECK_OFF(cpnet_status_t, dev_expected, CPNET_STATUS_OFF_DEV_EXPECTED);
 CPNET_CHECK_OFF(cpnet_status_t, dev_found, CPNET_STATUS_OFF_DEV_FOUND);
 CPNET_CHECK_OFF(cpnet_status_t, dev_cmp, CPNET_STATUS_OFF_DEV_CMP);
+CPNET_CHECK_OFF(cpnet_status_t, claim_gen, CPNET_STATUS_OFF_CLAIM_GEN);
 
 #endif /* CPNET_CMD_H */

@@ -144,6 +144,15 @@ __device__ __forceinline__ uint32_t cpnet_atom_cas_acquire_sys_u32(uint32_t* p, 
     return old;
 }
 
+/** Add 1 to a 32-bit word with RELEASE semantics at system scope, result
+ *  unused. Signals a queue claim (cpnet_status_t.claim_gen): the release
+ *  orders the store of prod.in_use = 1 before it; pairs with the proxy's
+ *  acquire load of claim_gen. */
+__device__ __forceinline__ void cpnet_red_add_release_sys_u32(uint32_t* p, uint32_t v)
+{
+    asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 /** Compare-and-swap a 32-bit word with ACQ_REL semantics at system scope;
  *  returns the old value. Used to claim cpnet_status_t.dev_error (0 -> code):
  *  exactly one reporter wins. */

@@ -527,6 +527,9 @@ __device__ __noinline__ inline int create(const cpnet_handle_t* h, cpnet_ctx_t* 
         ctx->seen_error_seq = cpnet_ld_relaxed_sys_u64(&ctx->ctl->error_seq);
         /* For the proxy's error reports only; no ordering needed. */
         cpnet_st_relaxed_sys_u32(&prod->owner, ctx->wg);
+        /* Claim signal (cmd.h): release orders the in_use store above before
+         * it; pairs with the proxy's acquire load of claim_gen. */
+        if (ctx->status != nullptr) cpnet_red_add_release_sys_u32(&ctx->status->claim_gen, 1u);
         return CPNET_E_OK;
     }
     return CPNET_E_NO_QUEUE;
