@@ -66,20 +66,44 @@ extern "C" __global__ void nop_loop(cpnet_handle_t h, unsigned iters, unsigned l
 }
 
 /* The floor, without cpnet's queue: block b's thread 0 writes a request
- * word (line 2b of `lines`, preceded by 7 more 8-byte stores of that line
- * when `full`, like a 64-byte slot), releases it at system scope and polls
- * its response word (line 2b+1) with acquire until the CPU answers. */
-extern "C" __global__ void raw_rt(unsigned long long* lines, unsigned iters, int full, unsigned long long* times)
+ * word (line 8b of `lines`, preceded by 7 more 8-byte stores of that line
+ * when mode >= 1, like a 64-byte slot), releases it at system scope and
+ * polls its response word (line 8b+1) until the CPU answers.
+ * mode 0 (`word`) and 1 (`slot`): one acquire load at a time.
+ * mode 2 (`pipe`): RAW_PIPE relaxed loads of the response word in flight at
+ * once, staggered, then an acquire fence (the acquire pattern of the PTX
+ * memory model); mode 3 (`pipe-lines`): the same, load j reading line
+ * 8b+1+j, which the CPU also writes. */
+#define RAW_PIPE 4
+extern "C" __global__ void raw_rt(unsigned long long* lines, unsigned iters, int mode, unsigned long long* times)
 {
     if (threadIdx.x != 0) return;
     const unsigned b = blockIdx.x;
-    unsigned long long* req = lines + 16ull * b;
+    unsigned long long* req = lines + 64ull * b;
     unsigned long long* resp = req + 8;
     const unsigned long long t0 = cpnet_globaltimer_ns();
     for (unsigned i = 1; i <= iters; ++i) {
-        if (full) for (int k = 1; k < 8; ++k) cpnet_st_weak_u64(req + k, i + k);
+        if (mode >= 1) for (int k = 1; k < 8; ++k) cpnet_st_weak_u64(req + k, i + k);
         cpnet_st_release_sys_u64(req, i);
-        while (cpnet_ld_acquire_sys_u64(resp) < i) { }
+        if (mode < 2) {
+            while (cpnet_ld_acquire_sys_u64(resp) < i) { }
+            continue;
+        }
+        const unsigned stride = mode == 3 ? 8 : 0;
+        unsigned long long v[RAW_PIPE];
+#pragma unroll
+        for (int j = 0; j < RAW_PIPE; ++j) {
+            v[j] = cpnet_ld_relaxed_sys_u64(resp + j * stride);
+            if (j + 1 < RAW_PIPE) cpnet_sleep_ns(250);
+        }
+        for (bool seen = false; !seen;) {
+#pragma unroll
+            for (int j = 0; j < RAW_PIPE; ++j) {
+                if (v[j] >= i) { seen = true; break; }
+                v[j] = cpnet_ld_relaxed_sys_u64(resp + j * stride);
+            }
+        }
+        cpnet_fence_acq_rel_sys();
     }
     times[2 * b] = cpnet_globaltimer_ns() - t0;
     times[2 * b + 1] = 0;
@@ -112,10 +136,13 @@ struct Cli {
     #[arg(long = "define", value_name = "NAME=VALUE")]
     defines: Vec<String>,
     /// Measure the floor instead: raw request/response words per block
-    /// (`word`: one 8-byte store; `slot`: a 64-byte line of stores), CPU
-    /// threads answering, no cpnet queue or proxy.
-    #[arg(long, value_name = "word|slot")]
+    /// (`word`: one 8-byte store; `slot`: a 64-byte line of stores; `pipe`:
+    /// a slot, with 4 staggered polls of the response in flight; `pipe-lines`:
+    /// the same, each poll reading its own copy of the response, in its own
+    /// line), CPU threads answering, no cpnet queue or proxy.
+    #[arg(long, value_name = "word|slot|pipe|pipe-lines")]
     raw: Option<String>,
+
     /// Where the queues live: `host` (pinned, mapped into the GPU; the
     /// default) or `device` (GPU memory; the proxy polls each queue's next
     /// slot with a device-to-host copy and writes its control block back with
@@ -299,27 +326,38 @@ fn sweep(ctx: &Arc<cudarc::driver::CudaContext>, cli: &Cli) -> Result<()> {
     for &t in &cli.threads {
         for &w in &cli.wgs {
             if let Some(mode) = &cli.raw {
-                let full = i32::from(mode == "slot");
-                let lines = Arc::new(cpnet::gpu::MappedHost::new(128 * w as usize)?);
+                let mode: i32 = match mode.as_str() {
+                    "word" => 0,
+                    "slot" => 1,
+                    "pipe" => 2,
+                    "pipe-lines" => 3,
+                    m => anyhow::bail!("--raw {m}: expected word, slot, pipe or pipe-lines"),
+                };
+                // Lines per block: the request, then the response line(s).
+                let lines = Arc::new(cpnet::gpu::MappedHost::new(512 * w as usize)?);
                 let stop = Arc::new(AtomicBool::new(false));
                 let responders: Vec<_> = (0..t)
                     .map(|k| {
                         let (lines, stop) = (Arc::clone(&lines), Arc::clone(&stop));
                         std::thread::spawn(move || {
                             let word = |i: usize| {
-                                // SAFETY: inside the mapped allocation (128 B per
+                                // SAFETY: inside the mapped allocation (512 B per
                                 // block), 8-aligned, alive while `lines` is; the
                                 // GPU accesses it with sys-scope atomics.
                                 unsafe { std::sync::atomic::AtomicU64::from_ptr(lines.host().cast::<u64>().add(i)) }
                             };
                             let mine: Vec<usize> = (k..w as usize).step_by(t).collect();
+                            let copies = if mode == 3 { 4 } else { 1 };
                             // Acquire/Release: pair with the kernel's release of
-                            // the request and acquire of the response.
+                            // the request and its acquire load (or fence) after
+                            // reading the response.
                             while !stop.load(Ordering::Acquire) {
                                 for &b in &mine {
-                                    let r = word(16 * b).load(Ordering::Acquire);
-                                    if r != word(16 * b + 8).load(Ordering::Relaxed) {
-                                        word(16 * b + 8).store(r, Ordering::Release);
+                                    let r = word(64 * b).load(Ordering::Acquire);
+                                    if r != word(64 * b + 8).load(Ordering::Relaxed) {
+                                        for j in 0..copies {
+                                            word(64 * b + 8 * (1 + j)).store(r, Ordering::Release);
+                                        }
                                     }
                                 }
                             }
@@ -329,7 +367,7 @@ fn sweep(ctx: &Arc<cudarc::driver::CudaContext>, cli: &Cli) -> Result<()> {
                 let times = stream.alloc_zeros::<u64>(2 * w as usize)?;
                 let dev_lines = lines.dev();
                 let mut launch = stream.launch_builder(&raw_func);
-                launch.arg(&dev_lines).arg(&cli.iters).arg(&full).arg(&times);
+                launch.arg(&dev_lines).arg(&cli.iters).arg(&mode).arg(&times);
                 let cfg = LaunchConfig { grid_dim: (w, 1, 1), block_dim: (cli.block, 1, 1), shared_mem_bytes: 0 };
                 let t0 = Instant::now();
                 // SAFETY: arguments match raw_rt's; the mapped lines outlive
@@ -360,6 +398,11 @@ fn sweep(ctx: &Arc<cudarc::driver::CudaContext>, cli: &Cli) -> Result<()> {
                     b.spawn(move || {
                         let mine = (k..q.len()).step_by(t).map(|i| q.queue(i)).collect();
                         let mut s = Service::new(mine, LoopbackTransport::new(view), Limits { n_pes: 1, heap_size: 4096 }, 0);
+                        // As a GPU PE's proxies do: rebuild the list of queues
+                        // to poll when a block claims one.
+                        if let Some(status) = q.claim_signal() {
+                            s.set_claim_signal(status);
+                        }
                         // Acquire: pairs with the Release store after the kernel.
                         s.run(|| stop.load(Ordering::Acquire));
                     })
