@@ -15,7 +15,6 @@
 //! +128  depth x 64-byte Cmd slots     commit word (seq + 1) last
 //! ```
 
-use std::collections::VecDeque;
 
 use crate::layout::*;
 use crate::sync::{Deadline, Ordering, Spin, Words};
@@ -179,10 +178,11 @@ impl QueueMem {
         &self.words
     }
 
+    /// The words of the slot of `seq` (one bounds check for all of them).
     #[inline]
-    fn slot_word(&self, seq: u64, w: usize) -> &crate::sync::AtomicU64 {
+    fn slot(&self, seq: u64) -> Words {
         let slot = (seq & self.geom.mask()) as usize;
-        self.words.word(SLOTS + slot * SLOT_WORDS + w)
+        self.words.slice(SLOTS + slot * SLOT_WORDS, SLOT_WORDS)
     }
 
     /// Tell the producer to stop waiting: every wait on this queue returns
@@ -265,17 +265,18 @@ impl QueueMem {
     /// the watchdog reports: a stuck consumer. On a live queue it is a best
     /// effort: a slot reused during the read usually reads as `None`.
     pub fn peek(&self, seq: u64) -> Option<Cmd> {
-        let commit = self.slot_word(seq, CPNET_CMD_COMMIT_WORD).load(Ordering::Acquire);
+        let slot = self.slot(seq);
+        let commit = slot.word(CPNET_CMD_COMMIT_WORD).load(Ordering::Acquire);
         if commit != seq + 1 {
             return None;
         }
         let mut words = [0u64; SLOT_WORDS];
         for (w, v) in words.iter_mut().enumerate().take(CPNET_CMD_COMMIT_WORD) {
-            *v = self.slot_word(seq, w).load(Ordering::Relaxed);
+            *v = slot.word(w).load(Ordering::Relaxed);
         }
         words[CPNET_CMD_COMMIT_WORD] = commit;
         // Acquire: pairs with a reusing producer's release of the new commit.
-        (self.slot_word(seq, CPNET_CMD_COMMIT_WORD).load(Ordering::Acquire) == commit).then(|| Cmd::from_words(words))
+        (slot.word(CPNET_CMD_COMMIT_WORD).load(Ordering::Acquire) == commit).then(|| Cmd::from_words(words))
     }
 
     /// The producer block's write index (relaxed; informative while a
@@ -351,13 +352,14 @@ impl Producer {
             }
         }
         let words = cmd.to_words();
+        let slot = self.mem.slot(seq);
         // P2: fill words 0..6; relaxed, ordered by the release below.
         for (w, &v) in words.iter().enumerate().take(CPNET_CMD_COMMIT_WORD) {
-            self.mem.slot_word(seq, w).store(v, Ordering::Relaxed);
+            slot.word(w).store(v, Ordering::Relaxed);
         }
         // P3: publish. Release pairs with the consumer's acquire load of the
         // commit word (C1): the words of P2 are visible before it.
-        self.mem.slot_word(seq, CPNET_CMD_COMMIT_WORD).store(seq + 1, Ordering::Release);
+        slot.word(CPNET_CMD_COMMIT_WORD).store(seq + 1, Ordering::Release);
         self.write_idx = seq + 1;
         Some(seq)
     }
@@ -531,11 +533,13 @@ pub struct Consumer {
     mem: QueueMem,
     next: u64,
     completed: u64,
-    /// Per taken command `completed + i`: [`PENDING_DONE`] once complete,
-    /// [`PENDING_BLOCKING`] if flagged BLOCKING (C5); `len == next -
-    /// completed`. One deque of flag bytes: a service with many queues
-    /// touches one more cache line per command, not two.
-    pending: VecDeque<u8>,
+    /// Per taken command `seq` in `completed..next`, at `seq & (len - 1)`:
+    /// [`PENDING_DONE`] once complete, [`PENDING_BLOCKING`] if flagged
+    /// BLOCKING (C5); 0 elsewhere. A power-of-two ring of flag bytes that
+    /// doubles when `next - completed` reaches its length (commands can be
+    /// taken past the queue's depth while earlier ones are in flight): the
+    /// service's per-command bookkeeping is an index and a mask.
+    pending: Vec<u8>,
 }
 
 impl Consumer {
@@ -545,7 +549,8 @@ impl Consumer {
         let next = mem.words.word(CONSUMED).load(Ordering::Relaxed);
         let completed = mem.words.word(COMPLETED).load(Ordering::Relaxed);
         assert_eq!(next, completed, "a consumer attaches to a quiescent queue");
-        Consumer { mem, next, completed, pending: VecDeque::new() }
+        let pending = vec![0; mem.geom.depth() as usize];
+        Consumer { mem, next, completed, pending }
     }
 
     /// The queue this consumer reads.
@@ -574,14 +579,15 @@ impl Consumer {
         let seq = self.next;
         // C1: acquire pairs with the producer's release store of the commit
         // word (P3).
-        let commit = self.mem.slot_word(seq, CPNET_CMD_COMMIT_WORD).load(Ordering::Acquire);
+        let slot = self.mem.slot(seq);
+        let commit = slot.word(CPNET_CMD_COMMIT_WORD).load(Ordering::Acquire);
         if commit != seq + 1 {
             return None;
         }
         // C2: copy the slot out; relaxed loads ordered by the acquire above.
         let mut words = [0u64; SLOT_WORDS];
         for (w, v) in words.iter_mut().enumerate().take(CPNET_CMD_COMMIT_WORD) {
-            *v = self.mem.slot_word(seq, w).load(Ordering::Relaxed);
+            *v = slot.word(w).load(Ordering::Relaxed);
         }
         words[CPNET_CMD_COMMIT_WORD] = commit;
         // C3: free the slot. Release pairs with the producer's acquire load
@@ -589,8 +595,24 @@ impl Consumer {
         self.next = seq + 1;
         self.mem.words.word(CONSUMED).store(self.next, Ordering::Release);
         let cmd = Cmd::from_words(words);
-        self.pending.push_back(if cmd.flags & CPNET_F_BLOCKING != 0 { PENDING_BLOCKING } else { 0 });
+        if seq - self.completed == self.pending.len() as u64 {
+            self.grow_pending();
+        }
+        let m = self.pending.len() - 1;
+        self.pending[seq as usize & m] = if cmd.flags & CPNET_F_BLOCKING != 0 { PENDING_BLOCKING } else { 0 };
         Some((seq, cmd))
+    }
+
+    /// Double `pending`, moving the flags of `completed..next` to their
+    /// places under the new mask.
+    #[cold]
+    fn grow_pending(&mut self) {
+        let (old_m, mut grown) = (self.pending.len() - 1, vec![0; self.pending.len() * 2]);
+        let new_m = grown.len() - 1;
+        for seq in self.completed..self.next {
+            grown[seq as usize & new_m] = self.pending[seq as usize & old_m];
+        }
+        self.pending = grown;
     }
 
     /// Report the outcome of command `seq` (C4). Completions may come in
@@ -600,7 +622,7 @@ impl Consumer {
     /// If `seq` was not taken or was already completed (a proxy bug).
     pub fn complete(&mut self, seq: u64, outcome: Outcome) {
         assert!(seq >= self.completed && seq < self.next, "complete({seq}): not outstanding");
-        let idx = (seq - self.completed) as usize;
+        let idx = seq as usize & (self.pending.len() - 1);
         assert!(self.pending[idx] & PENDING_DONE == 0, "complete({seq}) twice");
         self.pending[idx] |= PENDING_DONE;
         // C4: the payload of the completion, relaxed, published by the
@@ -626,8 +648,9 @@ impl Consumer {
             self.mem.words.word(REPLY).store(((seq + 1) << 8) | code, Ordering::Release);
         }
         let before = self.completed;
-        while self.pending.front().is_some_and(|&f| f & PENDING_DONE != 0) {
-            self.pending.pop_front();
+        let m = self.pending.len() - 1;
+        while self.completed < self.next && self.pending[self.completed as usize & m] & PENDING_DONE != 0 {
+            self.pending[self.completed as usize & m] = 0;
             self.completed += 1;
         }
         if self.completed != before {

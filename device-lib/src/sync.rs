@@ -41,6 +41,7 @@ impl Words {
     /// 2. Every other access to that memory, by any agent, is atomic (or is a
     ///    GPU access ordered by the protocol in `cmd.h`), never a plain Rust
     ///    reference to it.
+    #[inline]
     pub unsafe fn from_raw(base: *mut u64, len: usize) -> Words {
         let base = NonNull::new(base).expect("Words::from_raw: null base");
         debug_assert!(base.as_ptr().is_aligned());
@@ -72,6 +73,7 @@ impl Words {
     }
 
     /// A sub-view of `len` words starting at word `start`.
+    #[inline]
     pub fn slice(&self, start: usize, len: usize) -> Words {
         assert!(start + len <= self.len, "sub-view out of range");
         // SAFETY: inside this view's region, so the same contract holds.

@@ -154,6 +154,44 @@ fn out_of_order_completion_advances_watermark_over_prefix() {
 }
 
 #[test]
+fn consumer_takes_past_the_depth_while_earlier_commands_are_in_flight() {
+    // Depth 2, but taking frees slots (C3) before completing (C4): the
+    // consumer can hold more outstanding commands than the ring has slots,
+    // and its per-command flags must survive that (and a growth with
+    // wrapped indices), blocking flags included.
+    let p = pool(2);
+    let mut prod = Producer::new(p.queue(0));
+    let mut cons = Consumer::new(p.queue(0));
+    let mut taken = Vec::new();
+    for k in 0..7u64 {
+        // One blocking command (a blocking producer has at most one), taken
+        // before both growths of the flags ring.
+        let cmd = if k == 3 { Cmd::nop().blocking() } else { Cmd::nop() };
+        prod.try_push(&cmd).unwrap();
+        taken.push(cons.poll().unwrap().0);
+        if k == 1 {
+            // Complete 0 and 1 first so the flags ring's indices wrap.
+            cons.complete(0, Outcome::Done);
+            cons.complete(1, Outcome::Done);
+        }
+    }
+    assert_eq!(taken, (0..7).collect::<Vec<_>>());
+    assert_eq!(cons.outstanding(), 5, "seqs 2..=6 in flight, past depth 2");
+    for seq in [6, 4, 3] {
+        cons.complete(seq, Outcome::Done);
+    }
+    assert_eq!(cons.completed(), 2);
+    // Seq 3's blocking flag survived the growths: its reply came with its
+    // completion, before the watermark reached it.
+    assert_eq!(prod.wait_reply(3, false, &short()), Ok(0));
+    cons.complete(2, Outcome::Done);
+    assert_eq!(cons.completed(), 5, "the prefix 2, 3, 4");
+    cons.complete(5, Outcome::Done);
+    assert_eq!(cons.completed(), 7);
+    prod.quiet(&short()).unwrap();
+}
+
+#[test]
 fn blocking_completion_returns_its_own_value() {
     let p = pool(4);
     let mut prod = Producer::new(p.queue(0));
