@@ -78,6 +78,18 @@ typedef decltype((char*)0 - (char*)0) cpnet_ptrdiff_t;
     X(uint16, unsigned short) X(uint32, uint32_t) X(uint64, uint64_t) X(size, cpnet_size_t)    \
     X(ptrdiff, cpnet_ptrdiff_t) X(float, float) X(double, double)
 
+/** The largest put or get, in bytes per thread of the calling block, that
+ *  goes over the peer-to-peer path (the block's own loads and stores); a
+ *  larger one goes through the proxy, whose copy engine moves it at link
+ *  speed however few threads the block has. 0: no limit. Measured with a
+ *  32-thread block on two H200s (docs/results.md, session 7): its own
+ *  stores or loads move 64 KiB in 2.4 us, but 128 KiB in 13.6 us (put) and
+ *  60 us (get); the proxy's copy takes 12-14 us up to 256 KiB and reaches
+ *  300 GB/s from 4 MiB. Define it before including this header to change it. */
+#ifndef CPNET_P2P_BYTES_PER_THREAD
+#define CPNET_P2P_BYTES_PER_THREAD 2048
+#endif
+
 /** OpenSHMEM 1.5 point-to-point synchronization types (§9.10, without the
  *  deprecated short/ushort): X(NAME, TYPE). Generates cpnet_NAME_wait_until
  *  and cpnet_NAME_test. */
@@ -227,14 +239,20 @@ __device__ __forceinline__ bool in_heap(const cpnet_ctx_t* ctx, const void* ptr,
 /** Where at `pe` the symmetric object `remote` (a put's `dest`, a get's
  *  `source`) is, for an access of `nbytes` (> 0) whose other side is `local`
  *  (the put's source, the get's destination), or nullptr when the access
- *  goes through the queue: no peer-to-peer mapping of `pe`, or an argument
- *  the proxy rejects (`remote` outside the heap; a `local` of more than 8
- *  bytes outside it), so that bad input gets the same error on both paths. */
+ *  goes through the queue: no peer-to-peer mapping of `pe`; more than
+ *  CPNET_P2P_BYTES_PER_THREAD bytes per thread of the block (the proxy's
+ *  copy engine then moves it faster than the block's own stores); or an
+ *  argument the proxy rejects (`remote` outside the heap; a `local` of more
+ *  than 8 bytes outside it), so that bad input gets the same error on both
+ *  paths. */
 __device__ __forceinline__ uint8_t* p2p_remote(const cpnet_ctx_t* ctx, const void* remote, const void* local,
                                                uint64_t nbytes, int pe)
 {
     const uint64_t base = p2p_base(ctx, pe);
     if (base == 0 || !in_heap(ctx, remote, nbytes)) return nullptr;
+    if (CPNET_P2P_BYTES_PER_THREAD != 0 &&
+        nbytes > (uint64_t)CPNET_P2P_BYTES_PER_THREAD * blockDim.x * blockDim.y * blockDim.z)
+        return nullptr;
     if (nbytes > CPNET_INLINE_MAX && !in_heap(ctx, local, nbytes)) return nullptr;
     return (uint8_t*)(base + heap_offset(ctx, remote));
 }
