@@ -704,13 +704,21 @@ impl<T: Transport> Service<T> {
     /// [`Spin`] does) would add microseconds to the next command's round
     /// trip, since on recent x86 CPUs one `pause` takes about 140 cycles.
     pub fn run_with(&mut self, idle_sleep: Option<std::time::Duration>, mut stop: impl FnMut() -> bool) {
-        let mut idle_since: Option<std::time::Instant> = None;
+        // Idle passes since the last work, and the idle time as of the last
+        // look at the clock: read only every IDLE_CLOCK_EVERY idle passes,
+        // so that an idle pass costs a poll of the queues and a pause, not a
+        // clock read (a system call on hosts without a vDSO clock).
+        const IDLE_CLOCK_EVERY: u32 = 64;
+        let (mut idle_passes, mut idle_since, mut idle) = (0u32, None::<std::time::Instant>, std::time::Duration::ZERO);
         while !stop() {
             if self.poll_once() > 0 {
-                idle_since = None;
+                (idle_passes, idle_since, idle) = (0, None, std::time::Duration::ZERO);
                 continue;
             }
-            let idle = idle_since.get_or_insert_with(std::time::Instant::now).elapsed();
+            if idle_passes.is_multiple_of(IDLE_CLOCK_EVERY) {
+                idle = idle_since.get_or_insert_with(std::time::Instant::now).elapsed();
+            }
+            idle_passes = idle_passes.wrapping_add(1);
             match idle_sleep {
                 Some(d) if idle > IDLE_SLEEP_AFTER => std::thread::sleep(d),
                 _ if idle > IDLE_SPIN_FOR => std::thread::yield_now(),
