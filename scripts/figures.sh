@@ -98,7 +98,7 @@ if [ "$mode" = gpu ]; then
   echo "== allreduce, 2 PEs (Fig. 10)"
   out=$(mktemp)
   for v in intra-kernel inter-kernel; do
-    "$B/cpnet-run" -n 2 -- "$B/allreduce" -variant $v -b 8 -e 256M -f 4 -wgs 16 >"$out"
+    "$B/cpnet-run" -n 2 -- "$B/allreduce" -variant $v -b 8 -e 256M -f 4 >"$out"
     cat "$out"
     to_fig10 $v 2 <"$out" >>"$data/fig10.csv"
   done
@@ -108,7 +108,7 @@ if [ "$mode" = gpu ]; then
   rm -f "$out"
   echo "== allreduce, 64 MiB on 2..$ngpus PEs (Fig. 10, strong scaling)"
   for n in $(seq 2 "$ngpus"); do
-    "$B/cpnet-run" -n "$n" -- "$B/allreduce" -variant intra-kernel -b 64M -e 64M -wgs 16 | to_fig10 intra-kernel "$n" >>"$data/fig10.csv"
+    "$B/cpnet-run" -n "$n" -- "$B/allreduce" -variant intra-kernel -b 64M -e 64M | to_fig10 intra-kernel "$n" >>"$data/fig10.csv"
   done
   if python3 -c "import torch" 2>/dev/null; then
     echo "== NCCL through torch.distributed (Fig. 10 reference)"
