@@ -40,6 +40,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use cpnet::device::cpu::HostHeap;
 use cpnet::device::ring::QueueGeometry;
+use cpnet::env::QueuePlacement;
 use cpnet::gpu::{GpuError, GpuQueues, KernelHandle, build_module, open_device};
 use cpnet_apps::figure_csv::{COST_HEADER, SERVICE_HEADER, open_append};
 use cpnet_proxy::decode::Limits;
@@ -144,9 +145,10 @@ struct Cli {
     raw: Option<String>,
 
     /// Where the queues live: `host` (pinned, mapped into the GPU; the
-    /// default) or `device` (GPU memory; the proxy polls each queue's next
-    /// slot with a device-to-host copy and writes its control block back with
-    /// host-to-device copies: the paper's Fig. 4a comparison).
+    /// default) or `device` (GPU memory, served as a GPU PE with
+    /// `CPNET_QUEUE_MEM=device` serves them: each proxy thread polls host
+    /// shadows and its queue mirror copies slots in and control blocks out
+    /// every pass; the paper's Fig. 4a comparison).
     #[arg(long, default_value = "host", value_name = "host|device")]
     queue_mem: String,
     /// Append each service row to this CSV file (header
@@ -299,9 +301,14 @@ fn sweep(ctx: &Arc<cudarc::driver::CudaContext>, cli: &Cli) -> Result<()> {
     source.push_str(KERNEL);
     let module = build_module(&ctx, "nop_loop.cu", &source)?;
     let func = module.load_function("nop_loop").context("nop_loop")?;
-    let stream = ctx.default_stream();
+    let device_queues = cli.queue_mem == "device" && cli.raw.is_none();
+    // With queues in GPU memory the services' mirror copies run beside the
+    // kernel: launch it on a non-blocking stream, not the legacy default
+    // stream those copies would wait for.
+    let stream = if device_queues { ctx.new_stream().context("cuStreamCreate (non-blocking)")? } else { ctx.default_stream() };
     let max_wgs = *cli.wgs.iter().max().unwrap_or(&1) as usize;
-    let queues = Arc::new(GpuQueues::new(&ctx, max_wgs, QueueGeometry::new(cli.depth)?)?);
+    let placement = if device_queues { QueuePlacement::Device } else { QueuePlacement::Host };
+    let queues = Arc::new(GpuQueues::with_placement(&ctx, max_wgs, QueueGeometry::new(cli.depth)?, placement)?);
     // NOPs touch no heap; the loopback transport gets a token host heap.
     let heap = HostHeap::new(4096);
     let heap_dev = stream.alloc_zeros::<u8>(4096)?;
@@ -312,7 +319,7 @@ fn sweep(ctx: &Arc<cudarc::driver::CudaContext>, cli: &Cli) -> Result<()> {
     let name = ctx.name().unwrap_or_default();
     println!(
         "# cpnet-gpu-bench: {name}, blocking cpnet_nop round trips, queues in {}, depth {}, {} threads/block{}",
-        if cli.queue_mem == "device" { "GPU memory (proxy polls by copies)" } else { "mapped pinned host memory" },
+        if device_queues { "GPU memory (the proxy serves host shadows through its queue mirror)" } else { "mapped pinned host memory" },
         cli.depth,
         cli.block,
         if cli.defines.is_empty() { String::new() } else { format!(", {}", cli.defines.join(" ")) }
@@ -383,28 +390,33 @@ fn sweep(ctx: &Arc<cudarc::driver::CudaContext>, cli: &Cli) -> Result<()> {
                 report(cli, w, t, &v, wall)?;
                 continue;
             }
-            if cli.queue_mem == "device" {
-                let (v, wall) = run_device_queues(&ctx, &func, cli, w, t)?;
-                report(cli, w, t, &v, wall)?;
-                continue;
-            }
             let stop = Arc::new(AtomicBool::new(false));
             let view = heap.view();
             let services: Vec<_> = (0..t)
                 .map(|k| {
-                    let (q, stop) = (Arc::clone(&queues), Arc::clone(&stop));
+                    let (q, stop, ctx) = (Arc::clone(&queues), Arc::clone(&stop), Arc::clone(&ctx));
                     // Named like the runtime's proxy threads, for proxy_cpu.
                     let b = std::thread::Builder::new().name(format!("{}b{k}", cpnet_apps::proxy_cpu::PROXY_THREAD_PREFIX));
-                    b.spawn(move || {
-                        let mine = (k..q.len()).step_by(t).map(|i| q.queue(i)).collect();
-                        let mut s = Service::new(mine, LoopbackTransport::new(view), Limits { n_pes: 1, heap_size: 4096 }, 0);
-                        // As a GPU PE's proxies do: rebuild the list of queues
-                        // to poll when a block claims one.
-                        if let Some(status) = q.claim_signal() {
-                            s.set_claim_signal(status);
-                        }
+                    b.spawn(move || -> Result<()> {
+                        let mine: Vec<usize> = (k..q.len()).step_by(t).collect();
+                        let (transport, limits) = (LoopbackTransport::new(view), Limits { n_pes: 1, heap_size: 4096 });
+                        // As a GPU PE's proxy threads are built: over a mirror
+                        // of the queues in GPU memory, or over the mapped
+                        // queues with the claim signal.
+                        let mut s = if device_queues {
+                            ctx.bind_to_thread().context("bind context")?;
+                            let m = q.mirror(&ctx, &mine)?.context("queues in GPU memory have a mirror")?;
+                            Service::with_mirror(m, transport, limits, 0)
+                        } else {
+                            let mut s = Service::new(mine.iter().map(|&i| q.queue(i)).collect(), transport, limits, 0);
+                            if let Some(status) = q.claim_signal() {
+                                s.set_claim_signal(status);
+                            }
+                            s
+                        };
                         // Acquire: pairs with the Release store after the kernel.
                         s.run(|| stop.load(Ordering::Acquire));
+                        Ok(())
                     })
                 })
                 .collect::<std::io::Result<Vec<_>>>()?;
@@ -419,138 +431,17 @@ fn sweep(ctx: &Arc<cudarc::driver::CudaContext>, cli: &Cli) -> Result<()> {
             // Release: pairs with the services' Acquire load.
             stop.store(true, Ordering::Release);
             for s in services {
-                s.join().expect("service thread");
+                s.join().expect("service thread")?;
             }
             let (v, wall) = run?;
             report(cli, w, t, &v, wall)?;
-            if let Some(f) = cost_file.as_mut() {
+            if let Some(f) = cost_file.as_mut().filter(|_| !device_queues) {
                 let commands = u64::from(w) * u64::from(cli.iters + 1);
                 writeln!(f, "gpu,{t},busy,{commands},{busy_wall_s:.3},{busy_cpu_s:.3}")?;
             }
         }
     }
     Ok(())
-}
-
-/// Device memory holding `n` queues of `geom`, zeroed; freed on drop.
-struct DeviceQueues {
-    base: u64,
-}
-
-impl DeviceQueues {
-    fn new(n: usize, geom: QueueGeometry) -> Result<DeviceQueues> {
-        let bytes = n * geom.bytes();
-        // SAFETY: a context is current on this thread (open_device bound it).
-        let base = unsafe { cudarc::driver::result::malloc_sync(bytes) }.context("cuMemAlloc (device queues)")?;
-        // SAFETY: `base` is a fresh allocation of `bytes` bytes.
-        unsafe { cudarc::driver::result::memset_d8_sync(base, 0, bytes) }.context("cuMemsetD8")?;
-        Ok(DeviceQueues { base })
-    }
-}
-
-impl Drop for DeviceQueues {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new`, freed once, after the kernel and the
-        // proxy threads using it ended.
-        let _ = unsafe { cudarc::driver::result::free_sync(self.base) };
-    }
-}
-
-/// The Fig. 4a configuration: queues in GPU memory. Each proxy thread keeps
-/// a host shadow of its queues; per pass and queue it copies the next slot
-/// device-to-host, runs the normal consumer on the shadow (C1-C4), and
-/// copies the control block back host-to-device: first everything but the
-/// reply word, then the reply word (C4 before C5, as two ordered copies on
-/// the same thread). Only no-op commands are served (this is a benchmark).
-fn run_device_queues(
-    ctx: &Arc<cudarc::driver::CudaContext>,
-    func: &cudarc::driver::CudaFunction,
-    cli: &Cli,
-    w: u32,
-    t: usize,
-) -> Result<(Vec<u64>, f64)> {
-    use cpnet::device::layout::{CPNET_CTL_OFF_REPLY, CPNET_QUEUE_OFF_CTL, CPNET_QUEUE_OFF_SLOTS};
-    use cpnet::device::ring::{Consumer, Outcome, QueueMem};
-    let geom = QueueGeometry::new(cli.depth)?;
-    let dq = DeviceQueues::new(w as usize, geom)?;
-    let status = cpnet::gpu::MappedHost::new(cpnet::device::layout::CPNET_STATUS_BYTES)?;
-    let h = cpnet::device::layout::Handle {
-        my_pe: 0,
-        n_pes: 1,
-        // No-ops touch no heap; any valid device pointer will do.
-        heap_base: dq.base,
-        heap_size: 0,
-        queues: dq.base,
-        n_queues: w,
-        log2_depth: geom.log2_depth(),
-        wait_timeout_ns: 30_000_000_000,
-        status: status.dev(),
-        claims: 0,
-        peers: 0,
-    };
-    let handle = KernelHandle(h);
-    let stop = Arc::new(AtomicBool::new(false));
-    let base = dq.base;
-    let threads: Vec<_> = (0..t)
-        .map(|k| {
-            let (ctx, stop) = (Arc::clone(ctx), Arc::clone(&stop));
-            std::thread::spawn(move || -> Result<()> {
-                ctx.bind_to_thread().context("bind context")?;
-                let mine: Vec<usize> = (k..w as usize).step_by(t).collect();
-                let shadows: Vec<HostHeap> = mine.iter().map(|_| HostHeap::new(geom.bytes() as u64)).collect();
-                let mut cons: Vec<(u64, *mut u8, Consumer)> = mine
-                    .iter()
-                    .zip(&shadows)
-                    .map(|(&q, sh)| {
-                        let host = sh.view().base();
-                        // SAFETY: the shadow is 64-byte aligned, zeroed, geom.bytes()
-                        // long, lives as long as `shadows`, and only this thread
-                        // touches it (copies and the consumer's atomics, in turn).
-                        let mem = unsafe { QueueMem::from_raw(host, geom) };
-                        (base + (q * geom.bytes()) as u64, host, Consumer::new(mem))
-                    })
-                    .collect();
-                let slot_off = |seq: u64| CPNET_QUEUE_OFF_SLOTS + (seq & geom.mask()) as usize * 64;
-                while !stop.load(Ordering::Acquire) {
-                    for (dev, host, c) in cons.iter_mut() {
-                        let off = slot_off(c.next_seq());
-                        // SAFETY: both ranges are inside their allocations (one
-                        // 64-byte slot); the shadow is ours alone.
-                        unsafe { cudarc::driver::sys::cuMemcpyDtoH_v2(host.add(off).cast(), *dev + off as u64, 64) }
-                            .result()
-                            .context("cuMemcpyDtoH (slot)")?;
-                        if let Some((seq, _cmd)) = c.poll() {
-                            c.complete(seq, Outcome::Done);
-                            let ctl = *dev + CPNET_QUEUE_OFF_CTL as u64;
-                            let h_ctl = host.wrapping_add(CPNET_QUEUE_OFF_CTL);
-                            // SAFETY: the control block (64 bytes) of the shadow and
-                            // of the device queue; reply copied last.
-                            unsafe {
-                                cudarc::driver::sys::cuMemcpyHtoD_v2(ctl, h_ctl.cast(), CPNET_CTL_OFF_REPLY).result()?;
-                                cudarc::driver::sys::cuMemcpyHtoD_v2(
-                                    ctl + CPNET_CTL_OFF_REPLY as u64,
-                                    h_ctl.add(CPNET_CTL_OFF_REPLY).cast(),
-                                    8,
-                                )
-                                .result()?;
-                            }
-                        }
-                    }
-                }
-                Ok(())
-            })
-        })
-        .collect();
-    // A non-blocking stream: the proxy threads' synchronous copies run on
-    // the legacy default stream, which would otherwise wait for the kernel.
-    let stream = ctx.new_stream().context("cuStreamCreate (non-blocking)")?;
-    let run = run_nop_loop(&stream, func, &handle, cli, w);
-    // Release: pairs with the threads' Acquire load.
-    stop.store(true, Ordering::Release);
-    for th in threads {
-        th.join().expect("proxy thread")?;
-    }
-    run
 }
 
 /// Launch `nop_loop` on `w` blocks with `handle` and wait for it; the
