@@ -42,12 +42,11 @@ pub const CLAIM_SIGNAL_REFRESH: std::time::Duration = std::time::Duration::from_
 /// this long for its first poll.
 pub const MIRROR_REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(1);
 
-/// Idle time during which [`Service::run_with`] polls without giving up
-/// its CPU (one spin-loop hint per pass); after it, it yields between
-/// passes. A proxy thread is meant to own its core while commands flow;
-/// this is far longer than the gap between two commands of a busy
-/// work-group (a few microseconds) and short enough that an oversubscribed
-/// host (CPU work-groups and proxies on two cores) soon gets the CPU back.
+/// For a service with an idle spin ([`Service::set_idle_spin`], GPU PEs):
+/// the idle time during which [`Service::run_with`] polls without giving
+/// up its CPU, one spin-loop hint per pass. It is far longer than the gap
+/// between two commands of a busy work-group (a few microseconds): a GPU
+/// PE's proxy thread is meant to own its core while commands flow.
 pub const IDLE_SPIN_FOR: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Idle time after which [`Service::run_with`] starts sleeping between
@@ -290,6 +289,8 @@ pub struct Service<T: Transport> {
     claim_signal: Option<(Words, u32)>,
     /// When `active` was last rebuilt.
     refreshed: Option<std::time::Instant>,
+    /// Spin this long when idle before backing off ([`Service::set_idle_spin`]).
+    idle_spin: Option<std::time::Duration>,
     /// Published progress, for the watchdog.
     heartbeat: std::sync::Arc<Heartbeat>,
     /// Passes over the service's life (the heartbeat's counter, and the
@@ -325,6 +326,7 @@ impl<T: Transport> Service<T> {
             active: Vec::new(),
             claim_signal: None,
             refreshed: None,
+            idle_spin: None,
             heartbeat: std::sync::Arc::default(),
             passes: 0,
             taken: 0,
@@ -544,6 +546,19 @@ impl<T: Transport> Service<T> {
         work
     }
 
+    /// Poll without backing off for `spin` after the last work (one
+    /// spin-loop hint per idle pass; [`IDLE_SPIN_FOR`] for GPU PEs), before
+    /// [`Service::run_with`]'s usual backoff (growing `pause` runs, then
+    /// yields). For a thread that owns its core: on recent x86 CPUs one
+    /// `pause` takes about 140 cycles, so the backoff alone added
+    /// microseconds to a GPU work-group's round trip. Without it (the
+    /// default, CPU PEs) an idle proxy gives its core back within a few
+    /// microseconds, which CPU work-groups sharing the cores need: with a 50
+    /// µs spin, a 2-PE CPU allreduce on two cores ran 15-50% slower.
+    pub fn set_idle_spin(&mut self, spin: std::time::Duration) {
+        self.idle_spin = Some(spin);
+    }
+
     /// Let the queues' producers tell this service when they claim a queue:
     /// `status` is the PE's status block (`cpnet_status_t`, at least
     /// `CPNET_STATUS_BYTES`), whose `claim_gen` every claim bumps (cmd.h,
@@ -699,20 +714,21 @@ impl<T: Transport> Service<T> {
     /// polls, and those do not count as work here, so a target-side sleep
     /// adds up to one sleep (plus timer slack) to peers' latencies.
     ///
-    /// Until then an idle pass is followed by one spin-loop hint only, for
-    /// [`IDLE_SPIN_FOR`], then by a yield: a growing backoff (as
-    /// [`Spin`] does) would add microseconds to the next command's round
-    /// trip, since on recent x86 CPUs one `pause` takes about 140 cycles.
+    /// Until then an idle pass is followed by a step of a growing backoff
+    /// (spin-loop hints, then a yield), or, for the first
+    /// [`Service::set_idle_spin`] of idleness, by one spin-loop hint.
     pub fn run_with(&mut self, idle_sleep: Option<std::time::Duration>, mut stop: impl FnMut() -> bool) {
         // Idle passes since the last work, and the idle time as of the last
         // look at the clock: read only every IDLE_CLOCK_EVERY idle passes,
         // so that an idle pass costs a poll of the queues and a pause, not a
         // clock read (a system call on hosts without a vDSO clock).
         const IDLE_CLOCK_EVERY: u32 = 64;
+        let spin = Spin::new();
         let (mut idle_passes, mut idle_since, mut idle) = (0u32, None::<std::time::Instant>, std::time::Duration::ZERO);
         while !stop() {
             if self.poll_once() > 0 {
                 (idle_passes, idle_since, idle) = (0, None, std::time::Duration::ZERO);
+                spin.reset();
                 continue;
             }
             if idle_passes.is_multiple_of(IDLE_CLOCK_EVERY) {
@@ -721,8 +737,8 @@ impl<T: Transport> Service<T> {
             idle_passes = idle_passes.wrapping_add(1);
             match idle_sleep {
                 Some(d) if idle > IDLE_SLEEP_AFTER => std::thread::sleep(d),
-                _ if idle > IDLE_SPIN_FOR => std::thread::yield_now(),
-                _ => std::hint::spin_loop(),
+                _ if self.idle_spin.is_some_and(|s| idle <= s) => std::hint::spin_loop(),
+                _ => spin.step(),
             }
         }
         self.flush_mirror();

@@ -665,6 +665,11 @@ impl Backend for GpuBackend {
     fn claim_signal(&self) -> Option<Words> {
         self.queues.claim_signal()
     }
+    fn idle_spin(&self) -> Option<std::time::Duration> {
+        // A GPU PE's proxy threads own their cores; their work-groups are
+        // on the GPU.
+        Some(cpnet_proxy::service::IDLE_SPIN_FOR)
+    }
 }
 
 /// This process's PE on a GPU: one PE per GPU (device = local rank % GPU

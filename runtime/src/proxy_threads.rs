@@ -72,6 +72,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn claim_signal(&self) -> Option<Words> {
         None
     }
+    /// How long an idle service thread keeps polling before it backs off
+    /// ([`Service::set_idle_spin`]); `None` (the default, CPU PEs, whose
+    /// work-groups share the cores): back off at once.
+    fn idle_spin(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 impl Proxies {
@@ -158,6 +164,9 @@ impl Proxies {
                             s
                         }
                     };
+                    if let Some(spin) = backend.idle_spin() {
+                        service.set_idle_spin(spin);
+                    }
                     service.set_error_sink(Arc::clone(&errors));
                     service.set_heartbeat(heartbeat);
                     if let Some(n) = stall {

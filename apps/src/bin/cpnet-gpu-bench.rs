@@ -414,6 +414,7 @@ fn sweep(ctx: &Arc<cudarc::driver::CudaContext>, cli: &Cli) -> Result<()> {
                             }
                             s
                         };
+                        s.set_idle_spin(cpnet_proxy::service::IDLE_SPIN_FOR);
                         // Acquire: pairs with the Release store after the kernel.
                         s.run(|| stop.load(Ordering::Acquire));
                         Ok(())
