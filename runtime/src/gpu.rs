@@ -26,7 +26,7 @@ use cpnet_device::cpu::SymAddr;
 use cpnet_device::layout::Cmp;
 use cpnet_proxy::decode::Limits;
 use cpnet_proxy::mirror::{CudaCopies, QueueMirror};
-use cpnet_proxy::service::CommandError;
+use cpnet_proxy::service::{CommandError, IDLE_SPIN_FOR, Service, Transport};
 use cpnet_proxy::staged::{GpuHeap, PeShared, StagedConfig, StagedEndpoint, StagedTransport};
 use cudarc::driver::{CudaContext, CudaModule, CudaStream, DeviceRepr, DriverError};
 
@@ -394,18 +394,23 @@ impl GpuQueues {
         unsafe { QueueMem::from_raw(self.host_pool().host().add(i * self.geom.bytes()), self.geom) }
     }
 
-    /// The status block as a proxy service's claim signal
-    /// ([`cpnet_proxy::service::Service::set_claim_signal`]): kernels bump
-    /// its `claim_gen` when they claim a queue. `None` for queues in GPU
-    /// memory, whose services see claims through their mirrors.
-    pub fn claim_signal(&self) -> Option<Words> {
-        if !matches!(self.pool, Pool::Mapped(_)) {
-            return None;
+    /// Set up a proxy service over these queues as a GPU PE's are: it
+    /// spins when idle before backing off
+    /// ([`cpnet_proxy::service::Service::set_idle_spin`] with
+    /// [`cpnet_proxy::service::IDLE_SPIN_FOR`]: the PE's work-groups run on
+    /// the GPU, not on the proxy's cores), and for mapped queues it takes
+    /// the status block as its claim signal
+    /// ([`cpnet_proxy::service::Service::set_claim_signal`]: kernels bump
+    /// `claim_gen` when they claim a queue). Services over queues in GPU
+    /// memory see claims through their mirrors instead.
+    pub fn configure_service<T: Transport>(&self, service: &mut Service<T>) {
+        service.set_idle_spin(IDLE_SPIN_FOR);
+        if matches!(self.pool, Pool::Mapped(_)) {
+            // SAFETY: the status allocation is CPNET_STATUS_BYTES, page
+            // aligned, and lives as long as `self`, which the owner keeps
+            // past every proxy thread; the GPU writes it only with atomics.
+            service.set_claim_signal(unsafe { Words::from_raw(self.status.host().cast::<u64>(), CPNET_STATUS_BYTES / 8) });
         }
-        // SAFETY: the status allocation is CPNET_STATUS_BYTES, page aligned,
-        // and lives as long as `self`, which the owner keeps past every proxy
-        // thread; the GPU writes it only with atomics.
-        Some(unsafe { Words::from_raw(self.status.host().cast::<u64>(), CPNET_STATUS_BYTES / 8) })
     }
 
     fn status_word(&self, byte: usize) -> &AtomicU32 {
@@ -662,13 +667,8 @@ impl Backend for GpuBackend {
     fn mirror(&self, t: usize) -> Option<Result<QueueMirror, String>> {
         self.queues.mirror(&self.cuda, &self.per_thread[t]).map_err(|e| e.to_string()).transpose()
     }
-    fn claim_signal(&self) -> Option<Words> {
-        self.queues.claim_signal()
-    }
-    fn idle_spin(&self) -> Option<std::time::Duration> {
-        // A GPU PE's proxy threads own their cores; their work-groups are
-        // on the GPU.
-        Some(cpnet_proxy::service::IDLE_SPIN_FOR)
+    fn configure(&self, service: &mut Service<StagedTransport>) {
+        self.queues.configure_service(service);
     }
 }
 

@@ -11,7 +11,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use cpnet_device::ring::QueueMem;
-use cpnet_device::sync::Words;
 use cpnet_proxy::decode::Limits;
 use cpnet_proxy::mirror::QueueMirror;
 use cpnet_proxy::service::{CommandError, Heartbeat, Service, Transport};
@@ -66,18 +65,13 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn mirror(&self, _t: usize) -> Option<std::result::Result<QueueMirror, String>> {
         None
     }
-    /// The PE's status block, where the queues' producers signal their
-    /// claims ([`Service::set_claim_signal`]); `None` (the default): the
-    /// services find claims by rereading every queue periodically.
-    fn claim_signal(&self) -> Option<Words> {
-        None
-    }
-    /// How long an idle service thread keeps polling before it backs off
-    /// ([`Service::set_idle_spin`]); `None` (the default, CPU PEs, whose
-    /// work-groups share the cores): back off at once.
-    fn idle_spin(&self) -> Option<std::time::Duration> {
-        None
-    }
+    /// Settings of thread `t`'s service beyond its queues and transport
+    /// (GPU PEs: an idle spin and a claim signal,
+    /// `GpuQueues::configure_service`). The default (CPU PEs) sets
+    /// nothing: the service backs off at once when idle, since the PE's
+    /// work-groups share its cores, and finds claims by rereading every
+    /// queue periodically.
+    fn configure(&self, _service: &mut Service<Self::Transport>) {}
 }
 
 impl Proxies {
@@ -156,17 +150,9 @@ impl Proxies {
                             debug_assert_eq!(m.len(), queues.len(), "thread {t}: mirror and queue views");
                             Service::with_mirror(m, transport, limits, me)
                         }
-                        None => {
-                            let mut s = Service::new(queues, transport, limits, me);
-                            if let Some(status) = backend.claim_signal() {
-                                s.set_claim_signal(status);
-                            }
-                            s
-                        }
+                        None => Service::new(queues, transport, limits, me),
                     };
-                    if let Some(spin) = backend.idle_spin() {
-                        service.set_idle_spin(spin);
-                    }
+                    backend.configure(&mut service);
                     service.set_error_sink(Arc::clone(&errors));
                     service.set_heartbeat(heartbeat);
                     if let Some(n) = stall {

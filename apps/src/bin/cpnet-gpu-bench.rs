@@ -402,19 +402,15 @@ fn sweep(ctx: &Arc<cudarc::driver::CudaContext>, cli: &Cli) -> Result<()> {
                         let (transport, limits) = (LoopbackTransport::new(view), Limits { n_pes: 1, heap_size: 4096 });
                         // As a GPU PE's proxy threads are built: over a mirror
                         // of the queues in GPU memory, or over the mapped
-                        // queues with the claim signal.
+                        // queues, then configured as the runtime does.
                         let mut s = if device_queues {
                             ctx.bind_to_thread().context("bind context")?;
                             let m = q.mirror(&ctx, &mine)?.context("queues in GPU memory have a mirror")?;
                             Service::with_mirror(m, transport, limits, 0)
                         } else {
-                            let mut s = Service::new(mine.iter().map(|&i| q.queue(i)).collect(), transport, limits, 0);
-                            if let Some(status) = q.claim_signal() {
-                                s.set_claim_signal(status);
-                            }
-                            s
+                            Service::new(mine.iter().map(|&i| q.queue(i)).collect(), transport, limits, 0)
                         };
-                        s.set_idle_spin(cpnet_proxy::service::IDLE_SPIN_FOR);
+                        q.configure_service(&mut s);
                         // Acquire: pairs with the Release store after the kernel.
                         s.run(|| stop.load(Ordering::Acquire));
                         Ok(())
