@@ -540,6 +540,9 @@ pub struct Consumer {
     /// taken past the queue's depth while earlier ones are in flight): the
     /// service's per-command bookkeeping is an index and a mask.
     pending: Vec<u8>,
+    /// The queue's slot index mask (`depth - 1`), kept here so a poll is an
+    /// and, not a shift.
+    mask: u64,
 }
 
 impl Consumer {
@@ -550,7 +553,8 @@ impl Consumer {
         let completed = mem.words.word(COMPLETED).load(Ordering::Relaxed);
         assert_eq!(next, completed, "a consumer attaches to a quiescent queue");
         let pending = vec![0; mem.geom.depth() as usize];
-        Consumer { mem, next, completed, pending }
+        let mask = mem.geom.mask();
+        Consumer { mem, next, completed, pending, mask }
     }
 
     /// The queue this consumer reads.
@@ -579,16 +583,15 @@ impl Consumer {
         let seq = self.next;
         // C1: acquire pairs with the producer's release store of the commit
         // word (P3).
-        let slot = self.mem.slot(seq);
-        let commit = slot.word(CPNET_CMD_COMMIT_WORD).load(Ordering::Acquire);
+        let base = SLOTS + (seq & self.mask) as usize * SLOT_WORDS;
+        let commit = self.mem.words.word(base + CPNET_CMD_COMMIT_WORD).load(Ordering::Acquire);
         if commit != seq + 1 {
             return None;
         }
         // C2: copy the slot out; relaxed loads ordered by the acquire above.
+        let head: [u64; CPNET_CMD_COMMIT_WORD] = self.mem.words.load_relaxed(base);
         let mut words = [0u64; SLOT_WORDS];
-        for (w, v) in words.iter_mut().enumerate().take(CPNET_CMD_COMMIT_WORD) {
-            *v = slot.word(w).load(Ordering::Relaxed);
-        }
+        words[..CPNET_CMD_COMMIT_WORD].copy_from_slice(&head);
         words[CPNET_CMD_COMMIT_WORD] = commit;
         // C3: free the slot. Release pairs with the producer's acquire load
         // of `consumed` (P1): our reads above happen before its overwrite.
@@ -620,11 +623,35 @@ impl Consumer {
     ///
     /// # Panics
     /// If `seq` was not taken or was already completed (a proxy bug).
+    #[inline(always)]
     pub fn complete(&mut self, seq: u64, outcome: Outcome) {
+        if matches!(outcome, Outcome::Done) && seq == self.completed && seq + 1 == self.next {
+            // The only command outstanding, done without a value (a no-op,
+            // a put): no payload, and the watermark moves past it alone.
+            let idx = seq as usize & (self.pending.len() - 1);
+            let flags = core::mem::take(&mut self.pending[idx]);
+            assert!(flags & PENDING_DONE == 0, "complete({seq}) twice");
+            self.completed = seq + 1;
+            if flags & PENDING_BLOCKING != 0 {
+                // C5: release pairs with a blocking producer's acquire of
+                // `reply` (P4).
+                self.mem.words.word(REPLY).store((seq + 1) << 8, Ordering::Release);
+            }
+            // C4: release pairs with the producer's acquire of `completed` (P4).
+            self.mem.words.word(COMPLETED).store(self.completed, Ordering::Release);
+            return;
+        }
+        self.complete_any(seq, outcome);
+    }
+
+    /// [`Consumer::complete`]'s general case: any outcome, any order.
+    #[inline(never)]
+    fn complete_any(&mut self, seq: u64, outcome: Outcome) {
         assert!(seq >= self.completed && seq < self.next, "complete({seq}): not outstanding");
-        let idx = seq as usize & (self.pending.len() - 1);
-        assert!(self.pending[idx] & PENDING_DONE == 0, "complete({seq}) twice");
-        self.pending[idx] |= PENDING_DONE;
+        let m = self.pending.len() - 1;
+        let idx = seq as usize & m;
+        let flags = self.pending[idx];
+        assert!(flags & PENDING_DONE == 0, "complete({seq}) twice");
         // C4: the payload of the completion, relaxed, published by the
         // release store of `completed` below (now or at a later advance).
         match outcome {
@@ -638,7 +665,7 @@ impl Consumer {
                 self.mem.words.word(ERROR_SEQ).store(seq + 1, Ordering::Release);
             }
         }
-        if self.pending[idx] & PENDING_BLOCKING != 0 {
+        if flags & PENDING_BLOCKING != 0 {
             // C5: release pairs with a blocking producer's acquire of
             // `reply` (P4); the result / error stores above precede it.
             let code = match outcome {
@@ -647,16 +674,21 @@ impl Consumer {
             };
             self.mem.words.word(REPLY).store(((seq + 1) << 8) | code, Ordering::Release);
         }
-        let before = self.completed;
-        let m = self.pending.len() - 1;
+        if seq != self.completed {
+            // Out of order: the watermark waits for the commands before it.
+            self.pending[idx] = flags | PENDING_DONE;
+            return;
+        }
+        // In order (the usual case): advance over this one and any already
+        // completed after it.
+        self.pending[idx] = 0;
+        self.completed = seq + 1;
         while self.completed < self.next && self.pending[self.completed as usize & m] & PENDING_DONE != 0 {
             self.pending[self.completed as usize & m] = 0;
             self.completed += 1;
         }
-        if self.completed != before {
-            // C4: release pairs with the producer's acquire of `completed` (P4).
-            self.mem.words.word(COMPLETED).store(self.completed, Ordering::Release);
-        }
+        // C4: release pairs with the producer's acquire of `completed` (P4).
+        self.mem.words.word(COMPLETED).store(self.completed, Ordering::Release);
     }
 }
 

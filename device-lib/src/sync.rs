@@ -72,6 +72,19 @@ impl Words {
         unsafe { AtomicU32::from_ptr(self.base.as_ptr().cast::<u8>().add(byte).cast::<u32>()) }
     }
 
+    /// Relaxed loads of the `N` words from word `start` on, with one bounds
+    /// check for all of them (a queue slot's copy, C2 in `cmd.h`).
+    ///
+    /// # Panics
+    /// If `start + N` is past the view.
+    #[inline]
+    pub fn load_relaxed<const N: usize>(&self, start: usize) -> [u64; N] {
+        assert!(start + N <= self.len, "shared words {start}..{} out of range ({} words)", start + N, self.len);
+        // SAFETY: every index is below `len` (checked above); same region
+        // contract as `word`.
+        core::array::from_fn(|i| unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(start + i)) }.load(Ordering::Relaxed))
+    }
+
     /// A sub-view of `len` words starting at word `start`.
     #[inline]
     pub fn slice(&self, start: usize, len: usize) -> Words {
@@ -117,6 +130,11 @@ impl Words {
     pub fn word(&self, i: usize) -> &AtomicU64 {
         assert!(i < self.len);
         &self.cells[self.start + i]
+    }
+
+    /// Relaxed loads of the `N` words from word `start` on.
+    pub fn load_relaxed<const N: usize>(&self, start: usize) -> [u64; N] {
+        core::array::from_fn(|i| self.word(start + i).load(Ordering::Relaxed))
     }
 
     /// A sub-view.

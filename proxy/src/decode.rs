@@ -175,6 +175,7 @@ fn put_src(cmd: &Cmd, lim: &Limits) -> Result<PutSrc, ErrorCode> {
 /// sub-operation on a command that takes none), `BadPe`, `BadAddr` (a range
 /// outside the heap, overflow included), `BadSize` (inline over 8 bytes, AMO
 /// size not the type's), `BadAlign` (AMO or signal word misaligned).
+#[inline]
 pub fn decode(cmd: &Cmd, lim: &Limits) -> Result<Op, ErrorCode> {
     let op = Opcode::from_u8(cmd.opcode).ok_or(ErrorCode::BadOp)?;
     if cmd.flags & !CPNET_F_ALL != 0 {

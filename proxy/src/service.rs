@@ -484,6 +484,9 @@ impl<T: Transport> Service<T> {
     /// Submit `op` (decoded from `cmd`); false if the transport was busy
     /// (kept for retry).
     fn submit(&mut self, qi: usize, seq: u64, op: Op, cmd: &Cmd) -> bool {
+        // The taken count is published per pass, and here, where a hung
+        // transport would leave it for the watchdog's report.
+        self.heartbeat.taken.store(self.taken, std::sync::atomic::Ordering::Relaxed);
         self.heartbeat.set_submit(qi, seq, cmd);
         let tag = Tag { queue: qi as u32, seq };
         if let Some(stall) = &mut self.stall
@@ -540,6 +543,7 @@ impl<T: Transport> Service<T> {
         for k in 0..self.active.len() {
             work += self.poll_queue(self.active[k]);
         }
+        self.heartbeat.taken.store(self.taken, std::sync::atomic::Ordering::Relaxed);
         // Completions of this pass (transport, rejects, no-ops, barriers)
         // and takes all concern active queues: push theirs.
         self.mirror_step(None, QueueMirror::push_ctl);
@@ -629,8 +633,8 @@ impl<T: Transport> Service<T> {
 
     fn poll_queue(&mut self, qi: usize) -> usize {
         let mut work = 0;
-        if let Some(retry) = self.queues[qi].retry.take() {
-            let (seq, op, cmd) = *retry;
+        if self.queues[qi].retry.is_some() {
+            let (seq, op, cmd) = *self.queues[qi].retry.take().expect("checked");
             if !self.submit(qi, seq, op, &cmd) {
                 return 0;
             }
@@ -638,58 +642,23 @@ impl<T: Transport> Service<T> {
         }
         // Bounded batch per queue per pass, so one busy queue cannot starve others.
         for _ in 0..32 {
-            if let Some(drain) = self.queues[qi].drain {
-                let q = &mut self.queues[qi];
-                match drain {
-                    Drain::Fence => {
-                        if q.consumer.outstanding() > 0 {
-                            return work;
-                        }
-                        q.drain = None;
-                    }
-                    Drain::Barrier { seq, started } => {
-                        // Every command before the barrier must be complete.
-                        if q.consumer.completed() < seq {
-                            return work;
-                        }
-                        self.heartbeat.set_phase(Phase::Barrier, qi);
-                        let r = self.transport.barrier(!started);
-                        self.heartbeat.set_phase(Phase::Polling, qi);
-                        match r {
-                            Ok(false) => {
-                                self.queues[qi].drain = Some(Drain::Barrier { seq, started: true });
-                                return work;
-                            }
-                            Ok(true) => self.queues[qi].consumer.complete(seq, Outcome::Done),
-                            Err(code) => {
-                                self.record_failure(Tag { queue: qi as u32, seq }, &Op::BarrierAll, code);
-                                self.queues[qi].consumer.complete(seq, Outcome::Failed(code));
-                            }
-                        }
-                        self.queues[qi].drain = None;
-                        work += 1;
-                    }
-                }
+            if self.queues[qi].drain.is_some() && !self.drain_done(qi, &mut work) {
+                return work;
             }
             let Some((seq, cmd)) = self.queues[qi].consumer.poll() else { break };
             work += 1;
+            self.taken += 1;
             // A blocking command's producer waits for its reply before it
             // writes another: the next slot cannot be ready in this pass, so
             // leave it unread. With many queues, that read is a cache miss
             // per command (the line was last touched a ring ago).
             let last = cmd.flags & CPNET_F_BLOCKING != 0;
-            self.taken += 1;
-            self.heartbeat.taken.store(self.taken, std::sync::atomic::Ordering::Relaxed);
             match decode(&cmd, &self.limits) {
-                Err(code) => self.reject(qi, seq, &cmd, code),
+                // The common command that needs no transport: completed here
+                // (Consumer::complete's in-order fast path).
                 Ok(Op::Nop) => self.queues[qi].consumer.complete(seq, Outcome::Done),
-                Ok(Op::Fence) | Ok(Op::Quiet) => {
-                    self.queues[qi].consumer.complete(seq, Outcome::Done);
-                    self.queues[qi].drain = Some(Drain::Fence);
-                }
-                Ok(Op::BarrierAll) => self.queues[qi].drain = Some(Drain::Barrier { seq, started: false }),
-                Ok(op) => {
-                    if !self.submit(qi, seq, op, &cmd) {
+                decoded => {
+                    if !self.take(qi, seq, &cmd, decoded) {
                         break;
                     }
                 }
@@ -699,6 +668,62 @@ impl<T: Transport> Service<T> {
             }
         }
         work
+    }
+
+    /// Serve a taken command other than a no-op; false if the transport
+    /// was busy (the command waits in `retry`).
+    #[inline(never)]
+    fn take(&mut self, qi: usize, seq: u64, cmd: &Cmd, decoded: Result<Op, ErrorCode>) -> bool {
+        match decoded {
+            Err(code) => self.reject(qi, seq, cmd, code),
+            Ok(Op::Nop) => self.queues[qi].consumer.complete(seq, Outcome::Done),
+            Ok(Op::Fence) | Ok(Op::Quiet) => {
+                self.queues[qi].consumer.complete(seq, Outcome::Done);
+                self.queues[qi].drain = Some(Drain::Fence);
+            }
+            Ok(Op::BarrierAll) => self.queues[qi].drain = Some(Drain::Barrier { seq, started: false }),
+            Ok(op) => return self.submit(qi, seq, op, cmd),
+        }
+        true
+    }
+
+    /// Move queue `qi`'s drain on (a FENCE / QUIET / BARRIER was taken):
+    /// true once it is over and the queue's next command may be taken.
+    #[inline(never)]
+    fn drain_done(&mut self, qi: usize, work: &mut usize) -> bool {
+        let Some(drain) = self.queues[qi].drain else { return true };
+        let q = &mut self.queues[qi];
+        match drain {
+            Drain::Fence => {
+                if q.consumer.outstanding() > 0 {
+                    return false;
+                }
+            }
+            Drain::Barrier { seq, started } => {
+                // Every command before the barrier must be complete.
+                if q.consumer.completed() < seq {
+                    return false;
+                }
+                self.heartbeat.taken.store(self.taken, std::sync::atomic::Ordering::Relaxed);
+                self.heartbeat.set_phase(Phase::Barrier, qi);
+                let r = self.transport.barrier(!started);
+                self.heartbeat.set_phase(Phase::Polling, qi);
+                match r {
+                    Ok(false) => {
+                        self.queues[qi].drain = Some(Drain::Barrier { seq, started: true });
+                        return false;
+                    }
+                    Ok(true) => self.queues[qi].consumer.complete(seq, Outcome::Done),
+                    Err(code) => {
+                        self.record_failure(Tag { queue: qi as u32, seq }, &Op::BarrierAll, code);
+                        self.queues[qi].consumer.complete(seq, Outcome::Failed(code));
+                    }
+                }
+                *work += 1;
+            }
+        }
+        self.queues[qi].drain = None;
+        true
     }
 
     /// Poll until `stop()` is true, spinning (then yielding) while idle.
