@@ -26,7 +26,7 @@ use cpnet_device::cpu::SymAddr;
 use cpnet_device::layout::Cmp;
 use cpnet_proxy::decode::Limits;
 use cpnet_proxy::mirror::{CudaCopies, QueueMirror};
-use cpnet_proxy::service::{CommandError, IDLE_SPIN_FOR, Service, Transport};
+use cpnet_proxy::service::{CommandError, GPU_PACING, IDLE_SPIN_FOR, Service, Transport};
 use cpnet_proxy::staged::{GpuHeap, PeShared, StagedConfig, StagedEndpoint, StagedTransport};
 use cudarc::driver::{CudaContext, CudaModule, CudaStream, DeviceRepr, DriverError};
 
@@ -398,14 +398,16 @@ impl GpuQueues {
     /// spins when idle before backing off
     /// ([`cpnet_proxy::service::Service::set_idle_spin`] with
     /// [`cpnet_proxy::service::IDLE_SPIN_FOR`]: the PE's work-groups run on
-    /// the GPU, not on the proxy's cores), and for mapped queues it takes
-    /// the status block as its claim signal
+    /// the GPU, not on the proxy's cores), and for mapped queues it paces
+    /// its polls ([`cpnet_proxy::service::GPU_PACING`]: the GPU writes those
+    /// lines over PCIe) and takes the status block as its claim signal
     /// ([`cpnet_proxy::service::Service::set_claim_signal`]: kernels bump
     /// `claim_gen` when they claim a queue). Services over queues in GPU
     /// memory see claims through their mirrors instead.
     pub fn configure_service<T: Transport>(&self, service: &mut Service<T>) {
         service.set_idle_spin(IDLE_SPIN_FOR);
         if matches!(self.pool, Pool::Mapped(_)) {
+            service.set_pacing(GPU_PACING);
             // SAFETY: the status allocation is CPNET_STATUS_BYTES, page
             // aligned, and lives as long as `self`, which the owner keeps
             // past every proxy thread; the GPU writes it only with atomics.
