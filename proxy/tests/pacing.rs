@@ -56,7 +56,7 @@ fn serve(n: usize, rounds: u64, pacing: Pacing) -> u64 {
 #[test]
 fn a_paced_service_completes_what_an_unpaced_one_does() {
     // More queues than GPU_PACING looks ahead, so the prefetch runs.
-    assert!(64 > GPU_PACING.prefetch_ahead);
+    const { assert!(64 > GPU_PACING.prefetch_ahead) };
     let (paced, plain) = (serve(64, 50, GPU_PACING), serve(64, 50, Pacing::default()));
     assert_eq!(paced, plain, "the same passes: pacing changes timing, not what a pass takes");
 }
