@@ -5,8 +5,12 @@
 //!
 //! ```text
 //! cargo run --release -p cpnet-proxy --example service_cost -- 1024 2000
+//! cargo run --release -p cpnet-proxy --example service_cost -- 1024 2000 paced
 //! valgrind --tool=callgrind target/release/examples/service_cost 1024 50
 //! ```
+//!
+//! `paced`: with a GPU PE's poll pacing (`GPU_PACING`: its prefetches run,
+//! since every queue is busy).
 //!
 //! Prints the passes, the commands and the time per command (the time
 //! includes writing the commands, which a GPU does in the real setting).
@@ -17,10 +21,12 @@ use cpnet_device::cpu::HostHeap;
 use cpnet_device::layout::Cmd;
 use cpnet_device::ring::{Producer, QueueGeometry, QueuePool};
 use cpnet_proxy::decode::Limits;
-use cpnet_proxy::service::{LoopbackTransport, Service};
+use cpnet_proxy::service::{GPU_PACING, LoopbackTransport, Service};
 
 fn main() {
-    let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>().expect("usage: service_cost [queues] [rounds]"));
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let paced = args.iter().any(|a| a == "paced");
+    let mut args = args.iter().filter(|a| *a != "paced").map(|a| a.parse::<usize>().expect("usage: service_cost [queues] [rounds] [paced]"));
     let (n, rounds) = (args.next().unwrap_or(1024), args.next().unwrap_or(2000));
     let pool = QueuePool::new_host(n, QueueGeometry::default());
     let heap = HostHeap::new(4096);
@@ -34,6 +40,9 @@ fn main() {
         })
         .collect();
     let mut service = Service::new(queues, LoopbackTransport::new(heap.view()), Limits { n_pes: 1, heap_size: 4096 }, 0);
+    if paced {
+        service.set_pacing(GPU_PACING);
+    }
     let (mut passes, mut commands) = (0u64, 0usize);
     let t0 = std::time::Instant::now();
     for _ in 0..rounds {
@@ -48,8 +57,9 @@ fn main() {
         commands += taken;
     }
     let dt = t0.elapsed().as_secs_f64();
+    let mode = if paced { ", paced" } else { "" };
     println!(
-        "{n} queues, {rounds} rounds: {passes} passes, {commands} commands, {:.1} ns per command ({:.1} M/s)",
+        "{n} queues, {rounds} rounds{mode}: {passes} passes, {commands} commands, {:.1} ns per command ({:.1} M/s)",
         dt / commands as f64 * 1e9,
         commands as f64 / dt / 1e6
     );

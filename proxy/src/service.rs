@@ -72,11 +72,12 @@ pub struct Pacing {
     pub prefetch_ahead: usize,
 }
 
-/// The pacing of a GPU PE's proxy threads: 3 pauses (about 200 ns on the
-/// H200 host's Xeon) after an empty poll, prefetch 16 queues ahead.
-/// Measured there, against no pacing, in one batch: 8 threads over 132
-/// work-groups 10 -> 20 M/s and over 264 18 -> 30 M/s; 1 thread over 1024
-/// work-groups 15 -> 28-36 M/s.
+/// The pacing of a GPU PE's proxy threads: 3 pauses after an empty poll,
+/// prefetch 16 queues ahead. Measured on an H200 host against the same
+/// loop without pacing, three sweeps each in one batch (docs/results.md,
+/// "Session 8"): 8 threads over 132 work-groups 9.7-10.5 -> 21.4-22.2 M/s,
+/// over 1024 37-39 -> 94-95 M/s; 1 thread over 1024 work-groups 20-24 ->
+/// 44-47 M/s; one work-group's round trip unchanged within noise.
 pub const GPU_PACING: Pacing = Pacing { empty_poll_pauses: 3, prefetch_ahead: 16 };
 
 /// Idle time after which [`Service::run_with`] starts sleeping between
