@@ -579,8 +579,8 @@ impl Consumer {
     pub fn prefetch_next(&self) {
         let base = SLOTS + (self.next & self.mask) as usize * SLOT_WORDS;
         let p = self.mem.words.as_ptr();
-        prefetch_read(p.wrapping_add(base).cast());
-        prefetch_write(p.cast());
+        prefetch::<false>(p.wrapping_add(base).cast());
+        prefetch::<true>(p.cast());
     }
 
     /// The published watermark: every seq below it is complete.
@@ -708,44 +708,34 @@ impl Consumer {
     }
 }
 
-/// Prefetch the cache line at `p` for reading (`prefetcht0`; `prfm
-/// pldl1keep` on aarch64; nothing elsewhere).
+/// Prefetch the cache line at `p`: for reading (`prefetcht0`; `prfm
+/// pldl1keep` on aarch64), or with `WRITE` for writing, so a later store
+/// does not wait for the line's ownership (`prefetchw`, which x86 CPUs
+/// without it decode as a no-op; `prfm pstl1keep`). Nothing on other
+/// architectures. Written as assembly: `_mm_prefetch` with `_MM_HINT_ET0`
+/// compiles to a plain read prefetch unless the crate is built with
+/// `prfchw`.
 #[cfg(not(loom))]
 #[inline(always)]
-fn prefetch_read(p: *const u8) {
+fn prefetch<const WRITE: bool>(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint that never faults, whatever the address,
     // and neither reads nor writes memory as the program sees it.
     unsafe {
-        core::arch::asm!("prefetcht0 [{0}]", in(reg) p, options(nostack, readonly, preserves_flags));
+        if WRITE {
+            core::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, readonly, preserves_flags));
+        } else {
+            core::arch::asm!("prefetcht0 [{0}]", in(reg) p, options(nostack, readonly, preserves_flags));
+        }
     }
     #[cfg(target_arch = "aarch64")]
-    // SAFETY: as above.
+    // SAFETY: as for x86-64: a hint that never faults or accesses memory.
     unsafe {
-        core::arch::asm!("prfm pldl1keep, [{0}]", in(reg) p, options(nostack, readonly, preserves_flags));
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    let _ = p;
-}
-
-/// Prefetch the cache line at `p` with intent to write (`prefetchw`, which
-/// CPUs without it decode as a no-op; `prfm pstl1keep` on aarch64; nothing
-/// elsewhere), so a later store does not wait for the line's ownership.
-/// Written as assembly: `_mm_prefetch` with `_MM_HINT_ET0` compiles to a
-/// plain read prefetch unless the crate is built with `prfchw`.
-#[cfg(not(loom))]
-#[inline(always)]
-fn prefetch_write(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint that never faults, whatever the address,
-    // and neither reads nor writes memory as the program sees it.
-    unsafe {
-        core::arch::asm!("prefetchw [{0}]", in(reg) p, options(nostack, readonly, preserves_flags));
-    }
-    #[cfg(target_arch = "aarch64")]
-    // SAFETY: as above.
-    unsafe {
-        core::arch::asm!("prfm pstl1keep, [{0}]", in(reg) p, options(nostack, readonly, preserves_flags));
+        if WRITE {
+            core::arch::asm!("prfm pstl1keep, [{0}]", in(reg) p, options(nostack, readonly, preserves_flags));
+        } else {
+            core::arch::asm!("prfm pldl1keep, [{0}]", in(reg) p, options(nostack, readonly, preserves_flags));
+        }
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = p;
