@@ -15,7 +15,6 @@
 //! +128  depth x 64-byte Cmd slots     commit word (seq + 1) last
 //! ```
 
-
 use crate::layout::*;
 use crate::sync::{Deadline, Ordering, Spin, Words};
 
@@ -127,6 +126,23 @@ const CACHED_CONSUMED: usize = (CPNET_QUEUE_OFF_PROD + CPNET_PROD_OFF_CACHED_CON
 const SLOTS: usize = CPNET_QUEUE_OFF_SLOTS / 8;
 const _: () = assert!(CPNET_CTL_OFF_ERROR.is_multiple_of(8) && CPNET_CTL_OFF_ABORT.is_multiple_of(8));
 
+/// The first word of the slot of `seq` in a queue's words, for the slot
+/// index mask `mask` (`depth - 1`).
+#[inline(always)]
+fn slot_start(seq: u64, mask: u64) -> usize {
+    SLOTS + (seq & mask) as usize * SLOT_WORDS
+}
+
+/// A slot's words from a copy of its first `CPNET_CMD_COMMIT_WORD` words
+/// and its commit word (read apart: the commit word with acquire first).
+#[inline(always)]
+fn slot_words(head: [u64; CPNET_CMD_COMMIT_WORD], commit: u64) -> [u64; SLOT_WORDS] {
+    let mut words = [0u64; SLOT_WORDS];
+    words[..CPNET_CMD_COMMIT_WORD].copy_from_slice(&head);
+    words[CPNET_CMD_COMMIT_WORD] = commit;
+    words
+}
+
 /// One queue's memory: a view shared by its producer and its consumer.
 #[derive(Clone, Debug)]
 pub struct QueueMem {
@@ -181,8 +197,7 @@ impl QueueMem {
     /// The words of the slot of `seq` (one bounds check for all of them).
     #[inline]
     fn slot(&self, seq: u64) -> Words {
-        let slot = (seq & self.geom.mask()) as usize;
-        self.words.slice(SLOTS + slot * SLOT_WORDS, SLOT_WORDS)
+        self.words.slice(slot_start(seq, self.geom.mask()), SLOT_WORDS)
     }
 
     /// Tell the producer to stop waiting: every wait on this queue returns
@@ -270,11 +285,7 @@ impl QueueMem {
         if commit != seq + 1 {
             return None;
         }
-        let mut words = [0u64; SLOT_WORDS];
-        for (w, v) in words.iter_mut().enumerate().take(CPNET_CMD_COMMIT_WORD) {
-            *v = slot.word(w).load(Ordering::Relaxed);
-        }
-        words[CPNET_CMD_COMMIT_WORD] = commit;
+        let words = slot_words(slot.load_relaxed(0), commit);
         // Acquire: pairs with a reusing producer's release of the new commit.
         (slot.word(CPNET_CMD_COMMIT_WORD).load(Ordering::Acquire) == commit).then(|| Cmd::from_words(words))
     }
@@ -577,9 +588,8 @@ impl Consumer {
     #[cfg(not(loom))]
     #[inline]
     pub fn prefetch_next(&self) {
-        let base = SLOTS + (self.next & self.mask) as usize * SLOT_WORDS;
         let p = self.mem.words.as_ptr();
-        prefetch::<false>(p.wrapping_add(base).cast());
+        prefetch::<false>(p.wrapping_add(slot_start(self.next, self.mask)).cast());
         prefetch::<true>(p.cast());
     }
 
@@ -599,16 +609,13 @@ impl Consumer {
         let seq = self.next;
         // C1: acquire pairs with the producer's release store of the commit
         // word (P3).
-        let base = SLOTS + (seq & self.mask) as usize * SLOT_WORDS;
+        let base = slot_start(seq, self.mask);
         let commit = self.mem.words.word(base + CPNET_CMD_COMMIT_WORD).load(Ordering::Acquire);
         if commit != seq + 1 {
             return None;
         }
         // C2: copy the slot out; relaxed loads ordered by the acquire above.
-        let head: [u64; CPNET_CMD_COMMIT_WORD] = self.mem.words.load_relaxed(base);
-        let mut words = [0u64; SLOT_WORDS];
-        words[..CPNET_CMD_COMMIT_WORD].copy_from_slice(&head);
-        words[CPNET_CMD_COMMIT_WORD] = commit;
+        let words = slot_words(self.mem.words.load_relaxed(base), commit);
         // C3: free the slot. Release pairs with the producer's acquire load
         // of `consumed` (P1): our reads above happen before its overwrite.
         self.next = seq + 1;

@@ -66,8 +66,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
         None
     }
     /// Settings of thread `t`'s service beyond its queues and transport
-    /// (GPU PEs: an idle spin and a claim signal,
-    /// `GpuQueues::configure_service`). The default (CPU PEs) sets
+    /// (GPU PEs: an idle spin, and for mapped queues poll pacing and a
+    /// claim signal, `GpuQueues::configure_service`). The default (CPU PEs) sets
     /// nothing: the service backs off at once when idle, since the PE's
     /// work-groups share its cores, and finds claims by rereading every
     /// queue periodically.
