@@ -192,6 +192,57 @@ impl Status {
     }
 }
 
+/// One record of a landing ring (`cpnet_agent_rec_t`, THE LANDING AGENT
+/// in `cmd.h`): what a GPU PE's proxy thread asks its landing agent to
+/// apply to the GPU heap. Written by the proxy (A2, A3), read by the agent
+/// (A4), which writes an AMO's old value back into `value` (A5).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AgentRec {
+    /// `CPNET_AGENT_K_*`.
+    pub kind: u8,
+    /// `CPNET_SIGNAL_*` (a put's signal) or `CPNET_AMO_*`.
+    pub sub: u8,
+    /// `CPNET_T_*` (AMO).
+    pub ty: u8,
+    /// `CPNET_AGENT_F_*`.
+    pub flags: u8,
+    /// Zero.
+    pub pad: u32,
+    /// Heap offset written (PUT, AMO) or read (COPY_OUT).
+    pub dst: u64,
+    /// Bytes (PUT, COPY_OUT).
+    pub size: u64,
+    /// Device-visible address of host staging read (PUT) or written (COPY_OUT).
+    pub src: u64,
+    /// Heap offset of the signal word (PUT with a signal).
+    pub sig: u64,
+    /// Signal operand (PUT); compare value (AMO compare-swap).
+    pub signal: u64,
+    /// Inline data (PUT) or AMO operand; an AMO's old value once done.
+    pub value: u64,
+    /// `seq + 1`, written last with release (A3).
+    pub commit: u64,
+}
+
+/// The control block of a landing ring (`cpnet_agent_ctl_t`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AgentCtl {
+    /// Records applied (A5: the agent's release store).
+    pub done: u64,
+    /// 1 from launch (proxy) until the agent exits (A7).
+    pub running: u32,
+    /// Nonzero: the agent exits at once (teardown).
+    pub stop: u32,
+    /// Records the agent refused (range outside the heap).
+    pub bad: u64,
+    /// Agent launches so far.
+    pub launches: u64,
+    /// Zero.
+    pub reserved: [u64; 4],
+}
+
 macro_rules! assert_layout {
     ($t:ty, $size:expr, { $($field:ident => $off:expr),* $(,)? }) => {
         const _: () = {
@@ -232,12 +283,23 @@ assert_layout!(Status, CPNET_STATUS_BYTES, {
     dev_found => CPNET_STATUS_OFF_DEV_FOUND, dev_cmp => CPNET_STATUS_OFF_DEV_CMP,
     claim_gen => CPNET_STATUS_OFF_CLAIM_GEN,
 });
+assert_layout!(AgentRec, CPNET_AGENT_REC_BYTES, {
+    kind => CPNET_AGENT_REC_OFF_KIND, sub => CPNET_AGENT_REC_OFF_SUB, ty => CPNET_AGENT_REC_OFF_TY,
+    flags => CPNET_AGENT_REC_OFF_FLAGS, dst => CPNET_AGENT_REC_OFF_DST, size => CPNET_AGENT_REC_OFF_SIZE,
+    src => CPNET_AGENT_REC_OFF_SRC, sig => CPNET_AGENT_REC_OFF_SIG, signal => CPNET_AGENT_REC_OFF_SIGNAL,
+    value => CPNET_AGENT_REC_OFF_VALUE, commit => CPNET_AGENT_REC_OFF_COMMIT,
+});
+assert_layout!(AgentCtl, CPNET_AGENT_CTL_BYTES, {
+    done => CPNET_AGENT_CTL_OFF_DONE, running => CPNET_AGENT_CTL_OFF_RUNNING, stop => CPNET_AGENT_CTL_OFF_STOP,
+    bad => CPNET_AGENT_CTL_OFF_BAD, launches => CPNET_AGENT_CTL_OFF_LAUNCHES,
+});
 const _: () = {
     assert!(CPNET_CMD_OFF_COMMIT == CPNET_CMD_COMMIT_WORD * 8);
     assert!(CPNET_QUEUE_OFF_PROD == CPNET_CTL_BYTES);
     assert!(CPNET_QUEUE_OFF_SLOTS == CPNET_CTL_BYTES + CPNET_PROD_BYTES);
     assert!(CPNET_QUEUE_HEADER_BYTES == CPNET_QUEUE_OFF_SLOTS);
     assert!(CPNET_DEFAULT_DEPTH.is_power_of_two());
+    assert!(CPNET_AGENT_DEFAULT_DEPTH.is_power_of_two());
     assert!(CPNET_MIN_DEPTH.is_power_of_two() && CPNET_MAX_DEPTH.is_power_of_two());
 };
 

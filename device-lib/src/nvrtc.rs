@@ -48,16 +48,36 @@ const HEADERS: &[(&str, &str)] = &[
     ("cpnet/ptx.cuh", include_str!("../include/cpnet/ptx.cuh")),
     ("cpnet/queue.cuh", include_str!("../include/cpnet/queue.cuh")),
     ("cpnet/device.cuh", include_str!("../include/cpnet/device.cuh")),
+    ("cpnet/agent.cuh", include_str!("../include/cpnet/agent.cuh")),
 ];
 
 /// The cpnet device headers embedded in this crate, as (include name,
 /// contents) pairs: `("cpnet/cmd.h", ...)`, `("cpnet/ptx.cuh", ...)`,
-/// `("cpnet/queue.cuh", ...)`, `("cpnet/device.cuh", ...)`. The same text
+/// `("cpnet/queue.cuh", ...)`, `("cpnet/device.cuh", ...)`,
+/// `("cpnet/agent.cuh", ...)`. The same text
 /// [`compile`] hands to NVRTC; other build paths (nvcc, a cache) can write
 /// them out under these names.
 pub fn headers() -> &'static [(&'static str, &'static str)] {
     HEADERS
 }
+
+/// The landing agent's kernel (`cpnet/agent.cuh`): NVRTC source of one
+/// `extern "C"` kernel named [`AGENT_KERNEL`] with the parameters
+/// `(cpnet_agent_ctl_t*, cpnet_agent_rec_t*, uint32_t log2_depth, uint8_t*
+/// heap, uint64_t heap_size, uint64_t idle_ns)`, launched with one block of
+/// `CPNET_AGENT_THREADS` threads.
+pub const AGENT_SOURCE: &str = r#"
+#include <cpnet/agent.cuh>
+extern "C" __global__ void __launch_bounds__(CPNET_AGENT_THREADS)
+cpnet_agent(cpnet_agent_ctl_t* ctl, cpnet_agent_rec_t* ring, uint32_t log2_depth,
+            uint8_t* heap, uint64_t heap_size, uint64_t idle_ns)
+{
+    cpnet_agent_run(ctl, ring, log2_depth, heap, heap_size, idle_ns);
+}
+"#;
+
+/// The kernel name in [`AGENT_SOURCE`].
+pub const AGENT_KERNEL: &str = "cpnet_agent";
 
 /// How to compile a kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]

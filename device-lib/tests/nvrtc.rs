@@ -324,3 +324,19 @@ fn libnvrtc_version_is_reported() {
     println!("libnvrtc {major}.{minor}");
     assert!(major >= 12, "cpnet is built against CUDA 13 bindings; found libnvrtc {major}.{minor}");
 }
+
+/// The landing agent (cpnet/agent.cuh) compiles for sm_90 and keeps its
+/// protocol accesses (A4: acquire of the commit word; A5/A7: release stores
+/// of `done` and `running`; cache-volatile loads of host staging).
+#[test]
+fn landing_agent_compiles_for_sm_90() {
+    if !nvrtc_or_skip("landing_agent_compiles_for_sm_90") {
+        return;
+    }
+    let opts = BuildOptions { name: "agent.cu".into(), ..BuildOptions::default() };
+    let out = nvrtc::compile(nvrtc::AGENT_SOURCE, &opts).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.ptx.contains(&format!(".entry {}", nvrtc::AGENT_KERNEL)), "agent entry in the PTX");
+    for insn in ["ld.acquire.sys.global.u64", "st.release.sys.global.u64", "st.release.sys.global.u32", "fence.acq_rel.sys", "ld.global.cv"] {
+        assert!(out.ptx.contains(insn), "agent PTX lacks `{insn}`");
+    }
+}

@@ -27,12 +27,15 @@ fn check(what: &'static str, r: cusys::CUresult) -> Result<()> {
     r.result().map_err(|source| CudaError { what, source })
 }
 
-/// Page-locked host memory (`cuMemHostAlloc(PORTABLE)`), zeroed: the copy
-/// engines reach it by DMA, so asynchronous copies from and to it really are
-/// asynchronous, and libfabric may register it like any host memory.
+/// Page-locked host memory (`cuMemHostAlloc(PORTABLE | DEVICEMAP)`), zeroed:
+/// the copy engines reach it by DMA, so asynchronous copies from and to it
+/// really are asynchronous; libfabric may register it like any host memory;
+/// and kernels of the context (the landing agent, `cpnet/agent.cuh`) reach
+/// it at [`Pinned::dev_ptr`].
 #[derive(Debug)]
 pub struct Pinned {
     ptr: *mut u8,
+    dev: u64,
     len: usize,
 }
 
@@ -40,23 +43,36 @@ impl Pinned {
     /// `len` bytes (at least 64), page aligned, zeroed.
     ///
     /// # Errors
-    /// `cuMemHostAlloc` failures.
+    /// `cuMemHostAlloc` and `cuMemHostGetDevicePointer` failures.
     pub fn new(len: usize) -> Result<Pinned> {
         let len = len.max(64);
         // SAFETY: a context is current (module contract); the memory is zeroed
         // below before anyone reads it.
-        let ptr = unsafe { cu::malloc_host(len, cusys::CU_MEMHOSTALLOC_PORTABLE) }
+        let ptr = unsafe { cu::malloc_host(len, cusys::CU_MEMHOSTALLOC_PORTABLE | cusys::CU_MEMHOSTALLOC_DEVICEMAP) }
             .map_err(|source| CudaError { what: "cuMemHostAlloc (staging buffers)", source })?
             .cast::<u8>();
         // SAFETY: a fresh allocation of `len` bytes.
         unsafe { std::ptr::write_bytes(ptr, 0, len) };
-        Ok(Pinned { ptr, len })
+        let mut p = Pinned { ptr, dev: 0, len };
+        let mut dev: cusys::CUdeviceptr = 0;
+        // SAFETY: `ptr` was allocated with DEVICEMAP in the current context;
+        // `dev` is a valid out-pointer.
+        check("cuMemHostGetDevicePointer (staging buffers)", unsafe {
+            cusys::cuMemHostGetDevicePointer_v2(&mut dev, ptr.cast(), 0)
+        })?;
+        p.dev = dev;
+        Ok(p)
     }
 
     /// First byte. The memory is shared with the copy engines and the
     /// fabric: touch it through raw pointers only.
     pub fn ptr(&self) -> *mut u8 {
         self.ptr
+    }
+
+    /// The address of [`Pinned::ptr`] as kernels of the context see it.
+    pub fn dev_ptr(&self) -> u64 {
+        self.dev
     }
 
     /// Bytes.

@@ -16,6 +16,7 @@
 //!   support (active messages and asynchronous copies, [`cuda`]).
 #![warn(missing_docs)]
 
+pub mod agent;
 pub mod cuda;
 pub mod decode;
 pub mod fabric;

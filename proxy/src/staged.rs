@@ -23,27 +23,33 @@
 //! *queried*, never waited on: the proxy never blocks (DESIGN.md "The
 //! command queue").
 //!
-//! * **put**: `cuMemcpyDtoHAsync` from the heap into a send buffer, then
-//!   `fi_send` once the copy's event has passed. Inline puts (8 bytes or
-//!   less) carry their value in the header.
-//! * **at the target**: `cuMemcpyHtoDAsync` from the receive buffer into
-//!   the heap, then (put-signal, SET) the signal word from the header, on the
-//!   same stream, so the signal can never overtake its data; the `ACK` goes
-//!   back when the copy's event has passed. A command completes on its last
-//!   `ACK`: `quiet` means "in the target's GPU memory", as on the CPU path.
+//! Small transfers (at most `CPNET_AGENT_BYTES`), signals and every AMO
+//! need no driver call at all: the thread writes a record into its landing
+//! ring and the PE's landing agent (`cpnet/agent.cuh`, [`crate::agent`])
+//! applies it on the GPU; the thread polls the ring's `done` word.
+//!
+//! * **put**: the heap range goes into a send buffer (the agent's
+//!   `COPY_OUT`; above the threshold `cuMemcpyDtoHAsync` and an event), then
+//!   `fi_send` once it is there. Inline puts (8 bytes or less) carry their
+//!   value in the header.
+//! * **at the target**: the agent copies the payload from the receive
+//!   buffer into the heap and then updates the signal (SET: a release store;
+//!   ADD: a device atomic), so the signal can never overtake its data; above
+//!   the threshold a `cuMemcpyHtoDAsync` on the copy stream, the SET signal
+//!   after it on the same stream, an ADD through the agent once the copy's
+//!   event passed. The `ACK` goes back when the data has landed. A command
+//!   completes on its last `ACK`: `quiet` means "in the target's GPU
+//!   memory", as on the CPU path.
 //! * **get**: a `GET` request; the target copies the range into a send
 //!   buffer and replies; the initiator copies the reply into its heap (or
 //!   returns the value for a `g`).
-//! * **AMOs and ADD signals**: the PE's *AMO executor*. One batch at a time
-//!   per PE (a flag shared by the PE's service threads): read every word of
-//!   the batch into pinned memory, apply the operations in order on the host,
-//!   write the changed words back, then let the next batch start. So AMOs are
-//!   atomic with respect to each other on every word, local and remote alike
-//!   (OpenSHMEM 1.5 §9.8: atomicity with respect to other AMOs), but not with
-//!   respect to plain stores or to atomics a kernel makes directly.
-//! * **local target** (`pe == me`): the same engine without messages:
-//!   device-to-device copies, inline values from pinned scratch words, AMOs
-//!   through the executor.
+//! * **AMOs and ADD signals**: always a landing agent of the target PE,
+//!   with device atomics on the heap word. So AMOs are atomic with respect to
+//!   each other on every word, local and remote alike (OpenSHMEM 1.5 §9.7),
+//!   and with respect to atomics kernels of that GPU make on the word; not
+//!   with respect to plain stores or puts.
+//! * **local target** (`pe == me`): the same engine without messages: the
+//!   agent (small) or device-to-device copies (large).
 //! * **fence, quiet, barrier_all**: the service drains the queue, and since
 //!   completion means "applied at the target", ordering holds with any
 //!   provider message ordering. The barrier is a dissemination barrier over
@@ -62,13 +68,17 @@
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use cpnet_device::layout::{AmoOp, AmoType, ErrorCode, SignalOp};
+use cpnet_device::layout::{
+    AgentRec, AmoOp, AmoType, CPNET_AGENT_DEFAULT_DEPTH, CPNET_AGENT_F_INLINE, CPNET_AGENT_F_SIGNAL, CPNET_AGENT_K_AMO,
+    CPNET_AGENT_K_COPY_OUT, CPNET_AGENT_K_PUT, ErrorCode, SignalOp,
+};
 use cpnet_device::ring::Outcome;
 use cpnet_fabric_sys as sys;
 use cudarc::driver::CudaContext;
 
+use crate::agent::{AgentKernel, Landing};
 use crate::cuda::{CudaError, Event, EventPool, EventState, Pinned, Stream};
 use crate::decode::{GetDst, Op, PutSrc};
 use crate::fabric::{
@@ -86,9 +96,6 @@ pub const BARRIER_BUFS: usize = 16;
 
 /// Small (header-only) send buffers per thread: answers and requests without data.
 const SMALL_BUFS: usize = 2048;
-
-/// AMOs applied in one executor batch at most.
-const AMO_BATCH: usize = 64;
 
 /// Bytes of a message header.
 pub const HDR_BYTES: usize = 64;
@@ -129,13 +136,11 @@ pub struct PeShared {
     arrived: [AtomicU64; 64],
     /// Barriers started by this PE.
     epoch: AtomicU64,
-    /// Held by the service thread whose AMO batch is in flight.
-    amo_busy: AtomicBool,
 }
 
 impl Default for PeShared {
     fn default() -> PeShared {
-        PeShared { arrived: std::array::from_fn(|_| AtomicU64::new(0)), epoch: AtomicU64::new(0), amo_busy: AtomicBool::new(false) }
+        PeShared { arrived: std::array::from_fn(|_| AtomicU64::new(0)), epoch: AtomicU64::new(0) }
     }
 }
 
@@ -226,6 +231,33 @@ pub fn amo_apply(ty: AmoType, op: AmoOp, old: u64, value: u64, cond: u64) -> u64
     new & m
 }
 
+/// A landing record that writes `size` bytes at heap offset `dst` from the
+/// device-visible address `src` (`None`: the inline `bits`), then the signal
+/// `(sig, value, op)` if any.
+fn put_rec(dst: u64, size: u64, src: Option<u64>, bits: u64, signal: Option<(u64, u64, SignalOp)>) -> AgentRec {
+    let mut r = AgentRec { kind: CPNET_AGENT_K_PUT as u8, dst, size, ..AgentRec::default() };
+    match src {
+        Some(a) => r.src = a,
+        None => {
+            r.flags |= CPNET_AGENT_F_INLINE as u8;
+            r.value = bits;
+        }
+    }
+    if let Some((sig, value, op)) = signal {
+        r.flags |= CPNET_AGENT_F_SIGNAL as u8;
+        r.sig = sig;
+        r.signal = value;
+        r.sub = op as u8;
+    }
+    r
+}
+
+/// A landing record that copies `size` bytes at heap offset `src` to the
+/// device-visible host address `to`.
+fn copy_out_rec(src: u64, size: u64, to: u64) -> AgentRec {
+    AgentRec { kind: CPNET_AGENT_K_COPY_OUT as u8, dst: src, size, src: to, ..AgentRec::default() }
+}
+
 /// Thread-owned objects before the peers are known: open on the service
 /// thread, send [`StagedEndpoint::card`] to the peers, then
 /// [`StagedEndpoint::connect`].
@@ -240,6 +272,9 @@ pub struct StagedEndpoint {
     _domain: Rc<Domain>,
     events: EventPool,
     stream: Stream,
+    /// Before `mem`: it stops the agent (which reads and writes the staging
+    /// memory) when dropped.
+    landing: Landing,
     mem: Pinned,
     layout: Layout,
     provider: String,
@@ -265,8 +300,6 @@ struct Layout {
     small: usize,
     /// Per-op scratch words (4 per op): inline data, signal, result.
     scratch: usize,
-    /// AMO batch words: read value and written value per word.
-    amo: usize,
     total: usize,
 }
 
@@ -278,19 +311,20 @@ impl Layout {
         let big = recv + n_recv * buf;
         let small = big + cfg.send_bufs * buf;
         let scratch = small + SMALL_BUFS * HDR_BYTES;
-        let amo = scratch + MAX_OPS * 32;
-        let total = amo + AMO_BATCH * 16;
-        Layout { buf, recv, n_recv, big, n_big: cfg.send_bufs, small, scratch, amo, total }
+        let total = scratch + MAX_OPS * 32;
+        Layout { buf, recv, n_recv, big, n_big: cfg.send_bufs, small, scratch, total }
     }
 }
 
 impl StagedEndpoint {
     /// Open provider `cfg.fabric` for messages, allocate and register the
-    /// staging memory, and create the copy stream, binding `cuda` (the PE's
-    /// GPU) to this thread. Call on the service thread that will use it.
+    /// staging memory, and create the copy stream and the landing ring of
+    /// `agent` (the PE's landing agent, [`crate::agent`]), binding `cuda` (the
+    /// PE's GPU) to this thread. Call on the service thread that will use it.
     ///
     /// # Errors
     /// [`TransportError::Fabric`] naming the step; [`TransportError::Cuda`].
+    #[allow(clippy::too_many_arguments, reason = "each is a distinct fact of the PE; the runtime passes them once per thread")]
     pub fn open(
         cfg: &StagedConfig,
         cuda: Arc<CudaContext>,
@@ -299,6 +333,7 @@ impl StagedEndpoint {
         heap: GpuHeap,
         shared: Arc<PeShared>,
         peer_heaps: Vec<Option<u64>>,
+        agent: AgentKernel,
     ) -> Result<StagedEndpoint, TransportError> {
         let cuda_err = |e: CudaError| TransportError::Cuda { pe: my_pe, what: e.what, why: format!("{:?}", e.source) };
         cuda.bind_to_thread().map_err(|e| TransportError::Cuda { pe: my_pe, what: "cuCtxSetCurrent", why: format!("{e:?}") })?;
@@ -338,6 +373,7 @@ impl StagedEndpoint {
         let mr = unsafe { MemoryRegion::register(&domain, mem.ptr(), mem.len(), Some(&ep)) }
             .map_err(err("fi_mr_reg (staging buffers)"))?;
         let stream = Stream::new().map_err(cuda_err)?;
+        let landing = Landing::new(agent, u64::from(CPNET_AGENT_DEFAULT_DEPTH), heap.base, heap.size).map_err(cuda_err)?;
         tracing::debug!(pe = my_pe, provider = %info.provider_name(), staging = layout.total, "staged endpoint open");
         Ok(StagedEndpoint {
             mr,
@@ -347,6 +383,7 @@ impl StagedEndpoint {
             _domain: domain,
             events: EventPool::default(),
             stream,
+            landing,
             mem,
             layout,
             provider: info.provider_name(),
@@ -402,8 +439,8 @@ impl StagedEndpoint {
             small_backlog: VecDeque::new(),
             get_wait: VecDeque::new(),
             recv_repost: Vec::new(),
-            amo_pending: VecDeque::new(),
-            amo_batch: None,
+            landed: VecDeque::new(),
+            landing_backlog: VecDeque::new(),
             barrier: BarrierState { epoch: 0, round: 0, sent: false },
             rounds,
             poll_buf: vec![0; 64],
@@ -465,10 +502,11 @@ enum After {
     Applied { recv: u32, pe: i32, tag: u64, sig_add: Option<(u64, u64)> },
     /// A GET reply was copied into the heap: repost `recv`, one answer less for `op`.
     GetApplied { recv: u32, op: u32 },
-    /// The AMO batch's words were read.
-    AmoRead,
-    /// The AMO batch's words were written.
-    AmoWritten,
+    /// An AMO (or ADD signal) ran in the landing agent; the record's value
+    /// is the old value.
+    Amo(AmoDone),
+    /// A local put-signal's data copy finished: now its ADD signal.
+    LocalThenAdd { op: u32, sig: u64, value: u64 },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -486,12 +524,6 @@ struct AmoItem {
     value: u64,
     cond: u64,
     done: AmoDone,
-}
-
-struct AmoBatch {
-    items: Vec<(AmoItem, usize, u64)>,
-    /// (offset, bytes) of each distinct word.
-    words: Vec<(u64, u64)>,
 }
 
 struct BarrierState {
@@ -522,8 +554,10 @@ pub struct StagedTransport {
     get_wait: VecDeque<Hdr>,
     /// Receive buffers to post again (`-FI_EAGAIN`).
     recv_repost: Vec<u32>,
-    amo_pending: VecDeque<AmoItem>,
-    amo_batch: Option<AmoBatch>,
+    /// Landing records in flight, in seq order, with what to do once applied.
+    landed: VecDeque<(u64, After)>,
+    /// Records that found the landing ring full.
+    landing_backlog: VecDeque<(AgentRec, After)>,
     barrier: BarrierState,
     rounds: u32,
     poll_buf: Vec<u64>,
@@ -573,12 +607,6 @@ impl StagedTransport {
         assert!((op as usize) < MAX_OPS && w < 4);
         // SAFETY: inside the staging allocation (Layout), 8-aligned.
         unsafe { self.base().add(self.inner.layout.scratch + op as usize * 32 + w * 8).cast() }
-    }
-
-    fn amo_word(&self, k: usize, w: usize) -> *mut u64 {
-        assert!(k < AMO_BATCH && w < 2);
-        // SAFETY: inside the staging allocation (Layout), 8-aligned.
-        unsafe { self.base().add(self.inner.layout.amo + k * 16 + w * 8).cast() }
     }
 
     fn dev(&self, off: u64) -> u64 {
@@ -688,6 +716,63 @@ impl StagedTransport {
         Ok(())
     }
 
+    /// The address at which kernels (the landing agent) see `p`, a
+    /// pointer into the staging memory.
+    fn staging_dev(&self, p: *const u8) -> u64 {
+        self.inner.mem.dev_ptr() + (p as usize - self.base() as usize) as u64
+    }
+
+    /// Whether `bytes` of data land (or leave the heap) through the agent.
+    fn agent_sized(&self, bytes: u64) -> bool {
+        bytes <= self.inner.landing.max_bytes()
+    }
+
+    /// Hand `rec` to the landing agent; `after` runs once it is applied
+    /// (records are applied, and their `after`s run, in order).
+    fn land(&mut self, rec: AgentRec, after: After) {
+        if self.landing_backlog.is_empty()
+            && let Some(seq) = self.inner.landing.push(&rec)
+        {
+            self.landed.push_back((seq, after));
+            return;
+        }
+        self.landing_backlog.push_back((rec, after));
+    }
+
+    /// An AMO (or ADD signal) on this PE's heap: always the landing agent.
+    fn land_amo(&mut self, it: AmoItem) {
+        let rec = AgentRec {
+            kind: CPNET_AGENT_K_AMO as u8,
+            sub: it.op as u8,
+            ty: it.ty as u8,
+            dst: it.dst,
+            signal: it.cond,
+            value: it.value,
+            ..AgentRec::default()
+        };
+        self.land(rec, After::Amo(it.done));
+    }
+
+    /// Act on every applied landing record, in order; publish the backlog;
+    /// start the agent if records wait.
+    fn drain_landed(&mut self, done: &mut Vec<Finished>) -> Result<(), CudaError> {
+        while let Some(&(seq, after)) = self.landed.front() {
+            if !self.inner.landing.is_done(seq) {
+                break;
+            }
+            self.landed.pop_front();
+            let value = self.inner.landing.value(seq);
+            self.inner.landing.retire(seq);
+            self.run_after(after, value, done)?;
+        }
+        while let Some(&(rec, after)) = self.landing_backlog.front() {
+            let Some(seq) = self.inner.landing.push(&rec) else { break };
+            self.landing_backlog.pop_front();
+            self.landed.push_back((seq, after));
+        }
+        self.inner.landing.kick()
+    }
+
     fn start_op(&mut self, tag: Tag, op: &Op) -> Submit {
         let Some(i) = self.free_ops.pop() else { return Submit::Busy };
         let s = &mut self.ops[i as usize];
@@ -724,36 +809,39 @@ impl StagedTransport {
         s.outstanding = 1;
         match *op {
             Op::Put { dst, src, size, .. } | Op::PutSignal { dst, src, size, .. } => {
+                let signal = match *op {
+                    Op::PutSignal { sig, signal, op: sop, .. } => Some((sig, signal, sop)),
+                    _ => None,
+                };
+                if self.agent_sized(size) {
+                    let rec = match src {
+                        PutSrc::Heap(src) => put_rec(dst, size, Some(self.dev(src)), 0, signal),
+                        PutSrc::Inline(bits) => put_rec(dst, size, None, bits, signal),
+                    };
+                    self.land(rec, After::LocalDone { op: i });
+                    return Ok(());
+                }
                 self.local_put(i, dst, src, size)?;
-                if let Op::PutSignal { sig, signal, op: sop, .. } = *op {
-                    match sop {
-                        SignalOp::Set => {
-                            // SAFETY: the op's own scratch word, not in any copy yet.
-                            unsafe { self.scratch(i, 1).write(signal) };
-                            // SAFETY: pinned scratch word kept until the event
-                            // passes (the op holds it); sig is a decoder-checked
-                            // heap offset.
-                            unsafe { self.inner.stream.htod(self.dev(sig), self.scratch(i, 1).cast(), 8)? };
-                        }
-                        SignalOp::Add => {
-                            // The ADD runs in the executor after the data landed.
-                            self.after(After::LocalDone { op: i })?;
-                            self.ops[i as usize].outstanding += 1;
-                            self.amo_pending.push_back(AmoItem {
-                                ty: AmoType::Uint64,
-                                op: AmoOp::Add,
-                                dst: sig,
-                                value: signal,
-                                cond: 0,
-                                done: AmoDone::Local { op: i },
-                            });
-                            return Ok(());
-                        }
+                match signal {
+                    Some((sig, signal, SignalOp::Set)) => {
+                        // SAFETY: the op's own scratch word, not in any copy yet.
+                        unsafe { self.scratch(i, 1).write(signal) };
+                        // SAFETY: pinned scratch word kept until the event
+                        // passes (the op holds it); sig is a decoder-checked
+                        // heap offset.
+                        unsafe { self.inner.stream.htod(self.dev(sig), self.scratch(i, 1).cast(), 8)? };
                     }
+                    // The ADD runs in the agent after the data landed.
+                    Some((sig, value, SignalOp::Add)) => return self.after(After::LocalThenAdd { op: i, sig, value }),
+                    None => {}
                 }
                 self.after(After::LocalDone { op: i })
             }
             Op::Get { dst: GetDst::Heap(dst), src, size, .. } => {
+                if self.agent_sized(size) {
+                    self.land(put_rec(dst, size, Some(self.dev(src)), 0, None), After::LocalDone { op: i });
+                    return Ok(());
+                }
                 // SAFETY: decoder-checked heap ranges of this PE's heap.
                 unsafe { self.inner.stream.dtod(self.dev(dst), self.dev(src), size as usize)? };
                 self.after(After::LocalDone { op: i })
@@ -762,13 +850,12 @@ impl StagedTransport {
                 // SAFETY: scratch word 2 is the op's; zeroed first so short
                 // reads are zero-extended.
                 unsafe { self.scratch(i, 2).write(0) };
-                // SAFETY: pinned scratch word (8 bytes >= size), not read until
-                // the event passes; decoder-checked source range.
-                unsafe { self.inner.stream.dtoh(self.scratch(i, 2).cast(), self.dev(src), size as usize)? };
-                self.after(After::LocalResult { op: i })
+                let to = self.staging_dev(self.scratch(i, 2).cast());
+                self.land(copy_out_rec(src, size, to), After::LocalResult { op: i });
+                Ok(())
             }
             Op::Amo { ty, op, dst, value, cond, .. } => {
-                self.amo_pending.push_back(AmoItem { ty, op, dst, value, cond, done: AmoDone::Local { op: i } });
+                self.land_amo(AmoItem { ty, op, dst, value, cond, done: AmoDone::Local { op: i } });
                 Ok(())
             }
             Op::Nop | Op::Fence | Op::Quiet | Op::BarrierAll => unreachable!("no data"),
@@ -916,13 +1003,18 @@ impl StagedTransport {
                     h.add_signal(&op);
                 }
                 Self::write_hdr(self.big_ptr(b), &h);
-                if len > 0 {
+                self.big_owner[b as usize] = Some(i);
+                let send = After::Send { buf: b, len: HDR_BYTES + len as usize, pe };
+                if self.agent_sized(len) {
+                    // SAFETY: the payload area of big buffer b, ours until its send completes.
+                    let to = self.staging_dev(unsafe { self.big_ptr(b).add(HDR_BYTES) });
+                    self.land(copy_out_rec(src + off, len, to), send);
+                } else {
                     // SAFETY: the big buffer is ours (popped) until its send
                     // completes; the source range is decoder-checked.
                     unsafe { self.inner.stream.dtoh(self.big_ptr(b).add(HDR_BYTES), self.dev(src + off), len as usize)? };
+                    self.after(send)?;
                 }
-                self.big_owner[b as usize] = Some(i);
-                self.after(After::Send { buf: b, len: HDR_BYTES + len as usize, pe })?;
             }
             Op::Put { dst, src: PutSrc::Inline(bits), size, .. }
             | Op::PutSignal { dst, src: PutSrc::Inline(bits), size, .. } => {
@@ -1032,6 +1124,18 @@ impl StagedTransport {
                     self.send_small(pe, a, None);
                     return Ok(());
                 }
+                let signal = (h.flags & F_SIGNAL != 0)
+                    .then(|| (h.sig, h.signal, SignalOp::from_u8(h.sub).unwrap_or(SignalOp::Set)));
+                if h.flags & F_INLINE != 0 || self.agent_sized(h.size) {
+                    let rec = if h.flags & F_INLINE != 0 {
+                        put_rec(h.dst, h.size, None, h.value, signal)
+                    } else {
+                        // SAFETY: the payload follows the header in the buffer.
+                        put_rec(h.dst, h.size, Some(self.staging_dev(unsafe { p.add(HDR_BYTES) })), 0, signal)
+                    };
+                    self.land(rec, After::Applied { recv: r, pe, tag: h.tag, sig_add: None });
+                    return Ok(());
+                }
                 if h.size > 0 {
                     let src = if h.flags & F_INLINE != 0 {
                         // SAFETY: the header's `value` field inside the buffer.
@@ -1076,7 +1180,7 @@ impl StagedTransport {
                 let (ty, op) = (AmoType::from_u8(h.ty), AmoOp::from_u8(h.sub));
                 match (ty, op) {
                     (Some(ty), Some(op)) if in_heap(h.dst, ty.size()) && h.dst.is_multiple_of(ty.size()) => {
-                        self.amo_pending.push_back(AmoItem {
+                        self.land_amo(AmoItem {
                             ty,
                             op,
                             dst: h.dst,
@@ -1129,6 +1233,11 @@ impl StagedTransport {
                         self.repost(r);
                         self.answered(i, done);
                     }
+                    Some(Op::Get { dst: GetDst::Heap(dst), .. }) if self.agent_sized(h.size) => {
+                        // SAFETY: the payload follows the header in the buffer.
+                        let from = self.staging_dev(unsafe { p.add(HDR_BYTES) });
+                        self.land(put_rec(dst + h.value, h.size, Some(from), 0, None), After::GetApplied { recv: r, op: i });
+                    }
                     Some(Op::Get { dst: GetDst::Heap(dst), .. }) => {
                         if h.size > 0 {
                             // SAFETY: pinned payload kept until the event
@@ -1174,13 +1283,18 @@ impl StagedTransport {
             a.size = h.size;
             a.value = h.value;
             Self::write_hdr(self.big_ptr(b), &a);
-            if h.size > 0 {
+            self.big_owner[b as usize] = None;
+            let send = After::Send { buf: b, len: HDR_BYTES + h.size as usize, pe: h.src_pe };
+            if self.agent_sized(h.size) {
+                // SAFETY: the payload area of big buffer b, ours until its send completes.
+                let to = self.staging_dev(unsafe { self.big_ptr(b).add(HDR_BYTES) });
+                self.land(copy_out_rec(h.dst, h.size, to), send);
+            } else {
                 // SAFETY: the big buffer is ours until its send completes; the
                 // range was checked against the heap.
                 unsafe { self.inner.stream.dtoh(self.big_ptr(b).add(HDR_BYTES), self.dev(h.dst), h.size as usize)? };
+                self.after(send)?;
             }
-            self.big_owner[b as usize] = None;
-            self.after(After::Send { buf: b, len: HDR_BYTES + h.size as usize, pe: h.src_pe })?;
         }
         Ok(())
     }
@@ -1193,130 +1307,71 @@ impl StagedTransport {
             }
             self.copies.pop_front();
             self.inner.events.release(ev);
-            match after {
-                After::Send { buf, len, pe } => self.post_send(CTX_SEND_BIG | u64::from(buf), len, pe),
-                After::LocalDone { op } => self.answered(op, done),
-                After::LocalResult { op } => {
-                    // SAFETY: the copy into scratch word 2 has completed.
-                    let v = unsafe { self.scratch(op, 2).read() };
-                    self.ops[op as usize].value = v;
-                    self.answered(op, done);
-                }
-                After::Applied { recv, pe, tag, sig_add } => {
-                    self.repost(recv);
-                    match sig_add {
-                        Some((sig, value)) => self.amo_pending.push_back(AmoItem {
-                            ty: AmoType::Uint64,
-                            op: AmoOp::Add,
-                            dst: sig,
-                            value,
-                            cond: 0,
-                            done: AmoDone::Ack { pe, tag },
-                        }),
-                        None => {
-                            let mut a = self.hdr(K_ACK);
-                            a.tag = tag;
-                            self.send_small(pe, a, None);
-                        }
-                    }
-                }
-                After::GetApplied { recv, op } => {
-                    self.repost(recv);
-                    self.answered(op, done);
-                }
-                After::AmoRead => self.amo_apply_batch()?,
-                After::AmoWritten => self.amo_finish_batch(done),
-            }
+            self.run_after(after, 0, done)?;
         }
         Ok(())
     }
 
-    /// Start an AMO batch if none is in flight on this PE.
-    fn amo_start(&mut self) -> Result<(), CudaError> {
-        if self.amo_batch.is_some() || self.amo_pending.is_empty() {
-            return Ok(());
-        }
-        // Acquire: pairs with the Release in `amo_finish_batch` of whichever
-        // thread ran the previous batch (its writes have landed: its event passed).
-        if self.inner.shared.amo_busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            return Ok(());
-        }
-        let mut batch = AmoBatch { items: Vec::new(), words: Vec::new() };
-        while let Some(&it) = self.amo_pending.front() {
-            let (lo, len) = (it.dst, it.ty.size());
-            let k = match batch.words.iter().position(|&w| w == (lo, len)) {
-                Some(k) => k,
-                None => {
-                    let overlaps = batch.words.iter().any(|&(o, l)| lo < o + l && o < lo + len);
-                    if overlaps || batch.words.len() == AMO_BATCH {
-                        break;
-                    }
-                    batch.words.push((lo, len));
-                    batch.words.len() - 1
-                }
-            };
-            self.amo_pending.pop_front();
-            batch.items.push((it, k, 0));
-        }
-        for (k, &(off, len)) in batch.words.iter().enumerate() {
-            // SAFETY: batch word k is ours; zeroed so short reads zero-extend.
-            unsafe { self.amo_word(k, 0).write(0) };
-            // SAFETY: pinned word kept until the event passes; the range was
-            // decoder- or target-checked.
-            unsafe { self.inner.stream.dtoh(self.amo_word(k, 0).cast(), self.dev(off), len as usize)? };
-        }
-        self.amo_batch = Some(batch);
-        self.after(After::AmoRead)
-    }
-
-    /// The batch's words are read: apply its AMOs in order, write back.
-    fn amo_apply_batch(&mut self) -> Result<(), CudaError> {
-        let mut batch = self.amo_batch.take().expect("a batch in flight");
-        // SAFETY: the reads into the batch words have completed.
-        let mut vals: Vec<u64> = (0..batch.words.len()).map(|k| unsafe { self.amo_word(k, 0).read() }).collect();
-        let orig = vals.clone();
-        for (it, k, old) in &mut batch.items {
-            *old = vals[*k];
-            vals[*k] = amo_apply(it.ty, it.op, vals[*k], it.value, it.cond);
-        }
-        for (k, &(off, len)) in batch.words.iter().enumerate() {
-            if vals[k] != orig[k] {
-                // SAFETY: batch word k is ours; the copy reads it later.
-                unsafe { self.amo_word(k, 1).write(vals[k]) };
-                // SAFETY: pinned word kept until the event passes; checked range.
-                unsafe { self.inner.stream.htod(self.dev(off), self.amo_word(k, 1).cast(), len as usize)? };
+    /// A copy or landing record finished; `value` is a landed AMO's old value.
+    fn run_after(&mut self, after: After, value: u64, done: &mut Vec<Finished>) -> Result<(), CudaError> {
+        match after {
+            After::Send { buf, len, pe } => self.post_send(CTX_SEND_BIG | u64::from(buf), len, pe),
+            After::LocalDone { op } => self.answered(op, done),
+            After::LocalResult { op } => {
+                // SAFETY: the copy into scratch word 2 has completed.
+                let v = unsafe { self.scratch(op, 2).read() };
+                self.ops[op as usize].value = v;
+                self.answered(op, done);
             }
-        }
-        self.amo_batch = Some(batch);
-        self.after(After::AmoWritten)
-    }
-
-    fn amo_finish_batch(&mut self, done: &mut Vec<Finished>) {
-        let batch = self.amo_batch.take().expect("a batch in flight");
-        // Release: pairs with the Acquire in `amo_start` (the next batch, on
-        // any thread, starts after these writes completed).
-        self.inner.shared.amo_busy.store(false, Ordering::Release);
-        for (it, _, old) in batch.items {
-            match it.done {
-                AmoDone::Local { op } => {
-                    if matches!(self.ops[op as usize].op, Some(Op::Amo { .. })) {
-                        self.ops[op as usize].value = old;
+            After::Applied { recv, pe, tag, sig_add } => {
+                self.repost(recv);
+                match sig_add {
+                    Some((sig, value)) => self.land_amo(AmoItem {
+                        ty: AmoType::Uint64,
+                        op: AmoOp::Add,
+                        dst: sig,
+                        value,
+                        cond: 0,
+                        done: AmoDone::Ack { pe, tag },
+                    }),
+                    None => {
+                        let mut a = self.hdr(K_ACK);
+                        a.tag = tag;
+                        self.send_small(pe, a, None);
                     }
-                    self.answered(op, done);
-                }
-                AmoDone::Reply { pe, tag } => {
-                    let mut a = self.hdr(K_AMO_REPLY);
-                    a.tag = tag;
-                    a.value = old;
-                    self.send_small(pe, a, None);
-                }
-                AmoDone::Ack { pe, tag } => {
-                    let mut a = self.hdr(K_ACK);
-                    a.tag = tag;
-                    self.send_small(pe, a, None);
                 }
             }
+            After::GetApplied { recv, op } => {
+                self.repost(recv);
+                self.answered(op, done);
+            }
+            After::LocalThenAdd { op, sig, value } => self.land_amo(AmoItem {
+                ty: AmoType::Uint64,
+                op: AmoOp::Add,
+                dst: sig,
+                value,
+                cond: 0,
+                done: AmoDone::Local { op },
+            }),
+            After::Amo(AmoDone::Local { op }) => {
+                if let Some(Op::Amo { ty, .. }) = self.ops[op as usize].op {
+                    self.ops[op as usize].value = amo_apply(ty, AmoOp::Fetch, value, 0, 0);
+                }
+                self.answered(op, done);
+            }
+            After::Amo(AmoDone::Reply { pe, tag }) => {
+                let mut a = self.hdr(K_AMO_REPLY);
+                a.tag = tag;
+                a.value = value;
+                self.send_small(pe, a, None);
+            }
+            After::Amo(AmoDone::Ack { pe, tag }) => {
+                let mut a = self.hdr(K_ACK);
+                a.tag = tag;
+                self.send_small(pe, a, None);
+            }
         }
+        Ok(())
     }
 
     fn fail_all_broken(&mut self, done: &mut Vec<Finished>) {
@@ -1324,9 +1379,8 @@ impl StagedTransport {
         // waits forever, and drop queued copies (their events never pass).
         self.copies.clear();
         self.to_stage.clear();
-        if self.amo_batch.take().is_some() {
-            self.inner.shared.amo_busy.store(false, Ordering::Release);
-        }
+        self.landed.clear();
+        self.landing_backlog.clear();
         for i in 0..MAX_OPS as u32 {
             let s = self.ops[i as usize];
             if s.phase != Phase::Free {
@@ -1399,7 +1453,7 @@ impl StagedTransport {
         }
         self.serve_gets()?;
         self.stage_all()?;
-        self.amo_start()
+        self.drain_landed(done)
     }
 }
 
@@ -1489,7 +1543,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<Hdr>(), 64);
         let l = Layout::new(&StagedConfig::new(FabricConfig { provider: "shm".into(), src_node: None }), 4);
         assert_eq!(l.n_recv, 2 * 8 * 3 + BARRIER_BUFS);
-        assert!(l.total >= l.amo + AMO_BATCH * 16);
+        assert!(l.total >= l.scratch + MAX_OPS * 32);
         assert_eq!(l.scratch % 8, 0);
     }
 }

@@ -66,6 +66,8 @@
 //! | `CPNET_STAGE_CHUNK` | GPU PEs on the staged path: data bytes per message (larger puts and gets are split); each proxy thread keeps `2 x credits x (PEs - 1) + 16` receive buffers and `CPNET_STAGE_BUFS` send buffers of this size plus 64 in pinned memory | bytes (K/M/G) | `256K` |
 //! | `CPNET_STAGE_CREDITS` | GPU PEs on the staged path: requests in flight per proxy thread and target PE | count, `1..=1024` | `8` |
 //! | `CPNET_STAGE_BUFS` | GPU PEs on the staged path: send buffers per proxy thread | count, `1..=4096` | `16` |
+//! | `CPNET_AGENT_BYTES` | GPU PEs on the staged path: puts, gets and their pieces of at most this many bytes move between the GPU heap and the pinned staging buffers through the landing agent (a one-block kernel each proxy thread starts, `cpnet/agent.cuh`: no CUDA driver call per message); larger ones through copy-engine copies and events. Signals and AMOs always go through the agent. `0`: data never does | bytes (K/M/G), `0..=CPNET_STAGE_CHUNK` | `16K` |
+//! | `CPNET_AGENT_IDLE` | GPU PEs: a landing agent with nothing to do for this long exits (it holds one block of one SM while it runs, and a device synchronize waits for it); the next record starts it again with one kernel launch | microseconds, `1..=10000000` | `2000` |
 
 //!
 //! # Others
@@ -129,6 +131,10 @@ pub const STAGE_CREDITS: &str = "CPNET_STAGE_CREDITS";
 pub const STAGE_BUFS: &str = "CPNET_STAGE_BUFS";
 /// `CPNET_PROXY_IDLE_SLEEP`: microseconds an idle proxy thread sleeps per pass (0: never).
 pub const PROXY_IDLE_SLEEP: &str = "CPNET_PROXY_IDLE_SLEEP";
+/// `CPNET_AGENT_BYTES`: data of at most this many bytes moves through the landing agent.
+pub const AGENT_BYTES: &str = "CPNET_AGENT_BYTES";
+/// `CPNET_AGENT_IDLE`: microseconds an idle landing agent waits before it exits.
+pub const AGENT_IDLE: &str = "CPNET_AGENT_IDLE";
 
 /// Variables of other launchers that [`Launch`] understands (read only).
 pub mod foreign {
@@ -467,6 +473,10 @@ pub struct Tuning {
     pub stage_credits: u32,
     /// `CPNET_STAGE_BUFS`: staged send buffers per thread.
     pub stage_bufs: usize,
+    /// `CPNET_AGENT_BYTES`: data up to this size moves through the landing agent.
+    pub agent_bytes: u64,
+    /// `CPNET_AGENT_IDLE`: an idle landing agent exits after this long.
+    pub agent_idle: Duration,
 }
 
 impl Default for Tuning {
@@ -492,6 +502,8 @@ impl Default for Tuning {
             stage_chunk: 256 << 10,
             stage_credits: 8,
             stage_bufs: 16,
+            agent_bytes: 16 << 10,
+            agent_idle: Duration::from_micros(2000),
         }
     }
 }
@@ -565,6 +577,19 @@ impl Tuning {
                 .ok()
                 .filter(|n| (1..=4096).contains(n))
                 .ok_or_else(|| invalid(STAGE_BUFS, &v, "an integer in 1..=4096"))?;
+        }
+        if let Some(v) = get(AGENT_BYTES) {
+            t.agent_bytes = parse_bytes(&v)
+                .filter(|&b| b <= t.stage_chunk)
+                .ok_or_else(|| invalid(AGENT_BYTES, &v, "a byte count no larger than CPNET_STAGE_CHUNK, optionally with a K, M or G suffix"))?;
+        }
+        if let Some(v) = get(AGENT_IDLE) {
+            t.agent_idle = v
+                .parse::<u64>()
+                .ok()
+                .filter(|n| (1..=10_000_000).contains(n))
+                .map(Duration::from_micros)
+                .ok_or_else(|| invalid(AGENT_IDLE, &v, "whole microseconds in 1..=10000000"))?;
         }
         if let Some(v) = get(QUEUES) {
             t.queues = v
@@ -1153,6 +1178,10 @@ mod tests {
         assert_eq!((t.proxy_threads, t.gpu_proxy_threads), (2, 2), "an explicit count applies to both");
         let t = Tuning::from_lookup(env(&[(GPU_IPC, "0"), (STAGE_CHUNK, "64K"), (STAGE_CREDITS, "4")])).unwrap();
         assert_eq!((t.gpu_ipc, t.stage_chunk, t.stage_credits), (false, 65536, 4));
+        let t = Tuning::from_lookup(env(&[(AGENT_BYTES, "4K"), (AGENT_IDLE, "500")])).unwrap();
+        assert_eq!((t.agent_bytes, t.agent_idle), (4096, Duration::from_micros(500)));
+        assert!(Tuning::from_lookup(env(&[(STAGE_CHUNK, "64K"), (AGENT_BYTES, "128K")])).is_err(), "agent bytes above the chunk");
+        assert!(Tuning::from_lookup(env(&[(AGENT_IDLE, "0")])).is_err());
         assert!(Tuning::from_lookup(env(&[(GPU_IPC, "yes")])).is_err());
         assert!(Tuning::from_lookup(env(&[])).unwrap().gpu_p2p, "peer-to-peer stores are the default");
         assert!(!Tuning::from_lookup(env(&[(GPU_P2P, "0")])).unwrap().gpu_p2p);

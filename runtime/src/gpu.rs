@@ -27,6 +27,7 @@ use cpnet_device::layout::Cmp;
 use cpnet_proxy::decode::Limits;
 use cpnet_proxy::mirror::{CudaCopies, QueueMirror};
 use cpnet_proxy::service::{CommandError, GPU_PACING, IDLE_SPIN_FOR, Service, Transport};
+use cpnet_proxy::agent::AgentKernel;
 use cpnet_proxy::staged::{GpuHeap, PeShared, StagedConfig, StagedEndpoint, StagedTransport};
 use cudarc::driver::{CudaContext, CudaModule, CudaStream, DeviceRepr, DriverError};
 
@@ -490,6 +491,21 @@ pub fn build_module(ctx: &Arc<CudaContext>, name: &str, source: &str) -> Result<
     ctx.load_module(image).map_err(|source| GpuError::Cuda { what: "cuModuleLoadData", source })
 }
 
+/// The landing agent (`cpnet/agent.cuh`), compiled with NVRTC for this
+/// PE's GPU and loaded in its context once; every proxy thread launches it
+/// on its own landing ring (cmd.h, THE LANDING AGENT).
+fn landing_agent(cuda: &Arc<CudaContext>, tuning: &Tuning) -> Result<AgentKernel, GpuError> {
+    let module = build_module(cuda, "cpnet_agent.cu", nvrtc::AGENT_SOURCE)?;
+    let function = module
+        .load_function(nvrtc::AGENT_KERNEL)
+        .map_err(|source| GpuError::Cuda { what: "cuModuleGetFunction (landing agent)", source })?;
+    Ok(AgentKernel {
+        function,
+        idle_ns: tuning.agent_idle.as_nanos().min(u128::from(u64::MAX)) as u64,
+        max_bytes: tuning.agent_bytes,
+    })
+}
+
 /// GPU memory (`cuMemAlloc`), zeroed, freed on drop: the symmetric heap,
 /// and the queue pool of [`QueuePlacement::Device`].
 #[derive(Debug)]
@@ -640,6 +656,7 @@ struct GpuBackend {
     heap: GpuHeap,
     shared: Arc<PeShared>,
     peer_heaps: Vec<Option<u64>>,
+    agent: AgentKernel,
     queues: Arc<GpuQueues>,
     /// Per thread: the pool indices of its queues, in its order.
     per_thread: Vec<Vec<usize>>,
@@ -657,6 +674,7 @@ impl Backend for GpuBackend {
             self.heap,
             Arc::clone(&self.shared),
             self.peer_heaps.clone(),
+            self.agent.clone(),
         )
             .map_err(|e| e.to_string())
     }
@@ -783,6 +801,7 @@ impl GpuPe {
         };
         let threads = tuning.gpu_proxy_threads.min(tuning.queues).max(1);
         let limits = Limits { n_pes: launch.n_pes, heap_size };
+        let agent = landing_agent(&cuda, &tuning)?;
         let indices: Vec<Vec<usize>> = (0..threads).map(|t| (t..tuning.queues).step_by(threads).collect()).collect();
         // The proxy's views: the queues, or (CPNET_QUEUE_MEM=device) the host
         // shadows that the threads' mirrors keep. The watchdog reads them.
@@ -795,6 +814,7 @@ impl GpuPe {
             heap: GpuHeap { base: heap.base, size: heap_size },
             shared: Arc::new(PeShared::default()),
             peer_heaps: peers.bases.clone(),
+            agent,
             queues: Arc::clone(&queues),
             per_thread: indices,
         });

@@ -498,4 +498,134 @@ CPNET_CHECK_OFF(cpnet_status_t, dev_found, CPNET_STATUS_OFF_DEV_FOUND);
 CPNET_CHECK_OFF(cpnet_status_t, dev_cmp, CPNET_STATUS_OFF_DEV_CMP);
 CPNET_CHECK_OFF(cpnet_status_t, claim_gen, CPNET_STATUS_OFF_CLAIM_GEN);
 
+/* ------------------------------------------------------------------------ */
+/* THE LANDING AGENT (the device-side receive agent of the network path)    */
+/* ------------------------------------------------------------------------ */
+/*
+ * A GPU PE's proxy cannot store into GPU memory itself, and a CUDA copy per
+ * incoming message costs a driver call and an event (~10-20 us of one proxy
+ * thread). So each proxy thread of a GPU PE owns a *landing ring* in pinned
+ * host memory mapped into the GPU, and a one-block kernel, the landing agent
+ * (cpnet/agent.cuh), applies what the proxy writes there to the GPU heap:
+ * received puts (and their signals), every AMO and ADD signal on this PE's
+ * heap, and copies out of the heap into host staging (a get's reply, a
+ * remote put's source). One driver call starts the agent; it then serves
+ * records until it has been idle for `idle_ns` and exits on its own.
+ *
+ *   +0                      cpnet_agent_ctl_t   (64 bytes)
+ *   +64 + i*64, i<depth     cpnet_agent_rec_t rec[i]
+ *
+ * Producer (the proxy thread, the only writer of records):
+ *   A1  Space. Record seq may be written when seq - done < depth (done
+ *       loaded with ACQUIRE, pairs with A5).
+ *   A2  Fill. Words 0..6 of rec[seq & (depth-1)] with relaxed stores.
+ *   A3  Publish. rec.commit = seq + 1 with RELEASE (pairs with A4).
+ *   A6  Wake. If ctl.running (ACQUIRE, pairs with A7) is 0 while done is
+ *       below the published count, store running = 1 and launch the agent on
+ *       the thread's agent stream (kernels on one stream never overlap, so
+ *       at most one agent serves a ring).
+ * Consumer (the agent's leader thread):
+ *   A4  Poll. Loads rec[done & mask].commit with ACQUIRE at system scope
+ *       (ld.acquire.sys); equal to done + 1: the record's words are valid.
+ *   A5  Done. After the block applied it (block barrier, then a system-scope
+ *       fence: the heap writes and, for AMOs, the result word are visible),
+ *       stores ctl.done = seq + 1 with RELEASE at system scope. The proxy's
+ *       ACQUIRE load of done (A1, and its completion scan) pairs with it: a
+ *       record below done is applied, its `value` holds an AMO's old value.
+ *   A7  Exit. After `idle_ns` with nothing new, or when ctl.stop is set, the
+ *       agent stores running = 0 with RELEASE as its last action.
+ *
+ * Atomicity: every cpnet AMO and ADD signal on this PE's heap is executed
+ * by one of its agents with device-scope atomics, so they are atomic with
+ * respect to each other (OpenSHMEM 1.5 sec. 9.7), and also with respect to
+ * atomics a kernel of this GPU makes on the same word; not with respect to
+ * plain stores, puts or SET signals.
+ */
+
+#define CPNET_AGENT_REC_BYTES 64
+/** Default landing-ring depth (records, power of two). */
+#define CPNET_AGENT_DEFAULT_DEPTH 1024
+/** Threads in the agent's block. */
+#define CPNET_AGENT_THREADS 256
+
+/** Copy `size` bytes from device-visible address `src` (or the inline
+ *  `value`, with CPNET_AGENT_F_INLINE) to heap offset `dst`; then, with
+ *  CPNET_AGENT_F_SIGNAL, update the u64 at heap offset `sig` with `signal`
+ *  by `sub` (CPNET_SIGNAL_SET: a release store; CPNET_SIGNAL_ADD: an atomic
+ *  add), after the data. */
+#define CPNET_AGENT_K_PUT 1
+/** AMO `sub` (CPNET_AMO_*) of type `ty` on heap offset `dst`, operand
+ *  `value`, compare `signal`; the old value replaces `value` (A5). */
+#define CPNET_AGENT_K_AMO 2
+/** Copy `size` bytes from heap offset `dst` to device-visible address `src`
+ *  (host staging). */
+#define CPNET_AGENT_K_COPY_OUT 3
+
+#define CPNET_AGENT_F_INLINE 1
+#define CPNET_AGENT_F_SIGNAL 2
+
+#define CPNET_AGENT_REC_OFF_KIND 0
+#define CPNET_AGENT_REC_OFF_SUB 1
+#define CPNET_AGENT_REC_OFF_TY 2
+#define CPNET_AGENT_REC_OFF_FLAGS 3
+#define CPNET_AGENT_REC_OFF_DST 8
+#define CPNET_AGENT_REC_OFF_SIZE 16
+#define CPNET_AGENT_REC_OFF_SRC 24
+#define CPNET_AGENT_REC_OFF_SIG 32
+#define CPNET_AGENT_REC_OFF_SIGNAL 40
+#define CPNET_AGENT_REC_OFF_VALUE 48
+#define CPNET_AGENT_REC_OFF_COMMIT 56
+
+/** One landing record: 64 bytes. */
+typedef struct cpnet_agent_rec {
+    uint8_t kind;     /**< CPNET_AGENT_K_* */
+    uint8_t sub;      /**< CPNET_SIGNAL_* (PUT with signal) or CPNET_AMO_* */
+    uint8_t ty;       /**< CPNET_T_* (AMO) */
+    uint8_t flags;    /**< CPNET_AGENT_F_* */
+    uint32_t pad;     /**< zero */
+    uint64_t dst;     /**< heap offset written (PUT, AMO) or read (COPY_OUT) */
+    uint64_t size;    /**< bytes (PUT, COPY_OUT) */
+    uint64_t src;     /**< device-visible address of host staging: read (PUT) or written (COPY_OUT) */
+    uint64_t sig;     /**< heap offset of the signal word (PUT with signal) */
+    uint64_t signal;  /**< signal operand (PUT); compare value (AMO compare_swap) */
+    uint64_t value;   /**< inline data (PUT) or AMO operand; an AMO's old value after A5 */
+    uint64_t commit;  /**< seq + 1, written last with release (A3) */
+} cpnet_agent_rec_t;
+
+#define CPNET_AGENT_CTL_BYTES 64
+#define CPNET_AGENT_CTL_OFF_DONE 0
+#define CPNET_AGENT_CTL_OFF_RUNNING 8
+#define CPNET_AGENT_CTL_OFF_STOP 12
+#define CPNET_AGENT_CTL_OFF_BAD 16
+#define CPNET_AGENT_CTL_OFF_LAUNCHES 24
+
+/** The landing ring's control block. */
+typedef struct cpnet_agent_ctl {
+    uint64_t done;      /**< records applied (A5, agent, release) */
+    uint32_t running;   /**< 1 from launch (proxy) until the agent's exit (A7, release) */
+    uint32_t stop;      /**< nonzero: exit now (proxy, at teardown) */
+    uint64_t bad;       /**< records refused by the agent (range outside the heap): a proxy bug */
+    uint64_t launches;  /**< agent launches (proxy; for the docs' idle figures) */
+    uint64_t reserved[4];
+} cpnet_agent_ctl_t;
+
+CPNET_STATIC_ASSERT(sizeof(cpnet_agent_rec_t) == CPNET_AGENT_REC_BYTES, "cpnet_agent_rec_t size");
+CPNET_CHECK_OFF(cpnet_agent_rec_t, kind, CPNET_AGENT_REC_OFF_KIND);
+CPNET_CHECK_OFF(cpnet_agent_rec_t, sub, CPNET_AGENT_REC_OFF_SUB);
+CPNET_CHECK_OFF(cpnet_agent_rec_t, ty, CPNET_AGENT_REC_OFF_TY);
+CPNET_CHECK_OFF(cpnet_agent_rec_t, flags, CPNET_AGENT_REC_OFF_FLAGS);
+CPNET_CHECK_OFF(cpnet_agent_rec_t, dst, CPNET_AGENT_REC_OFF_DST);
+CPNET_CHECK_OFF(cpnet_agent_rec_t, size, CPNET_AGENT_REC_OFF_SIZE);
+CPNET_CHECK_OFF(cpnet_agent_rec_t, src, CPNET_AGENT_REC_OFF_SRC);
+CPNET_CHECK_OFF(cpnet_agent_rec_t, sig, CPNET_AGENT_REC_OFF_SIG);
+CPNET_CHECK_OFF(cpnet_agent_rec_t, signal, CPNET_AGENT_REC_OFF_SIGNAL);
+CPNET_CHECK_OFF(cpnet_agent_rec_t, value, CPNET_AGENT_REC_OFF_VALUE);
+CPNET_CHECK_OFF(cpnet_agent_rec_t, commit, CPNET_AGENT_REC_OFF_COMMIT);
+CPNET_STATIC_ASSERT(sizeof(cpnet_agent_ctl_t) == CPNET_AGENT_CTL_BYTES, "cpnet_agent_ctl_t size");
+CPNET_CHECK_OFF(cpnet_agent_ctl_t, done, CPNET_AGENT_CTL_OFF_DONE);
+CPNET_CHECK_OFF(cpnet_agent_ctl_t, running, CPNET_AGENT_CTL_OFF_RUNNING);
+CPNET_CHECK_OFF(cpnet_agent_ctl_t, stop, CPNET_AGENT_CTL_OFF_STOP);
+CPNET_CHECK_OFF(cpnet_agent_ctl_t, bad, CPNET_AGENT_CTL_OFF_BAD);
+CPNET_CHECK_OFF(cpnet_agent_ctl_t, launches, CPNET_AGENT_CTL_OFF_LAUNCHES);
+
 #endif /* CPNET_CMD_H */

@@ -1,0 +1,204 @@
+/*
+ * cpnet/agent.cuh -- the landing agent: the device-side receive agent of a
+ * GPU PE's network path (THE LANDING AGENT in cmd.h).
+ *
+ * A proxy thread cannot store into GPU memory, and a CUDA copy per message
+ * costs it a driver call and an event. Instead it writes 64-byte records
+ * into its landing ring (pinned host memory mapped into the GPU) and this
+ * one-block kernel applies them: received puts and their signals, AMOs and
+ * ADD signals (with device atomics), and copies from the heap into host
+ * staging. The runtime compiles it once per PE with NVRTC; the proxy thread
+ * launches it when records wait and it is not running; it exits by itself
+ * after `idle_ns` without records, so a device synchronize never waits on
+ * it for long, and it holds one block of one SM only while traffic flows.
+ *
+ * Protocol steps A1..A7 are those of cmd.h. Include this header in exactly
+ * one translation unit together with the kernel wrapper:
+ *
+ *     #include <cpnet/agent.cuh>
+ *     extern "C" __global__ void __launch_bounds__(CPNET_AGENT_THREADS)
+ *     cpnet_agent(cpnet_agent_ctl_t* c, cpnet_agent_rec_t* r, uint32_t l,
+ *                 uint8_t* h, uint64_t s, uint64_t i)
+ *     { cpnet_agent_run(c, r, l, h, s, i); }
+ */
+#ifndef CPNET_AGENT_CUH
+#define CPNET_AGENT_CUH
+
+#if !defined(__CUDACC__) && !defined(__CUDACC_RTC__)
+#error "cpnet/agent.cuh is CUDA device code: compile it with nvcc or NVRTC"
+#endif
+
+#include <cpnet/cmd.h>
+#include <cpnet/ptx.cuh>
+
+namespace cpnet_agent_detail {
+
+/** Copy `n` bytes from `src` to `dst` with every thread of the block, in the
+ *  widest unit both addresses allow. Loads use the cache-volatile form
+ *  (ld.global.cv: fetched again, never served from a stale cached line),
+ *  because a host staging buffer is rewritten by the NIC or the CPU between
+ *  two uses. */
+__device__ __forceinline__ void block_copy_cv(uint8_t* dst, const uint8_t* src, uint64_t n)
+{
+    const uint64_t t = threadIdx.x, nt = blockDim.x;
+    const uint64_t a = (uint64_t)dst | (uint64_t)src;
+    if ((a & 15) == 0) {
+        const uint64_t w = n / 16;
+        uint4* d = (uint4*)dst;
+        const uint4* s = (const uint4*)src;
+        for (uint64_t i = t; i < w; i += nt) d[i] = __ldcv(s + i);
+        for (uint64_t i = w * 16 + t; i < n; i += nt) dst[i] = (uint8_t)__ldcv((const unsigned char*)src + i);
+    } else if ((a & 7) == 0) {
+        const uint64_t w = n / 8;
+        unsigned long long* d = (unsigned long long*)dst;
+        const unsigned long long* s = (const unsigned long long*)src;
+        for (uint64_t i = t; i < w; i += nt) d[i] = __ldcv(s + i);
+        for (uint64_t i = w * 8 + t; i < n; i += nt) dst[i] = (uint8_t)__ldcv((const unsigned char*)src + i);
+    } else {
+        for (uint64_t i = t; i < n; i += nt) dst[i] = (uint8_t)__ldcv((const unsigned char*)src + i);
+    }
+}
+
+/** AMO `op` of 32- or 64-bit unsigned T at `p`; returns the old value. */
+template <typename T>
+__device__ __forceinline__ T amo(T* p, uint8_t op, T v, T cmp)
+{
+    switch (op) {
+        case CPNET_AMO_FETCH: return atomicAdd(p, (T)0);
+        case CPNET_AMO_SET:
+        case CPNET_AMO_SWAP: return atomicExch(p, v);
+        case CPNET_AMO_COMPARE_SWAP: return atomicCAS(p, cmp, v);
+        case CPNET_AMO_FETCH_ADD:
+        case CPNET_AMO_ADD: return atomicAdd(p, v);
+        case CPNET_AMO_FETCH_AND:
+        case CPNET_AMO_AND: return atomicAnd(p, v);
+        case CPNET_AMO_FETCH_OR:
+        case CPNET_AMO_OR: return atomicOr(p, v);
+        case CPNET_AMO_FETCH_XOR:
+        case CPNET_AMO_XOR: return atomicXor(p, v);
+        default: return 0;
+    }
+}
+
+}  // namespace cpnet_agent_detail
+
+/** The agent's loop (every thread of one block of CPNET_AGENT_THREADS).
+ *  `ctl`/`ring`: the landing ring (device-visible addresses of pinned host
+ *  memory), 1 << log2_depth records; `heap`/`heap_size`: this PE's heap;
+ *  `idle_ns`: exit after this long without a record. */
+__device__ __forceinline__ void cpnet_agent_run(cpnet_agent_ctl_t* ctl, cpnet_agent_rec_t* ring,
+                                                uint32_t log2_depth, uint8_t* heap, uint64_t heap_size,
+                                                uint64_t idle_ns)
+{
+    using namespace cpnet_agent_detail;
+    __shared__ cpnet_agent_rec_t rec;
+    __shared__ int go;
+    const bool leader = threadIdx.x == 0;
+    const uint64_t mask = (1ull << log2_depth) - 1;
+    // Only this agent writes `done`, and the one before it on the stream
+    // has ended (kernels of one stream never overlap): a relaxed load sees
+    // its last value.
+    uint64_t next = cpnet_ld_relaxed_sys_u64(&ctl->done);
+    for (;;) {
+        if (leader) {
+            uint64_t since = cpnet_globaltimer_ns();
+            uint32_t polls = 0;
+            cpnet_agent_rec_t* r = &ring[next & mask];
+            for (;;) {
+                // A4: acquire, pairs with the proxy's release of the commit (A3).
+                if (cpnet_ld_acquire_sys_u64(&r->commit) == next + 1) {
+                    // All seven loads are issued before the first result is
+                    // used, so they cross PCIe together: one round trip, not
+                    // seven (a load's first use is where the thread stalls).
+                    const uint64_t* w = (const uint64_t*)r;
+                    const uint64_t w0 = cpnet_ld_relaxed_sys_u64(w + 0), w1 = cpnet_ld_relaxed_sys_u64(w + 1),
+                                   w2 = cpnet_ld_relaxed_sys_u64(w + 2), w3 = cpnet_ld_relaxed_sys_u64(w + 3),
+                                   w4 = cpnet_ld_relaxed_sys_u64(w + 4), w5 = cpnet_ld_relaxed_sys_u64(w + 5),
+                                   w6 = cpnet_ld_relaxed_sys_u64(w + 6);
+                    uint64_t* o = (uint64_t*)&rec;
+                    o[0] = w0; o[1] = w1; o[2] = w2; o[3] = w3; o[4] = w4; o[5] = w5; o[6] = w6;
+                    go = 1;
+                    break;
+                }
+                if ((++polls & 63) == 0) {
+                    if (cpnet_ld_relaxed_sys_u32(&ctl->stop) != 0 || cpnet_globaltimer_ns() - since > idle_ns) {
+                        go = 0;
+                        break;
+                    }
+                }
+            }
+        }
+        __syncthreads();
+        if (!go) break;
+        const uint64_t size = rec.size, dst = rec.dst;
+        bool ok = true;
+        switch (rec.kind) {
+            case CPNET_AGENT_K_PUT: {
+                ok = dst <= heap_size && size <= heap_size - dst;
+                if (ok && (rec.flags & CPNET_AGENT_F_SIGNAL))
+                    ok = rec.sig <= heap_size - 8 && (rec.sig & 7) == 0;
+                if (!ok) break;
+                if (rec.flags & CPNET_AGENT_F_INLINE) {
+                    if (leader)
+                        for (uint64_t i = 0; i < size && i < 8; ++i) heap[dst + i] = (uint8_t)(rec.value >> (8 * i));
+                } else if (size > 0) {
+                    block_copy_cv(heap + dst, (const uint8_t*)rec.src, size);
+                }
+                if (rec.flags & CPNET_AGENT_F_SIGNAL) {
+                    // The block's data stores happen before the leader's
+                    // signal: barrier, then (release pattern) a system fence.
+                    __syncthreads();
+                    if (leader) {
+                        uint64_t* s = (uint64_t*)(heap + rec.sig);
+                        cpnet_fence_acq_rel_sys();
+                        if (rec.sub == CPNET_SIGNAL_ADD)
+                            atomicAdd((unsigned long long*)s, (unsigned long long)rec.signal);
+                        else
+                            cpnet_st_release_sys_u64(s, rec.signal);
+                    }
+                }
+                break;
+            }
+            case CPNET_AGENT_K_AMO: {
+                const uint64_t es = (rec.ty == CPNET_T_INT64 || rec.ty == CPNET_T_UINT64) ? 8 : 4;
+                ok = rec.ty > CPNET_T_NONE && rec.ty < CPNET_T_COUNT && dst <= heap_size - es && (dst & (es - 1)) == 0;
+                if (ok && leader) {
+                    uint64_t old;
+                    if (es == 8)
+                        old = amo<unsigned long long>((unsigned long long*)(heap + dst), rec.sub, rec.value, rec.signal);
+                    else
+                        old = amo<unsigned int>((unsigned int*)(heap + dst), rec.sub, (unsigned int)rec.value,
+                                                (unsigned int)rec.signal);
+                    // The old value goes back in the record; A5's fence and
+                    // release publish it with `done`.
+                    cpnet_st_relaxed_sys_u64(&ring[next & mask].value, old);
+                }
+                break;
+            }
+            case CPNET_AGENT_K_COPY_OUT:
+                ok = dst <= heap_size && size <= heap_size - dst;
+                if (ok && size > 0) block_copy_cv((uint8_t*)rec.src, heap + dst, size);
+                break;
+            default:
+                ok = false;
+        }
+        __syncthreads();
+        if (leader) {
+            // The leader is the only writer of `bad` (no system-scope atomics
+            // on mapped host memory: PCIe GPUs may lack them).
+            if (!ok) cpnet_st_relaxed_sys_u64(&ctl->bad, cpnet_ld_relaxed_sys_u64(&ctl->bad) + 1);
+            // A5: every thread's stores (heap, host staging, the result word)
+            // precede the barrier above; the leader's system fence and
+            // release store of `done` publish them (pairs with the proxy's
+            // acquire load of `done`).
+            cpnet_fence_acq_rel_sys();
+            cpnet_st_release_sys_u64(&ctl->done, next + 1);
+        }
+        ++next;
+    }
+    // A7: the last thing this agent does (pairs with the proxy's acquire
+    // load of `running` before it launches another).
+    if (leader) cpnet_st_release_sys_u32(&ctl->running, 0);
+}
+
+#endif /* CPNET_AGENT_CUH */
