@@ -239,8 +239,14 @@ pub struct AgentCtl {
     pub bad: u64,
     /// Agent launches so far.
     pub launches: u64,
+    /// ns the agent spent reading records after seeing their commit, summed.
+    pub t_read: u64,
+    /// ns spent applying records, summed.
+    pub t_apply: u64,
+    /// ns spent publishing `done`, summed.
+    pub t_publish: u64,
     /// Zero.
-    pub reserved: [u64; 4],
+    pub reserved: u64,
 }
 
 macro_rules! assert_layout {
@@ -292,6 +298,8 @@ assert_layout!(AgentRec, CPNET_AGENT_REC_BYTES, {
 assert_layout!(AgentCtl, CPNET_AGENT_CTL_BYTES, {
     done => CPNET_AGENT_CTL_OFF_DONE, running => CPNET_AGENT_CTL_OFF_RUNNING, stop => CPNET_AGENT_CTL_OFF_STOP,
     bad => CPNET_AGENT_CTL_OFF_BAD, launches => CPNET_AGENT_CTL_OFF_LAUNCHES,
+    t_read => CPNET_AGENT_CTL_OFF_T_READ, t_apply => CPNET_AGENT_CTL_OFF_T_APPLY,
+    t_publish => CPNET_AGENT_CTL_OFF_T_PUBLISH,
 });
 const _: () = {
     assert!(CPNET_CMD_OFF_COMMIT == CPNET_CMD_COMMIT_WORD * 8);

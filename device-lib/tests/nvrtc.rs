@@ -336,7 +336,7 @@ fn landing_agent_compiles_for_sm_90() {
     let opts = BuildOptions { name: "agent.cu".into(), ..BuildOptions::default() };
     let out = nvrtc::compile(nvrtc::AGENT_SOURCE, &opts).unwrap_or_else(|e| panic!("{e}"));
     assert!(out.ptx.contains(&format!(".entry {}", nvrtc::AGENT_KERNEL)), "agent entry in the PTX");
-    for insn in ["ld.acquire.sys.global.u64", "st.release.sys.global.u64", "st.release.sys.global.u32", "fence.acq_rel.sys", "ld.global.cv"] {
+    for insn in ["ld.acquire.sys.global.u64", "st.release.sys.global.u64", "st.release.sys.global.u32", "st.release.gpu.global.u64", "fence.acq_rel.gpu", "ld.global.cv"] {
         assert!(out.ptx.contains(insn), "agent PTX lacks `{insn}`");
     }
 }

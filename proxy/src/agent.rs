@@ -17,7 +17,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use cpnet_device::layout::{
     AgentRec, CPNET_AGENT_CTL_BYTES, CPNET_AGENT_CTL_OFF_BAD, CPNET_AGENT_CTL_OFF_DONE, CPNET_AGENT_CTL_OFF_LAUNCHES,
-    CPNET_AGENT_CTL_OFF_RUNNING, CPNET_AGENT_CTL_OFF_STOP, CPNET_AGENT_REC_BYTES, CPNET_AGENT_REC_OFF_VALUE,
+    CPNET_AGENT_CTL_OFF_RUNNING, CPNET_AGENT_CTL_OFF_STOP, CPNET_AGENT_CTL_OFF_T_APPLY, CPNET_AGENT_CTL_OFF_T_PUBLISH,
+    CPNET_AGENT_CTL_OFF_T_READ, CPNET_AGENT_REC_BYTES, CPNET_AGENT_REC_OFF_VALUE,
     CPNET_AGENT_THREADS,
 };
 use cudarc::driver::CudaFunction;
@@ -226,6 +227,18 @@ impl Landing {
     /// Records the agent refused (a range outside the heap; a proxy bug).
     pub fn refused(&self) -> u64 {
         self.ctl64(CPNET_AGENT_CTL_OFF_BAD).load(Ordering::Relaxed)
+    }
+
+    /// Records applied so far and the agent's own time on them, summed
+    /// (ns: reading records, applying them, publishing `done`); complete
+    /// once the agent has exited (it adds its sums at exit).
+    pub fn times(&self) -> (u64, u64, u64, u64) {
+        (
+            self.done,
+            self.ctl64(CPNET_AGENT_CTL_OFF_T_READ).load(Ordering::Relaxed),
+            self.ctl64(CPNET_AGENT_CTL_OFF_T_APPLY).load(Ordering::Relaxed),
+            self.ctl64(CPNET_AGENT_CTL_OFF_T_PUBLISH).load(Ordering::Relaxed),
+        )
     }
 
     /// Tell the agent to exit and wait for it (teardown).

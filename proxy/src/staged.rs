@@ -425,6 +425,9 @@ impl StagedEndpoint {
         let n = self.n_pes.max(1) as usize;
         let rounds = if self.n_pes <= 1 { 0 } else { 32 - ((self.n_pes - 1) as u32).leading_zeros() };
         let t = StagedTransport {
+            clock: StageClock::default(),
+            recv_at: vec![None; self.layout.n_recv],
+            op_at: vec![None; MAX_OPS],
             ops: vec![OpSlot::default(); MAX_OPS],
             free_ops: (0..MAX_OPS as u32).rev().collect(),
             free_big: (0..self.layout.n_big as u32).rev().collect(),
@@ -532,8 +535,39 @@ struct BarrierState {
     sent: bool,
 }
 
+/// Where a staged operation's time goes, for the debug report at teardown
+/// (`RUST_LOG=cpnet_proxy::staged=debug`): sums in ns, counts, minima.
+#[derive(Debug, Default)]
+struct StageClock {
+    /// Progress calls, and the time from the first to the last.
+    passes: u64,
+    first_pass: Option<std::time::Instant>,
+    last_pass: Option<std::time::Instant>,
+    /// A received PUT: its receive completion read, to the data landed.
+    land: (u64, u64, u64),
+    /// A remote op: submitted, to its request posted.
+    post: (u64, u64, u64),
+    /// A remote op: submitted, to its last answer.
+    answer: (u64, u64, u64),
+}
+
+impl StageClock {
+    fn add(acc: &mut (u64, u64, u64), since: std::time::Instant) {
+        let ns = since.elapsed().as_nanos() as u64;
+        acc.0 += 1;
+        acc.1 += ns;
+        acc.2 = if acc.0 == 1 { ns } else { acc.2.min(ns) };
+    }
+    fn show(acc: (u64, u64, u64)) -> String {
+        if acc.0 == 0 { "-".into() } else { format!("n {} mean {:.2} us min {:.2} us", acc.0, acc.1 as f64 / acc.0 as f64 / 1e3, acc.2 as f64 / 1e3) }
+    }
+}
+
 /// The staged [`Transport`] of one service thread.
 pub struct StagedTransport {
+    clock: StageClock,
+    recv_at: Vec<Option<std::time::Instant>>,
+    op_at: Vec<Option<std::time::Instant>>,
     ops: Vec<OpSlot>,
     free_ops: Vec<u32>,
     free_big: Vec<u32>,
@@ -574,6 +608,30 @@ impl Drop for StagedTransport {
         // frees it after joining the service threads).
         if let Err(e) = self.inner.stream.synchronize() {
             tracing::warn!("PE {}: staged transport teardown: {e}", self.inner.my_pe);
+        }
+        self.inner.landing.stop();
+        let (n, tr, ta, tp) = self.inner.landing.times();
+        let per = |t: u64| t as f64 / n.max(1) as f64 / 1e3;
+        let c = &self.clock;
+        if let (Some(a), Some(b)) = (c.first_pass, c.last_pass) {
+            tracing::debug!(
+                "PE {}: landing agent: {n} records; per record {:.2} us reading, {:.2} us applying, {:.2} us publishing",
+                self.inner.my_pe,
+                per(tr),
+                per(ta),
+                per(tp)
+            );
+            tracing::debug!(
+                "PE {}: staged transport: {} passes, mean {:.3} us; received put landed: {}; request posted: {}; answered: {}; agent launches {}, refused {}",
+                self.inner.my_pe,
+                c.passes,
+                (b - a).as_nanos() as f64 / c.passes.max(1) as f64 / 1e3,
+                StageClock::show(c.land),
+                StageClock::show(c.post),
+                StageClock::show(c.answer),
+                self.inner.landing.launches(),
+                self.inner.landing.refused()
+            );
         }
     }
 }
@@ -787,6 +845,7 @@ impl StagedTransport {
         s.value = 0;
         s.signal_msg = false;
         let pe = op.pe().expect("data operation");
+        self.op_at[i as usize] = Some(std::time::Instant::now());
         let r = if pe == self.inner.my_pe {
             self.start_local(i, op)
         } else if let (Some(Some(peer)), false) = (self.inner.peer_heaps.get(pe as usize), matches!(op, Op::Amo { .. })) {
@@ -1053,6 +1112,11 @@ impl StagedTransport {
         let s = &mut self.ops[i as usize];
         s.started += 1;
         s.outstanding += 1;
+        if s.started == 1
+            && let Some(t) = self.op_at[i as usize]
+        {
+            StageClock::add(&mut self.clock.post, t);
+        }
         Ok(true)
     }
 
@@ -1089,6 +1153,11 @@ impl StagedTransport {
         if let Some(tag) = s.tag {
             done.push(Finished { tag, outcome, op });
         }
+        if op.pe() != Some(self.inner.my_pe)
+            && let Some(t) = self.op_at[i as usize].take()
+        {
+            StageClock::add(&mut self.clock.answer, t);
+        }
         self.release_op(i);
     }
 
@@ -1114,6 +1183,7 @@ impl StagedTransport {
         match h.kind {
             K_PUT => {
                 let pe = h.src_pe;
+                self.recv_at[r as usize] = Some(std::time::Instant::now());
                 let sig_ok = h.flags & F_SIGNAL == 0 || (in_heap(h.sig, 8) && h.sig.is_multiple_of(8));
                 let len_ok = if h.flags & F_INLINE != 0 { h.size <= 8 } else { h.size <= self.inner.cfg.chunk as u64 };
                 if !in_heap(h.dst, h.size) || !sig_ok || !len_ok {
@@ -1324,6 +1394,9 @@ impl StagedTransport {
                 self.answered(op, done);
             }
             After::Applied { recv, pe, tag, sig_add } => {
+                if let Some(t) = self.recv_at[recv as usize].take() {
+                    StageClock::add(&mut self.clock.land, t);
+                }
                 self.repost(recv);
                 match sig_add {
                     Some((sig, value)) => self.land_amo(AmoItem {
@@ -1471,6 +1544,10 @@ impl Transport for StagedTransport {
     }
 
     fn progress(&mut self, done: &mut Vec<Finished>) {
+        let now = std::time::Instant::now();
+        self.clock.first_pass.get_or_insert(now);
+        self.clock.last_pass = Some(now);
+        self.clock.passes += 1;
         if self.broken.is_some() {
             self.fail_all_broken(done);
             return;

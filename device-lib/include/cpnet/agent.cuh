@@ -99,24 +99,17 @@ __device__ __forceinline__ void cpnet_agent_run(cpnet_agent_ctl_t* ctl, cpnet_ag
     // has ended (kernels of one stream never overlap): a relaxed load sees
     // its last value.
     uint64_t next = cpnet_ld_relaxed_sys_u64(&ctl->done);
+    // Time sums (leader only), flushed to the control block at exit.
+    uint64_t t_read = 0, t_apply = 0, t_publish = 0, t0 = 0, t1 = 0;
     for (;;) {
         if (leader) {
             uint64_t since = cpnet_globaltimer_ns();
             uint32_t polls = 0;
-            cpnet_agent_rec_t* r = &ring[next & mask];
+            const cpnet_agent_rec_t* r = &ring[next & mask];
             for (;;) {
                 // A4: acquire, pairs with the proxy's release of the commit (A3).
                 if (cpnet_ld_acquire_sys_u64(&r->commit) == next + 1) {
-                    // All seven loads are issued before the first result is
-                    // used, so they cross PCIe together: one round trip, not
-                    // seven (a load's first use is where the thread stalls).
-                    const uint64_t* w = (const uint64_t*)r;
-                    const uint64_t w0 = cpnet_ld_relaxed_sys_u64(w + 0), w1 = cpnet_ld_relaxed_sys_u64(w + 1),
-                                   w2 = cpnet_ld_relaxed_sys_u64(w + 2), w3 = cpnet_ld_relaxed_sys_u64(w + 3),
-                                   w4 = cpnet_ld_relaxed_sys_u64(w + 4), w5 = cpnet_ld_relaxed_sys_u64(w + 5),
-                                   w6 = cpnet_ld_relaxed_sys_u64(w + 6);
-                    uint64_t* o = (uint64_t*)&rec;
-                    o[0] = w0; o[1] = w1; o[2] = w2; o[3] = w3; o[4] = w4; o[5] = w5; o[6] = w6;
+                    t0 = cpnet_globaltimer_ns();
                     go = 1;
                     break;
                 }
@@ -130,6 +123,18 @@ __device__ __forceinline__ void cpnet_agent_run(cpnet_agent_ctl_t* ctl, cpnet_ag
         }
         __syncthreads();
         if (!go) break;
+        // The record's other words, one per thread, so that the seven PCIe
+        // reads are in flight together (one thread's strong loads of host
+        // memory complete one after the other: ~0.85 us each, measured).
+        // They follow the leader's acquire through the block barrier, so they
+        // see the record as published.
+        if (threadIdx.x < 7)
+            ((uint64_t*)&rec)[threadIdx.x] = cpnet_ld_relaxed_sys_u64((const uint64_t*)&ring[next & mask] + threadIdx.x);
+        __syncthreads();
+        if (leader) {
+            t1 = cpnet_globaltimer_ns();
+            t_read += t1 - t0;
+        }
         const uint64_t size = rec.size, dst = rec.dst;
         bool ok = true;
         switch (rec.kind) {
@@ -146,15 +151,20 @@ __device__ __forceinline__ void cpnet_agent_run(cpnet_agent_ctl_t* ctl, cpnet_ag
                 }
                 if (rec.flags & CPNET_AGENT_F_SIGNAL) {
                     // The block's data stores happen before the leader's
-                    // signal: barrier, then (release pattern) a system fence.
+                    // signal: a block barrier, then a release at GPU scope
+                    // (cumulative over what the barrier ordered). Only this
+                    // GPU's kernels wait on a word of this heap, and their
+                    // ld.acquire.sys pairs with it. GPU scope, not system:
+                    // a system-scope membar costs microseconds here.
                     __syncthreads();
                     if (leader) {
                         uint64_t* s = (uint64_t*)(heap + rec.sig);
-                        cpnet_fence_acq_rel_sys();
-                        if (rec.sub == CPNET_SIGNAL_ADD)
+                        if (rec.sub == CPNET_SIGNAL_ADD) {
+                            cpnet_fence_acq_rel_gpu();
                             atomicAdd((unsigned long long*)s, (unsigned long long)rec.signal);
-                        else
-                            cpnet_st_release_sys_u64(s, rec.signal);
+                        } else {
+                            cpnet_st_release_gpu_u64(s, rec.signal);
+                        }
                     }
                 }
                 break;
@@ -184,17 +194,26 @@ __device__ __forceinline__ void cpnet_agent_run(cpnet_agent_ctl_t* ctl, cpnet_ag
         }
         __syncthreads();
         if (leader) {
+            const uint64_t t2 = cpnet_globaltimer_ns();
+            t_apply += t2 - t1;
             // The leader is the only writer of `bad` (no system-scope atomics
             // on mapped host memory: PCIe GPUs may lack them).
             if (!ok) cpnet_st_relaxed_sys_u64(&ctl->bad, cpnet_ld_relaxed_sys_u64(&ctl->bad) + 1);
             // A5: every thread's stores (heap, host staging, the result word)
-            // precede the barrier above; the leader's system fence and
-            // release store of `done` publish them (pairs with the proxy's
-            // acquire load of `done`).
-            cpnet_fence_acq_rel_sys();
+            // precede the barrier above; the leader's release store of
+            // `done` at system scope (a fence plus the store, cumulative over
+            // what the barrier ordered) publishes them to the proxy, whose
+            // acquire load of `done` pairs with it. One system-scope membar
+            // per record, the only one.
             cpnet_st_release_sys_u64(&ctl->done, next + 1);
+            t_publish += cpnet_globaltimer_ns() - t2;
         }
         ++next;
+    }
+    if (leader) {
+        cpnet_st_relaxed_sys_u64(&ctl->t_read, cpnet_ld_relaxed_sys_u64(&ctl->t_read) + t_read);
+        cpnet_st_relaxed_sys_u64(&ctl->t_apply, cpnet_ld_relaxed_sys_u64(&ctl->t_apply) + t_apply);
+        cpnet_st_relaxed_sys_u64(&ctl->t_publish, cpnet_ld_relaxed_sys_u64(&ctl->t_publish) + t_publish);
     }
     // A7: the last thing this agent does (pairs with the proxy's acquire
     // load of `running` before it launches another).

@@ -598,6 +598,9 @@ typedef struct cpnet_agent_rec {
 #define CPNET_AGENT_CTL_OFF_STOP 12
 #define CPNET_AGENT_CTL_OFF_BAD 16
 #define CPNET_AGENT_CTL_OFF_LAUNCHES 24
+#define CPNET_AGENT_CTL_OFF_T_READ 32
+#define CPNET_AGENT_CTL_OFF_T_APPLY 40
+#define CPNET_AGENT_CTL_OFF_T_PUBLISH 48
 
 /** The landing ring's control block. */
 typedef struct cpnet_agent_ctl {
@@ -606,7 +609,10 @@ typedef struct cpnet_agent_ctl {
     uint32_t stop;      /**< nonzero: exit now (proxy, at teardown) */
     uint64_t bad;       /**< records refused by the agent (range outside the heap): a proxy bug */
     uint64_t launches;  /**< agent launches (proxy; for the docs' idle figures) */
-    uint64_t reserved[4];
+    uint64_t t_read;    /**< ns (%globaltimer) the agent spent reading records after seeing their commit, summed */
+    uint64_t t_apply;   /**< ns spent applying records (copies, signals, AMOs), summed */
+    uint64_t t_publish; /**< ns spent publishing `done` (the system-scope release), summed */
+    uint64_t reserved;  /**< zero */
 } cpnet_agent_ctl_t;
 
 CPNET_STATIC_ASSERT(sizeof(cpnet_agent_rec_t) == CPNET_AGENT_REC_BYTES, "cpnet_agent_rec_t size");
@@ -627,5 +633,8 @@ CPNET_CHECK_OFF(cpnet_agent_ctl_t, running, CPNET_AGENT_CTL_OFF_RUNNING);
 CPNET_CHECK_OFF(cpnet_agent_ctl_t, stop, CPNET_AGENT_CTL_OFF_STOP);
 CPNET_CHECK_OFF(cpnet_agent_ctl_t, bad, CPNET_AGENT_CTL_OFF_BAD);
 CPNET_CHECK_OFF(cpnet_agent_ctl_t, launches, CPNET_AGENT_CTL_OFF_LAUNCHES);
+CPNET_CHECK_OFF(cpnet_agent_ctl_t, t_read, CPNET_AGENT_CTL_OFF_T_READ);
+CPNET_CHECK_OFF(cpnet_agent_ctl_t, t_apply, CPNET_AGENT_CTL_OFF_T_APPLY);
+CPNET_CHECK_OFF(cpnet_agent_ctl_t, t_publish, CPNET_AGENT_CTL_OFF_T_PUBLISH);
 
 #endif /* CPNET_CMD_H */

@@ -92,6 +92,17 @@ __device__ __forceinline__ void cpnet_st_release_sys_u64(uint64_t* p, uint64_t v
     asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
+/** Store a 64-bit word with RELEASE semantics at GPU scope: for a word only
+ *  threads of this GPU wait on (a signal in this PE's heap, which waits poll
+ *  with ld.acquire.sys: both scopes include both threads, so they pair).
+ *  Orders the thread's earlier accesses (and, cumulatively, those it observed,
+ *  e.g. through a block barrier) at GPU scope only, without a system-scope
+ *  membar: used by the landing agent's SET signal. */
+__device__ __forceinline__ void cpnet_st_release_gpu_u64(uint64_t* p, uint64_t v)
+{
+    asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 /** Store a 32-bit word with RELEASE semantics at system scope (see the u64 form). */
 __device__ __forceinline__ void cpnet_st_release_sys_u32(uint32_t* p, uint32_t v)
 {
@@ -174,6 +185,13 @@ __device__ __forceinline__ uint32_t cpnet_atom_cas_acq_rel_sys_u32(uint32_t* p, 
 __device__ __forceinline__ void cpnet_fence_acq_rel_sys(void)
 {
     asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
+
+/** A full ACQ_REL fence at GPU scope (see the sys form): orders the thread's
+ *  accesses for the other threads of this GPU, without a system-scope membar. */
+__device__ __forceinline__ void cpnet_fence_acq_rel_gpu(void)
+{
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
 /* ------------------------------------------------------------------------ */
