@@ -425,6 +425,7 @@ impl StagedEndpoint {
         let n = self.n_pes.max(1) as usize;
         let rounds = if self.n_pes <= 1 { 0 } else { 32 - ((self.n_pes - 1) as u32).leading_zeros() };
         let t = StagedTransport {
+            timing: tracing::enabled!(tracing::Level::DEBUG),
             clock: StageClock::default(),
             recv_at: vec![None; self.layout.n_recv],
             op_at: vec![None; MAX_OPS],
@@ -565,6 +566,9 @@ impl StageClock {
 
 /// The staged [`Transport`] of one service thread.
 pub struct StagedTransport {
+    /// Whether to keep [`StageClock`] (debug logging on for this module at
+    /// connect): a clock read per pass and per operation otherwise saved.
+    timing: bool,
     clock: StageClock,
     recv_at: Vec<Option<std::time::Instant>>,
     op_at: Vec<Option<std::time::Instant>>,
@@ -845,7 +849,7 @@ impl StagedTransport {
         s.value = 0;
         s.signal_msg = false;
         let pe = op.pe().expect("data operation");
-        self.op_at[i as usize] = Some(std::time::Instant::now());
+        self.op_at[i as usize] = self.timing.then(std::time::Instant::now);
         let r = if pe == self.inner.my_pe {
             self.start_local(i, op)
         } else if let (Some(Some(peer)), false) = (self.inner.peer_heaps.get(pe as usize), matches!(op, Op::Amo { .. })) {
@@ -1183,7 +1187,7 @@ impl StagedTransport {
         match h.kind {
             K_PUT => {
                 let pe = h.src_pe;
-                self.recv_at[r as usize] = Some(std::time::Instant::now());
+                self.recv_at[r as usize] = self.timing.then(std::time::Instant::now);
                 let sig_ok = h.flags & F_SIGNAL == 0 || (in_heap(h.sig, 8) && h.sig.is_multiple_of(8));
                 let len_ok = if h.flags & F_INLINE != 0 { h.size <= 8 } else { h.size <= self.inner.cfg.chunk as u64 };
                 if !in_heap(h.dst, h.size) || !sig_ok || !len_ok {
@@ -1544,10 +1548,12 @@ impl Transport for StagedTransport {
     }
 
     fn progress(&mut self, done: &mut Vec<Finished>) {
-        let now = std::time::Instant::now();
-        self.clock.first_pass.get_or_insert(now);
-        self.clock.last_pass = Some(now);
-        self.clock.passes += 1;
+        if self.timing {
+            let now = std::time::Instant::now();
+            self.clock.first_pass.get_or_insert(now);
+            self.clock.last_pass = Some(now);
+            self.clock.passes += 1;
+        }
         if self.broken.is_some() {
             self.fail_all_broken(done);
             return;
