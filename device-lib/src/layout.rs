@@ -118,6 +118,15 @@ pub struct Handle {
     /// this host), 0 where it cannot; 0: no table (every operation goes
     /// through the queue).
     pub peers: u64,
+    /// Address of the payload slots (`cmd.h` P0) as the kernel sees it:
+    /// pinned host memory, `n_queues << log2_depth` slots of
+    /// [`Handle::payload_bytes`] each; 0: none.
+    pub payload: u64,
+    /// Bytes per payload slot (a power of two, at least 16); 0: no payload
+    /// slots (puts over `CPNET_INLINE_MAX` bytes are read from the heap).
+    pub payload_bytes: u32,
+    /// Zero.
+    pub payload_pad: u32,
 }
 
 /// Number of `u32` words at [`Handle::claims`] for `n_queues` queues
@@ -280,7 +289,8 @@ assert_layout!(Handle, CPNET_HANDLE_BYTES, {
     queues => CPNET_HANDLE_OFF_QUEUES, n_queues => CPNET_HANDLE_OFF_N_QUEUES,
     log2_depth => CPNET_HANDLE_OFF_LOG2_DEPTH, wait_timeout_ns => CPNET_HANDLE_OFF_WAIT_TIMEOUT_NS,
     status => CPNET_HANDLE_OFF_STATUS, claims => CPNET_HANDLE_OFF_CLAIMS,
-    peers => CPNET_HANDLE_OFF_PEERS,
+    peers => CPNET_HANDLE_OFF_PEERS, payload => CPNET_HANDLE_OFF_PAYLOAD,
+    payload_bytes => CPNET_HANDLE_OFF_PAYLOAD_BYTES,
 });
 assert_layout!(Status, CPNET_STATUS_BYTES, {
     abort => CPNET_STATUS_OFF_ABORT, dev_error => CPNET_STATUS_OFF_DEV_ERROR,

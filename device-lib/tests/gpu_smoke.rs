@@ -371,6 +371,7 @@ impl Pool {
             status: self.status.dev,
             claims: 0,
             peers: 0,
+            ..Handle::default()
         }
     }
 }

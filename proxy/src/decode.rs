@@ -22,6 +22,19 @@ pub enum PutSrc {
     Heap(u64),
     /// Carried in the slot: the low `size` bytes, little-endian.
     Inline(u64),
+    /// In the queue's payload slot for the command (`CPNET_F_PAYLOAD`,
+    /// `cmd.h` P0), not yet located: the service turns it into
+    /// [`PutSrc::Host`] (or rejects it) before a transport sees it.
+    Payload,
+    /// `size` bytes of pinned host memory at `host` (this process's address),
+    /// which the GPU sees at `dev`: the command's payload slot, readable
+    /// until the command completes (`cmd.h` P0).
+    Host {
+        /// Address in this process.
+        host: usize,
+        /// The same bytes as a kernel (or the landing agent) addresses them.
+        dev: u64,
+    },
 }
 
 /// Where a get's data goes.
@@ -135,6 +148,16 @@ impl Op {
         }
     }
 
+    /// Whether a put's data is in a payload slot ([`PutSrc::Payload`] or
+    /// [`PutSrc::Host`]): only transports of GPU PEs serve those.
+    pub fn from_payload(&self) -> bool {
+        matches!(
+            *self,
+            Op::Put { src: PutSrc::Payload | PutSrc::Host { .. }, .. }
+                | Op::PutSignal { src: PutSrc::Payload | PutSrc::Host { .. }, .. }
+        )
+    }
+
     /// Bytes moved (the element size for an AMO); 0 for ordering ops.
     pub fn size(&self) -> u64 {
         match *self {
@@ -157,7 +180,14 @@ fn target(pe: i32, lim: &Limits) -> Result<i32, ErrorCode> {
 }
 
 fn put_src(cmd: &Cmd, lim: &Limits) -> Result<PutSrc, ErrorCode> {
-    if cmd.flags & CPNET_F_INLINE != 0 {
+    if cmd.flags & CPNET_F_PAYLOAD != 0 {
+        // Its size against the slot is checked where the slot is known
+        // (Service::locate_payload).
+        if cmd.flags & CPNET_F_INLINE != 0 || cmd.src != 0 {
+            return Err(ErrorCode::BadOp);
+        }
+        Ok(PutSrc::Payload)
+    } else if cmd.flags & CPNET_F_INLINE != 0 {
         if cmd.size > CPNET_INLINE_MAX as u64 {
             return Err(ErrorCode::BadSize);
         }
@@ -185,6 +215,9 @@ pub fn decode(cmd: &Cmd, lim: &Limits) -> Result<Op, ErrorCode> {
         return Err(ErrorCode::BadOp);
     }
     if !matches!(op, Opcode::Amo | Opcode::PutSignal) && cmd.subop != 0 {
+        return Err(ErrorCode::BadOp);
+    }
+    if !matches!(op, Opcode::Put | Opcode::PutSignal) && cmd.flags & CPNET_F_PAYLOAD != 0 {
         return Err(ErrorCode::BadOp);
     }
     match op {
@@ -271,6 +304,30 @@ mod tests {
         bad.subop = CPNET_AMO_ADD;
         bad.size = 4;
         assert_eq!(decode(&bad, &LIM), Err(ErrorCode::BadSize));
+    }
+
+    #[test]
+    fn payload_flag_only_on_puts_and_alone() {
+        let mut c = Cmd::put(1, 64, 0, 100);
+        c.flags = CPNET_F_PAYLOAD;
+        assert_eq!(decode(&c, &LIM), Ok(Op::Put { pe: 1, dst: 64, src: PutSrc::Payload, size: 100 }));
+        let mut s = Cmd::put_signal(1, 64, 0, 100, 8, 1, SignalOp::Add);
+        s.flags = CPNET_F_PAYLOAD;
+        assert!(matches!(decode(&s, &LIM), Ok(Op::PutSignal { src: PutSrc::Payload, .. })));
+        let mut both = c;
+        both.flags = CPNET_F_PAYLOAD | CPNET_F_INLINE;
+        assert_eq!(decode(&both, &LIM), Err(ErrorCode::BadOp), "payload and inline");
+        let mut with_src = c;
+        with_src.src = 8;
+        assert_eq!(decode(&with_src, &LIM), Err(ErrorCode::BadOp), "payload with a heap source");
+        let mut get = Cmd::get(1, 0, 64, 16);
+        get.flags = CPNET_F_PAYLOAD;
+        assert_eq!(decode(&get, &LIM), Err(ErrorCode::BadOp), "payload on a get");
+        let mut amo = Cmd::amo(1, AmoType::Uint64, AmoOp::Add, 8, 1, 0);
+        amo.flags = CPNET_F_PAYLOAD;
+        assert_eq!(decode(&amo, &LIM), Err(ErrorCode::BadOp), "payload on an AMO");
+        c.dst = 4090;
+        assert_eq!(decode(&c, &LIM), Err(ErrorCode::BadAddr), "destination still checked");
     }
 
     #[test]

@@ -24,6 +24,8 @@ fn put(heap: &HeapView, dst: u64, src: PutSrc, size: u64) -> Result<(), ErrorCod
     match src {
         PutSrc::Heap(src) => copy_within(heap, dst, src, size),
         PutSrc::Inline(bits) => heap.write_bytes(SymAddr(dst), &bits.to_le_bytes()[..size as usize]),
+        // Payload slots belong to GPU PEs' queues; a CPU PE's never has them.
+        PutSrc::Payload | PutSrc::Host { .. } => Err(ErrorCode::BadOp),
     }
 }
 

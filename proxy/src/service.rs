@@ -19,7 +19,7 @@ use cpnet_device::layout::{CPNET_F_BLOCKING, CPNET_STATUS_BYTES, CPNET_STATUS_OF
 use cpnet_device::ring::{Consumer, Outcome, QueueMem};
 use cpnet_device::sync::{Ordering, Spin, Words};
 
-use crate::decode::{Limits, Op, decode};
+use crate::decode::{Limits, Op, PutSrc, decode};
 use crate::mirror::{MirrorError, QueueMirror};
 
 /// Passes between two refreshes of the list of queues a service polls
@@ -291,6 +291,21 @@ struct QueueState {
     /// A command refused with Busy, to submit again first (boxed: rare,
     /// and it would triple the size of the state a pass walks through).
     retry: Option<Box<(u64, Op, Cmd)>>,
+    /// The queue's payload slots (`cmd.h` P0), if its producers have them.
+    payload: Option<PayloadSlots>,
+}
+
+/// Where one queue's payload slots are (`cmd.h` P0): slot `i` (of the
+/// queue's depth) is `slot_bytes` at `host + i * slot_bytes` in this
+/// process, `dev + i * slot_bytes` for the GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PayloadSlots {
+    /// Address of slot 0 in this process.
+    pub host: usize,
+    /// Address of slot 0 as the GPU sees it.
+    pub dev: u64,
+    /// Bytes per slot.
+    pub slot_bytes: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -348,7 +363,7 @@ impl<T: Transport> Service<T> {
     pub fn new(queues: Vec<QueueMem>, transport: T, limits: Limits, my_pe: i32) -> Service<T> {
         let queues = queues
             .into_iter()
-            .map(|q| QueueState { consumer: Consumer::new(q), drain: None, retry: None })
+            .map(|q| QueueState { consumer: Consumer::new(q), drain: None, retry: None, payload: None })
             .collect();
         Service {
             queues,
@@ -385,6 +400,47 @@ impl<T: Transport> Service<T> {
         let mut s = Service::new(mirror.shadows(), transport, limits, my_pe);
         s.mirror = Some(mirror);
         s
+    }
+
+    /// Give the queues their payload slots (`slots[i]` for queue `i`, as
+    /// passed to [`Service::new`]): commands flagged `CPNET_F_PAYLOAD` then
+    /// reach the transport as [`PutSrc::Host`] pointing at their slot, and
+    /// are rejected with `CPNET_E_BAD_SIZE` when larger than a slot (with
+    /// `CPNET_E_BAD_OP` on a queue without slots, as before this call).
+    ///
+    /// # Safety
+    /// Each `Some` describes `depth * slot_bytes` bytes of memory (depth of
+    /// that queue) readable from this thread at `host` and from the GPU at
+    /// `dev`, alive as long as the service and its transport, and written
+    /// by the queue's producers only as `cmd.h` P0 allows.
+    ///
+    /// # Panics
+    /// If `slots.len()` differs from the number of queues.
+    pub unsafe fn set_payload(&mut self, slots: Vec<Option<PayloadSlots>>) {
+        assert_eq!(slots.len(), self.queues.len(), "payload slots per queue");
+        for (q, p) in self.queues.iter_mut().zip(slots) {
+            q.payload = p;
+        }
+    }
+
+    /// Turn a decoded put's [`PutSrc::Payload`] into the [`PutSrc::Host`] of
+    /// command `seq`'s slot of queue `qi`; other operations pass through.
+    fn locate_payload(&self, qi: usize, seq: u64, op: Op) -> Result<Op, ErrorCode> {
+        let locate = |size: u64| -> Result<PutSrc, ErrorCode> {
+            let Some(p) = self.queues[qi].payload else { return Err(ErrorCode::BadOp) };
+            if size > p.slot_bytes {
+                return Err(ErrorCode::BadSize);
+            }
+            let off = (seq & self.queues[qi].consumer.mem().geometry().mask()) * p.slot_bytes;
+            Ok(PutSrc::Host { host: p.host + off as usize, dev: p.dev + off })
+        };
+        Ok(match op {
+            Op::Put { pe, dst, src: PutSrc::Payload, size } => Op::Put { pe, dst, src: locate(size)?, size },
+            Op::PutSignal { pe, dst, src: PutSrc::Payload, size, sig, signal, op } => {
+                Op::PutSignal { pe, dst, src: locate(size)?, size, sig, signal, op }
+            }
+            op => op,
+        })
     }
 
     /// The mirror, for a service over queues in GPU memory.
@@ -743,7 +799,10 @@ impl<T: Transport> Service<T> {
                 self.queues[qi].drain = Some(Drain::Fence);
             }
             Ok(Op::BarrierAll) => self.queues[qi].drain = Some(Drain::Barrier { seq, started: false }),
-            Ok(op) => return self.submit(qi, seq, op, cmd),
+            Ok(op) => match self.locate_payload(qi, seq, op) {
+                Ok(op) => return self.submit(qi, seq, op, cmd),
+                Err(code) => self.reject(qi, seq, cmd, code),
+            },
         }
         true
     }

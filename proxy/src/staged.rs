@@ -836,6 +836,11 @@ impl StagedTransport {
     }
 
     fn start_op(&mut self, tag: Tag, op: &Op) -> Submit {
+        if matches!(op, Op::Put { src: PutSrc::Payload, .. } | Op::PutSignal { src: PutSrc::Payload, .. }) {
+            // The service locates payload slots (Service::set_payload);
+            // one it could not place never gets here.
+            return Submit::Done(Outcome::Failed(ErrorCode::BadOp));
+        }
         let Some(i) = self.free_ops.pop() else { return Submit::Busy };
         let s = &mut self.ops[i as usize];
         s.generation = s.generation.wrapping_add(1);
@@ -880,6 +885,9 @@ impl StagedTransport {
                     let rec = match src {
                         PutSrc::Heap(src) => put_rec(dst, size, Some(self.dev(src)), 0, signal),
                         PutSrc::Inline(bits) => put_rec(dst, size, None, bits, signal),
+                        // The agent reads the payload slot through its GPU mapping.
+                        PutSrc::Host { dev, .. } => put_rec(dst, size, Some(dev), 0, signal),
+                        PutSrc::Payload => unreachable!("refused in start_op"),
                     };
                     self.land(rec, After::LocalDone { op: i });
                     return Ok(());
@@ -939,6 +947,11 @@ impl StagedTransport {
                 // passes; decoder-checked destination.
                 unsafe { self.inner.stream.htod(self.dev(dst), self.scratch(i, 0).cast(), size as usize) }
             }
+            // SAFETY: the command's payload slot, pinned and unchanged until
+            // the command completes (cmd.h P0), which is after this copy's
+            // event; decoder-checked destination.
+            PutSrc::Host { host, .. } => unsafe { self.inner.stream.htod(self.dev(dst), host as *const u8, size as usize) },
+            PutSrc::Payload => unreachable!("refused in start_op"),
         }
     }
 
@@ -962,6 +975,11 @@ impl StagedTransport {
                             // checked range in the mapped peer heap.
                             unsafe { self.inner.stream.htod(peer + dst, self.scratch(i, 0).cast(), size as usize)? };
                         }
+                        // SAFETY: the command's pinned payload slot, unchanged
+                        // until the command completes (after this copy's event,
+                        // cmd.h P0); checked range in the mapped peer heap.
+                        PutSrc::Host { host, .. } => unsafe { self.inner.stream.htod(peer + dst, host as *const u8, size as usize)? },
+                        PutSrc::Payload => unreachable!("refused in start_op"),
                     }
                 }
                 if let Op::PutSignal { sig, signal, op: sop, .. } = *op {
@@ -1078,6 +1096,28 @@ impl StagedTransport {
                     unsafe { self.inner.stream.dtoh(self.big_ptr(b).add(HDR_BYTES), self.dev(src + off), len as usize)? };
                     self.after(send)?;
                 }
+            }
+            Op::Put { dst, src: PutSrc::Host { host, .. }, size, .. }
+            | Op::PutSignal { dst, src: PutSrc::Host { host, .. }, size, .. } => {
+                // The work-group wrote the data into host memory (cmd.h P0):
+                // no copy out of the GPU, sent at once, in one request
+                // (Service::set_payload's slots are at most one chunk).
+                let Some(b) = self.free_big.pop() else { return Ok(false) };
+                let mut h = self.hdr(K_PUT);
+                h.tag = tag;
+                h.dst = dst;
+                h.size = size;
+                h.add_signal(&op);
+                Self::write_hdr(self.big_ptr(b), &h);
+                self.big_owner[b as usize] = Some(i);
+                // SAFETY: the payload slot holds `size` bytes, unchanged until
+                // the command completes (P0), which is after this; big buffer
+                // b is ours (popped) and holds HDR_BYTES + one chunk >= size.
+                unsafe { std::ptr::copy_nonoverlapping(host as *const u8, self.big_ptr(b).add(HDR_BYTES), size as usize) };
+                self.post_send(CTX_SEND_BIG | u64::from(b), HDR_BYTES + size as usize, pe);
+            }
+            Op::Put { src: PutSrc::Payload, .. } | Op::PutSignal { src: PutSrc::Payload, .. } => {
+                unreachable!("refused in start_op")
             }
             Op::Put { dst, src: PutSrc::Inline(bits), size, .. }
             | Op::PutSignal { dst, src: PutSrc::Inline(bits), size, .. } => {

@@ -493,6 +493,7 @@ impl FabricTransport {
                         self.set_word(slot, 0, bits);
                         self.arena_src(slot, 0)
                     }
+                    PutSrc::Payload | PutSrc::Host { .. } => unreachable!("refused in submit"),
                 };
                 let t = self.target(pe, dst, size);
                 // SAFETY: see above.
@@ -633,6 +634,10 @@ impl Transport for FabricTransport {
         let empty = op.size() == 0;
         if empty && !matches!(op, Op::PutSignal { .. }) {
             return Submit::Done(Outcome::Done);
+        }
+        if op.from_payload() {
+            // Payload slots belong to GPU PEs' queues (staged transport).
+            return Submit::Done(Outcome::Failed(ErrorCode::BadOp));
         }
         let Some(slot) = self.free.pop() else { return Submit::Busy };
         let stage = match op {

@@ -68,6 +68,7 @@
 //! | `CPNET_STAGE_BUFS` | GPU PEs on the staged path: send buffers per proxy thread | count, `1..=4096` | `16` |
 //! | `CPNET_AGENT_BYTES` | GPU PEs on the staged path: puts, gets and their pieces of at most this many bytes move between the GPU heap and the pinned staging buffers through the landing agent (a one-block kernel each proxy thread starts, `cpnet/agent.cuh`: no CUDA driver call per message); larger ones through copy-engine copies and events. Signals and AMOs always go through the agent. `0`: data never does | bytes (K/M/G), `0..=CPNET_STAGE_CHUNK` | `16K` |
 //! | `CPNET_AGENT_IDLE` | GPU PEs: a landing agent with nothing to do for this long exits (it holds one block of one SM while it runs, and a device synchronize waits for it); the next record starts it again with one kernel launch | microseconds, `1..=10000000` | `2000` |
+//! | `CPNET_PAYLOAD_BYTES` | GPU PEs: each queue slot has a payload slot of this many bytes in pinned host memory mapped into the GPU (`cmd.h` P0); a put or put-with-signal through the queue of more than 8 and at most this many bytes is copied there by the work-group itself, so the proxy sends it without a copy out of the GPU heap. Halved until all queues' slots fit in 64 MiB (`queues x depth x bytes`), and at most `CPNET_STAGE_CHUNK`; `0`: none | bytes (K), `0` or a power of two in `16..=64K` | `4K` |
 
 //!
 //! # Others
@@ -135,6 +136,11 @@ pub const PROXY_IDLE_SLEEP: &str = "CPNET_PROXY_IDLE_SLEEP";
 pub const AGENT_BYTES: &str = "CPNET_AGENT_BYTES";
 /// `CPNET_AGENT_IDLE`: microseconds an idle landing agent waits before it exits.
 pub const AGENT_IDLE: &str = "CPNET_AGENT_IDLE";
+/// `CPNET_PAYLOAD_BYTES`: bytes per payload slot of a GPU PE's queues (`cmd.h` P0).
+pub const PAYLOAD_BYTES: &str = "CPNET_PAYLOAD_BYTES";
+/// Most pinned host memory a GPU PE gives its payload slots (all queues):
+/// [`Tuning::payload_slot_bytes`] halves the slot size until they fit.
+pub const PAYLOAD_BUDGET: usize = 64 << 20;
 
 /// Variables of other launchers that [`Launch`] understands (read only).
 pub mod foreign {
@@ -477,6 +483,9 @@ pub struct Tuning {
     pub agent_bytes: u64,
     /// `CPNET_AGENT_IDLE`: an idle landing agent exits after this long.
     pub agent_idle: Duration,
+    /// `CPNET_PAYLOAD_BYTES`: requested bytes per payload slot (0: none);
+    /// [`Tuning::payload_slot_bytes`] gives the size in use.
+    pub payload_bytes: u32,
 }
 
 impl Default for Tuning {
@@ -504,11 +513,28 @@ impl Default for Tuning {
             stage_bufs: 16,
             agent_bytes: 16 << 10,
             agent_idle: Duration::from_micros(2000),
+            payload_bytes: 4096,
         }
     }
 }
 
 impl Tuning {
+    /// The payload slot size in use (bytes; 0: none): `payload_bytes`,
+    /// at most `stage_chunk`, halved while `queues * queue_depth` slots
+    /// would take more than [`PAYLOAD_BUDGET`]; 0 when even 16-byte slots
+    /// would not fit.
+    pub fn payload_slot_bytes(&self) -> u32 {
+        let slots = self.queues.saturating_mul(self.queue_depth as usize).max(1);
+        let mut b = u64::from(self.payload_bytes).min(self.stage_chunk);
+        if b != 0 && !b.is_power_of_two() {
+            b = 1 << (63 - b.leading_zeros());
+        }
+        while b >= 16 && (slots as u64).saturating_mul(b) > PAYLOAD_BUDGET as u64 {
+            b /= 2;
+        }
+        if b < 16 { 0 } else { b as u32 }
+    }
+
     /// Reads the tuning variables of the process environment (see the
     /// [module docs](self)); unset ones take their defaults.
     pub fn from_env() -> Result<Tuning, EnvError> {
@@ -582,6 +608,12 @@ impl Tuning {
             t.agent_bytes = parse_bytes(&v)
                 .filter(|&b| b <= t.stage_chunk)
                 .ok_or_else(|| invalid(AGENT_BYTES, &v, "a byte count no larger than CPNET_STAGE_CHUNK, optionally with a K, M or G suffix"))?;
+        }
+        if let Some(v) = get(PAYLOAD_BYTES) {
+            t.payload_bytes = parse_bytes(&v)
+                .filter(|&b| b == 0 || (b.is_power_of_two() && (16..=65536).contains(&b)))
+                .map(|b| b as u32)
+                .ok_or_else(|| invalid(PAYLOAD_BYTES, &v, "0 or a power of two from 16 to 64K bytes, optionally with a K suffix"))?;
         }
         if let Some(v) = get(AGENT_IDLE) {
             t.agent_idle = v
@@ -1182,6 +1214,20 @@ mod tests {
         assert_eq!((t.agent_bytes, t.agent_idle), (4096, Duration::from_micros(500)));
         assert!(Tuning::from_lookup(env(&[(STAGE_CHUNK, "64K"), (AGENT_BYTES, "128K")])).is_err(), "agent bytes above the chunk");
         assert!(Tuning::from_lookup(env(&[(AGENT_IDLE, "0")])).is_err());
+        assert_eq!(Tuning::from_lookup(env(&[])).unwrap().payload_bytes, 4096);
+        assert_eq!(Tuning::from_lookup(env(&[(PAYLOAD_BYTES, "1K")])).unwrap().payload_bytes, 1024);
+        assert_eq!(Tuning::from_lookup(env(&[(PAYLOAD_BYTES, "0")])).unwrap().payload_bytes, 0);
+        for bad in ["8", "100", "128K", "x"] {
+            assert!(Tuning::from_lookup(env(&[(PAYLOAD_BYTES, bad)])).is_err(), "{bad}");
+        }
+        let t = Tuning::from_lookup(env(&[])).unwrap();
+        assert_eq!(t.payload_slot_bytes(), 4096, "64 queues x 64 slots x 4 KiB = 16 MiB fits");
+        let t = Tuning::from_lookup(env(&[(QUEUES, "1024")])).unwrap();
+        assert_eq!(t.payload_slot_bytes(), 1024, "halved to fit 64 MiB");
+        let t = Tuning::from_lookup(env(&[(QUEUES, "1000000")])).unwrap();
+        assert_eq!(t.payload_slot_bytes(), 0, "not even 16 bytes fit");
+        let t = Tuning::from_lookup(env(&[(STAGE_CHUNK, "1000")])).unwrap();
+        assert_eq!(t.payload_slot_bytes(), 512, "at most one chunk, a power of two");
         assert!(Tuning::from_lookup(env(&[(GPU_IPC, "yes")])).is_err());
         assert!(Tuning::from_lookup(env(&[])).unwrap().gpu_p2p, "peer-to-peer stores are the default");
         assert!(!Tuning::from_lookup(env(&[(GPU_P2P, "0")])).unwrap().gpu_p2p);

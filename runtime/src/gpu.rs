@@ -26,7 +26,7 @@ use cpnet_device::cpu::SymAddr;
 use cpnet_device::layout::Cmp;
 use cpnet_proxy::decode::Limits;
 use cpnet_proxy::mirror::{CudaCopies, QueueMirror};
-use cpnet_proxy::service::{CommandError, GPU_PACING, IDLE_SPIN_FOR, Service, Transport};
+use cpnet_proxy::service::{CommandError, GPU_PACING, IDLE_SPIN_FOR, PayloadSlots, Service, Transport};
 use cpnet_proxy::agent::AgentKernel;
 use cpnet_proxy::staged::{GpuHeap, PeShared, StagedConfig, StagedEndpoint, StagedTransport};
 use cudarc::driver::{CudaContext, CudaModule, CudaStream, DeviceRepr, DriverError};
@@ -190,6 +190,8 @@ pub struct GpuQueues {
     claims: ClaimWords,
     geom: QueueGeometry,
     n: usize,
+    /// The queues' payload slots (`cmd.h` P0) and their size in bytes.
+    payload: Option<(MappedHost, u32)>,
 }
 
 /// Where a [`GpuQueues`] pool lives.
@@ -308,7 +310,41 @@ impl GpuQueues {
                 shadow: MappedHost::new(n * geom.bytes())?,
             },
         };
-        Ok(GpuQueues { pool, claims, status: MappedHost::new(CPNET_STATUS_BYTES)?, geom, n })
+        Ok(GpuQueues { pool, claims, status: MappedHost::new(CPNET_STATUS_BYTES)?, geom, n, payload: None })
+    }
+
+    /// Give every queue `depth` payload slots of `slot_bytes` bytes (`cmd.h`
+    /// P0) in zeroed mapped pinned memory (`n * depth * slot_bytes` bytes),
+    /// so that kernels copy puts of up to `slot_bytes` into host memory
+    /// themselves. Only for [`QueuePlacement::Host`]: queues in GPU memory
+    /// reach the proxy through a mirror that copies slots, not payloads,
+    /// and get none (nor does `slot_bytes` 0).
+    ///
+    /// # Errors
+    /// [`GpuError::Cuda`] from `cuMemHostAlloc`.
+    ///
+    /// # Panics
+    /// If `slot_bytes` is not 0 or a power of two of at least 16.
+    pub fn set_payload(&mut self, slot_bytes: u32) -> Result<(), GpuError> {
+        assert!(slot_bytes == 0 || (slot_bytes >= 16 && slot_bytes.is_power_of_two()), "payload slot size {slot_bytes}");
+        self.payload = None;
+        if slot_bytes != 0 && matches!(self.pool, Pool::Mapped(_)) {
+            let bytes = self.n * self.geom.depth() as usize * slot_bytes as usize;
+            self.payload = Some((MappedHost::new(bytes)?, slot_bytes));
+        }
+        Ok(())
+    }
+
+    /// Queue `i`'s payload slots, if the queues have them
+    /// ([`GpuQueues::set_payload`]).
+    ///
+    /// # Panics
+    /// If `i >= len()`.
+    pub fn payload_slots(&self, i: usize) -> Option<PayloadSlots> {
+        assert!(i < self.n, "queue {i} of {}", self.n);
+        let (mem, slot_bytes) = self.payload.as_ref()?;
+        let off = i * self.geom.depth() as usize * *slot_bytes as usize;
+        Some(PayloadSlots { host: mem.host() as usize + off, dev: mem.dev() + off as u64, slot_bytes: u64::from(*slot_bytes) })
     }
 
     /// Where the queues live.
@@ -405,7 +441,18 @@ impl GpuQueues {
     /// ([`cpnet_proxy::service::Service::set_claim_signal`]: kernels bump
     /// `claim_gen` when they claim a queue). Services over queues in GPU
     /// memory see claims through their mirrors instead.
-    pub fn configure_service<T: Transport>(&self, service: &mut Service<T>) {
+    ///
+    /// `indices` are the pool queues the service serves, in its order; their
+    /// payload slots, if any, go to it ([`Service::set_payload`]).
+    ///
+    /// # Panics
+    /// If `indices` does not match the service's queues.
+    pub fn configure_service<T: Transport>(&self, service: &mut Service<T>, indices: &[usize]) {
+        // SAFETY: each area is queue q's part of the payload allocation
+        // (depth * slot_bytes bytes, mapped pinned memory) that `self` owns
+        // and its owner keeps past every proxy thread; kernels write it as
+        // P0 allows (queue.cuh reserve_payload).
+        unsafe { service.set_payload(indices.iter().map(|&q| self.payload_slots(q)).collect()) };
         service.set_idle_spin(IDLE_SPIN_FOR);
         if matches!(self.pool, Pool::Mapped(_)) {
             service.set_pacing(GPU_PACING);
@@ -464,11 +511,14 @@ impl GpuQueues {
             status: self.status.dev(),
             claims: self.claims.dev,
             peers: 0,
+            payload: self.payload.as_ref().map_or(0, |(m, _)| m.dev()),
+            payload_bytes: self.payload.as_ref().map_or(0, |(_, b)| *b),
+            payload_pad: 0,
         }
     }
 }
 
-/// A [`Handle`] as a kernel argument, passed by value (`CPNET_HANDLE_BYTES`, 72 bytes).
+/// A [`Handle`] as a kernel argument, passed by value (`CPNET_HANDLE_BYTES`, 88 bytes).
 #[derive(Clone, Copy, Debug)]
 #[repr(transparent)]
 pub struct KernelHandle(pub Handle);
@@ -687,8 +737,8 @@ impl Backend for GpuBackend {
     fn mirror(&self, t: usize) -> Option<Result<QueueMirror, String>> {
         self.queues.mirror(&self.cuda, &self.per_thread[t]).map_err(|e| e.to_string()).transpose()
     }
-    fn configure(&self, service: &mut Service<StagedTransport>) {
-        self.queues.configure_service(service);
+    fn configure(&self, t: usize, service: &mut Service<StagedTransport>) {
+        self.queues.configure_service(service, &self.per_thread[t]);
     }
 }
 
@@ -788,7 +838,9 @@ impl GpuPe {
             "cuMemAlloc (symmetric heap; lower CPNET_HEAP_SIZE?)",
             "cuMemsetD8 (zero the symmetric heap)",
         )?;
-        let queues = Arc::new(GpuQueues::with_placement(&cuda, tuning.queues, geom, tuning.queue_mem)?);
+        let mut queues = GpuQueues::with_placement(&cuda, tuning.queues, geom, tuning.queue_mem)?;
+        queues.set_payload(tuning.payload_slot_bytes())?;
+        let queues = Arc::new(queues);
         let peers = PeerHeaps::exchange(&boot, me, &heap, tuning.gpu_ipc)?;
         let p2p = if tuning.gpu_p2p { Some(p2p_table(&cuda, me, &heap, &peers)?) } else { None };
         let stream = cuda.new_stream().map_err(|source| GpuError::Cuda { what: "cuStreamCreate (application stream)", source })?;

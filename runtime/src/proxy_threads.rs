@@ -67,11 +67,11 @@ pub(crate) trait Backend: Send + Sync + 'static {
     }
     /// Settings of thread `t`'s service beyond its queues and transport
     /// (GPU PEs: an idle spin, and for mapped queues poll pacing and a
-    /// claim signal, `GpuQueues::configure_service`). The default (CPU PEs) sets
+    /// claim signal, and the queues' payload slots, `GpuQueues::configure_service`). The default (CPU PEs) sets
     /// nothing: the service backs off at once when idle, since the PE's
     /// work-groups share its cores, and finds claims by rereading every
     /// queue periodically.
-    fn configure(&self, _service: &mut Service<Self::Transport>) {}
+    fn configure(&self, _t: usize, _service: &mut Service<Self::Transport>) {}
 }
 
 impl Proxies {
@@ -152,7 +152,7 @@ impl Proxies {
                         }
                         None => Service::new(queues, transport, limits, me),
                     };
-                    backend.configure(&mut service);
+                    backend.configure(t, &mut service);
                     service.set_error_sink(Arc::clone(&errors));
                     service.set_heartbeat(heartbeat);
                     if let Some(n) = stall {

@@ -695,15 +695,18 @@ pub const ORDER_SLOTS: u64 = 8;
 pub const ORDER_SLOT_BYTES: u64 = 2048;
 /// u64 words per `order` lane: 0 inline word, 1 flag, 2 ack, 3 pipeline
 /// ack, 4 AMO counter, 5 its flag, 6 its ack, 8.. the pipeline slots'
-/// signals.
+/// signals, 16 the burst's flag ([`ORDER_BURST_FLAG`]).
 pub const ORDER_WORDS: u64 = 64;
+/// Word of an `order` lane that the burst's flag raises to 1.
+pub const ORDER_BURST_FLAG: u64 = 16;
 
 /// `order`: put, fence, flag (the target checks the data once it sees the
 /// flag), then a put-with-signal pipeline through a ring of slots, each
 /// message checked at the receiver as soon as its signal shows, then AMO,
 /// fence, flag (the AMO goes through the proxy, the flag with peer-to-peer
 /// stores on is the kernel's own store: the fence has to order the two
-/// paths).
+/// paths), then a burst of small nbi puts three times round the queue
+/// (payload slots reused), fence, flag, every message checked.
 pub const ORDER: &str = r#"
 #define DATA 8200ull
 #define DSTRIDE 8448ull
@@ -718,8 +721,13 @@ pub const ORDER: &str = r#"
 #define W_AFLAG 5
 #define W_AACK 6
 #define W_PSIG 8
+#define W_BFLAG 16
+#define BURST 192u
+#define BSTRIDE 80ull
 
 __device__ __forceinline__ u64 msg_size(unsigned i) { return 1000ull + (u64)((i * 37u) % 1000u); }
+/* 16..80 bytes: over the inline 8, inside a payload slot. */
+__device__ __forceinline__ u64 burst_size(unsigned i) { return 16ull + (u64)((i * 13u) % 65u); }
 
 /* Block w of PE me, lane(pe, w) = pe * nb + w. Traffic goes to the right
  * neighbour and comes from the left one (both this PE when n == 1).
@@ -809,6 +817,23 @@ extern "C" __global__ void order(cpnet_handle_t h, u8* data, u64* words, u8* pip
         cpnet_uint64_p(&ctx, words + mine * NW + W_AACK, (u64)r, left);
     }
     EXPECT_EQ(cpnet_uint64_wait_until(&ctx, words + from_right * NW + W_AACK, CPNET_CMP_GE, (u64)rounds), CPNET_E_OK, 0);
+
+    /* Part 4: a burst of BURST nbi puts of 16..80 bytes from distinct
+     * sources to distinct places (each in its queue's payload slot where
+     * the queue has them, cmd.h P0: three laps of a 64-slot ring, so a slot
+     * rewritten before the proxy sent its data shows), fence, flag (p). The
+     * receiver checks every message once it sees the flag. The pipeline
+     * lanes are free: part 2 ended when the right acked all our messages
+     * and we checked all the left's. */
+    EXPECT_EQ(cpnet_quiet(&ctx), CPNET_E_OK, 0); /* psrc may be rewritten */
+    for (unsigned i = 0; i < BURST; ++i) fill(psrc + i * BSTRIDE, burst_size(i), me, w, 5000 + i);
+    for (unsigned i = 0; i < BURST; ++i)
+        cpnet_putmem_nbi(&ctx, pipe + mine * S * SLOT + i * BSTRIDE, psrc + i * BSTRIDE, burst_size(i), right);
+    cpnet_fence(&ctx);
+    cpnet_uint64_p(&ctx, words + mine * NW + W_BFLAG, 1ull, right);
+    EXPECT_EQ(cpnet_uint64_wait_until(&ctx, words + from_left * NW + W_BFLAG, CPNET_CMP_GE, 1ull), CPNET_E_OK, 0);
+    for (unsigned i = 0; i < BURST; ++i)
+        EXPECT_DATA(pipe + from_left * S * SLOT + i * BSTRIDE, burst_size(i), left, w, 5000 + i, 5000 + i);
     EXPECT_EQ(cpnet_quiet(&ctx), CPNET_E_OK, 0);
     END();
 }

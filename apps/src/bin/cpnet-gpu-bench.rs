@@ -410,7 +410,7 @@ fn sweep(ctx: &Arc<cudarc::driver::CudaContext>, cli: &Cli) -> Result<()> {
                         } else {
                             Service::new(mine.iter().map(|&i| q.queue(i)).collect(), transport, limits, 0)
                         };
-                        q.configure_service(&mut s);
+                        q.configure_service(&mut s, &mine);
                         // Acquire: pairs with the Release store after the kernel.
                         s.run(|| stop.load(Ordering::Acquire));
                         Ok(())

@@ -12,7 +12,7 @@
  *
  * The queue protocol (who writes what, with which ordering) is written once, in
  * the block comment "THE QUEUE PROTOCOL" below; producer and consumer code refer
- * to it by the names P1..P4 and C1..C4.
+ * to it by the names P0..P4 and C1..C5.
  */
 #ifndef CPNET_CMD_H
 #define CPNET_CMD_H
@@ -99,8 +99,12 @@ typedef unsigned long long uint64_t;
 /** Payload inline: PUT/PUT_SIGNAL data is in `value` (size <= 8); GET
  *  returns its data in the control block's `result` (size <= 8). */
 #define CPNET_F_INLINE 2
+/** Payload staged: PUT/PUT_SIGNAL data is in the queue's payload slot for
+ *  this command's seq (P0 below; size <= handle.payload_bytes), not in the
+ *  heap; `src` is zero. Never together with CPNET_F_INLINE. */
+#define CPNET_F_PAYLOAD 4
 /** Every flag bit defined; any other bit set is a malformed command. */
-#define CPNET_F_ALL 3
+#define CPNET_F_ALL 7
 
 /* ------------------------------------------------------------------------ */
 /* AMO element types (cpnet_cmd_t.dtype)                                    */
@@ -217,6 +221,21 @@ typedef unsigned long long uint64_t;
  *       blocking call; the GPU producer (queue.cuh) does this. Only one
  *       blocking command per queue is ever outstanding (its producer waits),
  *       so the word is never overwritten before it is read.
+ *
+ * Payload slots (GPU PEs whose handle has payload_bytes != 0). Queue q owns
+ * depth payload slots of payload_bytes each in pinned host memory, at
+ * handle.payload + ((q << log2_depth) + i) * payload_bytes, i < depth; the
+ * command seq may carry its put data in slot i = seq & (depth-1)
+ * (CPNET_F_PAYLOAD), so a small put leaves the GPU with the command and the
+ * proxy sends it from host memory without a copy out of the heap:
+ *   P0  Payload. Before writing payload slot i for seq, the producer waits
+ *       until ctl.completed >= seq + 1 - depth, loaded with ACQUIRE (pairs
+ *       with C4): the proxy has finished with the slot's previous command
+ *       (sent or copied its data) before the overwrite. It writes the data
+ *       (any threads of the work-group, plain stores) before P3; P3's release
+ *       (cumulative over the block's stores ordered by a block barrier)
+ *       makes the data visible with the command. The slot belongs to the
+ *       proxy from C1 until that command completes (C4), not only until C3.
  *
  * Consumer (the proxy service thread owning the queue):
  *   C1  Poll. It loads slot[next & mask].commit with ACQUIRE (pairs with P3).
@@ -345,7 +364,7 @@ typedef struct cpnet_queue_prod {
 /* The handle a kernel receives (passed by value)                           */
 /* ------------------------------------------------------------------------ */
 
-#define CPNET_HANDLE_BYTES 72
+#define CPNET_HANDLE_BYTES 88
 #define CPNET_HANDLE_OFF_MY_PE 0
 #define CPNET_HANDLE_OFF_N_PES 4
 #define CPNET_HANDLE_OFF_HEAP_BASE 8
@@ -357,6 +376,8 @@ typedef struct cpnet_queue_prod {
 #define CPNET_HANDLE_OFF_STATUS 48
 #define CPNET_HANDLE_OFF_CLAIMS 56
 #define CPNET_HANDLE_OFF_PEERS 64
+#define CPNET_HANDLE_OFF_PAYLOAD 72
+#define CPNET_HANDLE_OFF_PAYLOAD_BYTES 80
 
 /* handle.claims: words [0, n_queues) are the queues' claim words; after
  * them, at n_queues + CPNET_CLAIM_AFTER_*, the status report's claim word and
@@ -396,6 +417,11 @@ typedef struct cpnet_handle {
                                     it cannot (another host); operations to such a PE go through the
                                     queue. 0: no table, every operation goes through the queue (CPU
                                     PEs, CPNET_GPU_P2P=0) */
+    uint64_t payload;          /**< address of the payload slots (P0), as the kernel sees it: pinned host
+                                    memory, n_queues * depth * payload_bytes bytes; 0: none */
+    uint32_t payload_bytes;    /**< bytes per payload slot (a power of two >= 16; 0: no payload slots,
+                                    puts over CPNET_INLINE_MAX bytes are read from the heap) */
+    uint32_t payload_pad;      /**< zero */
 } cpnet_handle_t;
 
 /* ------------------------------------------------------------------------ */
@@ -486,6 +512,8 @@ CPNET_CHECK_OFF(cpnet_handle_t, wait_timeout_ns, CPNET_HANDLE_OFF_WAIT_TIMEOUT_N
 CPNET_CHECK_OFF(cpnet_handle_t, status, CPNET_HANDLE_OFF_STATUS);
 CPNET_CHECK_OFF(cpnet_handle_t, claims, CPNET_HANDLE_OFF_CLAIMS);
 CPNET_CHECK_OFF(cpnet_handle_t, peers, CPNET_HANDLE_OFF_PEERS);
+CPNET_CHECK_OFF(cpnet_handle_t, payload, CPNET_HANDLE_OFF_PAYLOAD);
+CPNET_CHECK_OFF(cpnet_handle_t, payload_bytes, CPNET_HANDLE_OFF_PAYLOAD_BYTES);
 
 CPNET_STATIC_ASSERT(sizeof(cpnet_status_t) == CPNET_STATUS_BYTES, "cpnet_status_t size");
 CPNET_CHECK_OFF(cpnet_status_t, abort, CPNET_STATUS_OFF_ABORT);

@@ -418,16 +418,59 @@ __device__ __forceinline__ int p2p_put_signal(cpnet_ctx_t* ctx, uint8_t* remote,
     return ctx->ret;
 }
 
+/**
+ * Queue the PUT or PUT_SIGNAL `c` of `nbytes` from `source` (collective),
+ * blocking or not. Over CPNET_INLINE_MAX and up to the context's payload
+ * slot size, the block first copies the data into the queue's payload slot
+ * for the command (P0: the leader reserves it, every thread copies) and the
+ * command carries CPNET_F_PAYLOAD instead of the heap offset of `source`, so
+ * the proxy sends from host memory without copying out of the GPU heap; the
+ * caller may then reuse `source` at once, also after an _nbi call. A failed
+ * reservation (abort, timeout) is returned (blocking) or remembered for quiet.
+ */
+__device__ __forceinline__ int queued_put(cpnet_ctx_t* ctx, cpnet_cmd_t c, const void* source,
+                                          uint64_t nbytes, bool blocking)
+{
+    int reserved = CPNET_E_OK;
+    if (nbytes > CPNET_INLINE_MAX && nbytes <= ctx->payload_bytes) {
+        /* Every thread has read the previous call's broadcast, and the
+         * block's writes of `source` happen before the copy below. */
+        __syncthreads();
+        if (is_leader()) {
+            uint8_t* slot = nullptr;
+            ctx->ret = reserve_payload(ctx, c, &slot);
+            ctx->val = (uint64_t)slot;
+        }
+        __syncthreads();
+        reserved = ctx->ret;
+        if (reserved == CPNET_E_OK) {
+            /* Plain stores into mapped host memory; the collective's entry
+             * barrier orders them before the leader's release of the commit
+             * word (P3), which is cumulative over them (P0). */
+            block_copy((void*)ctx->val, source, nbytes);
+            c.flags = (uint8_t)((c.flags & ~CPNET_F_INLINE) | CPNET_F_PAYLOAD);
+            c.src = 0;
+        }
+    }
+    return collective(ctx, [&]() -> int {
+        if (reserved != CPNET_E_OK) {
+            note_error(ctx, reserved);
+            return reserved;
+        }
+        if (blocking) return call_blocking(ctx, c, false, nullptr);
+        call_nbi(ctx, c);
+        return CPNET_E_OK;
+    });
+}
+
 /** Blocking put of nbytes (collective). */
 __device__ __forceinline__ int putmem(cpnet_ctx_t* ctx, void* dest, const void* source,
                                       uint64_t nbytes, int pe)
 {
     if (nbytes != 0)
         if (uint8_t* r = p2p_remote(ctx, dest, source, nbytes, pe)) return p2p_copy(ctx, r, source, nbytes);
-    return collective(ctx, [&]() -> int {
-        if (nbytes == 0) return CPNET_E_OK;
-        return call_blocking(ctx, put_cmd(ctx, dest, source, nbytes, pe), false, nullptr);
-    });
+    if (nbytes == 0) return collective(ctx, [&]() -> int { return CPNET_E_OK; });
+    return queued_put(ctx, put_cmd(ctx, dest, source, nbytes, pe), source, nbytes, true);
 }
 
 /** Non-blocking put of nbytes (collective). */
@@ -439,10 +482,11 @@ __device__ __forceinline__ void putmem_nbi(cpnet_ctx_t* ctx, void* dest, const v
             p2p_copy(ctx, r, source, nbytes);
             return;
         }
-    collective(ctx, [&]() -> int {
-        if (nbytes != 0) call_nbi(ctx, put_cmd(ctx, dest, source, nbytes, pe));
-        return CPNET_E_OK;
-    });
+    if (nbytes == 0) {
+        collective(ctx, [&]() -> int { return CPNET_E_OK; });
+        return;
+    }
+    queued_put(ctx, put_cmd(ctx, dest, source, nbytes, pe), source, nbytes, false);
 }
 
 /** Blocking get of nbytes (collective); <= 8 bytes travel inline. */
@@ -738,7 +782,10 @@ __device__ inline int cpnet_putmem(cpnet_ctx_t* ctx, void* dest, const void* sou
  *
  * Collective over the work-group. `source` (when over 8 bytes) must not be
  * modified until cpnet_quiet returns; errors surface at cpnet_quiet. Waits
- * (bounded, abortable) only when the ring is full.
+ * (bounded, abortable) only when the ring is full. (Through the queue, data
+ * up to the payload slot size, CPNET_PAYLOAD_BYTES, is copied into the
+ * queue's pinned payload slot during the call, cmd.h P0; portable code still
+ * leaves `source` alone until quiet.)
  */
 __device__ inline void cpnet_putmem_nbi(cpnet_ctx_t* ctx, void* dest, const void* source,
                                         cpnet_size_t nbytes, int pe)
@@ -857,7 +904,7 @@ __device__ inline int cpnet_putmem_signal(cpnet_ctx_t* ctx, void* dest, const vo
     uint64_t* sig_remote;
     if (cpnet_detail::p2p_put_signal_route(ctx, dest, source, (uint64_t)nbytes, sig_addr, sig_op, pe, &remote, &sig_remote))
         return cpnet_detail::p2p_put_signal(ctx, remote, source, (uint64_t)nbytes, sig_remote, c, true);
-    return cpnet_detail::collective(ctx, [&]() -> int { return cpnet_detail::call_blocking(ctx, c, false, nullptr); });
+    return cpnet_detail::queued_put(ctx, c, source, (uint64_t)nbytes, true);
 }
 
 /**
@@ -876,7 +923,7 @@ __device__ inline void cpnet_putmem_signal_nbi(cpnet_ctx_t* ctx, void* dest, con
     if (cpnet_detail::p2p_put_signal_route(ctx, dest, source, (uint64_t)nbytes, sig_addr, sig_op, pe, &remote, &sig_remote))
         cpnet_detail::p2p_put_signal(ctx, remote, source, (uint64_t)nbytes, sig_remote, c, false);
     else
-        cpnet_detail::enqueue_nbi(ctx, c);
+        cpnet_detail::queued_put(ctx, c, source, (uint64_t)nbytes, false);
 }
 
 /**

@@ -98,6 +98,9 @@ typedef struct cpnet_ctx {
     const uint64_t* peers;     /**< handle.peers (the peer-to-peer table), or NULL */
     uint64_t fence_idx;        /**< nonzero: a cpnet_fence came after queued commands; the next
                                     peer-to-peer store first waits until ctl.completed reaches it */
+    uint8_t* payload;          /**< payload slot 0 of this context's queue (P0), or NULL: none */
+    uint64_t cached_completed; /**< last ctl.completed read for P0 */
+    uint32_t payload_bytes;    /**< bytes per payload slot (0: none) */
 } cpnet_ctx_t;
 
 namespace cpnet_detail {
@@ -313,6 +316,45 @@ __device__ __noinline__ inline int submit(cpnet_ctx_t* ctx, const cpnet_cmd_t& c
 }
 
 /**
+ * P0 for the next command (leader only): wait until its payload slot is free,
+ * i.e. ctl.completed >= write_idx + 1 - depth, trusting ctx->cached_completed
+ * first. Returns the slot's address (in `*slot`) and CPNET_E_OK, the abort
+ * code, or CPNET_E_TIMEOUT (reported like submit's, with dev_found = the last
+ * ctl.completed read). The caller's block writes the data there, then
+ * (after a block barrier) submits the command with CPNET_F_PAYLOAD; nothing
+ * else may be submitted on the queue in between.
+ */
+__device__ __noinline__ inline int reserve_payload(cpnet_ctx_t* ctx, const cpnet_cmd_t& c, uint8_t** slot)
+{
+    if (ctx->ctl == nullptr) return CPNET_E_NO_QUEUE;
+    const uint64_t seq = ctx->write_idx;
+    const uint64_t depth = ctx->mask + 1;
+    if (seq + 1 > depth + ctx->cached_completed) {
+        spin sp;
+        for (;;) {
+            /* P0 acquire, pairs with C4 (the consumer's release store of
+             * completed): the proxy's reads of this payload slot for command
+             * seq - depth happen before our overwrite. */
+            const uint64_t done = cpnet_ld_acquire_sys_u64(&ctx->ctl->completed);
+            ctx->cached_completed = done;
+            if (seq + 1 <= depth + done) {
+                /* completed <= consumed: P1 holds too, no second read. */
+                if (done > ctx->cached_consumed) ctx->cached_consumed = done;
+                break;
+            }
+            const int e = sp.pause(ctx);
+            if (e != CPNET_E_OK) {
+                if (e == CPNET_E_TIMEOUT)
+                    report_dev_error(ctx, e, c.pe, cmd_addr(c), seq + 1 - depth, done, CPNET_CMP_GE);
+                return e;
+            }
+        }
+    }
+    *slot = ctx->payload + (seq & ctx->mask) * ctx->payload_bytes;
+    return CPNET_E_OK;
+}
+
+/**
  * Wait until ctl.completed >= `target` (leader only), P4. For a blocking
  * command `seq` pass seq + 1 ("completed > seq"); for quiet pass write_idx.
  * Returns CPNET_E_OK, the abort code, or CPNET_E_TIMEOUT (reported with
@@ -495,6 +537,9 @@ __device__ __noinline__ inline int create(const cpnet_handle_t* h, cpnet_ctx_t* 
     ctx->proxy_used = 0;
     ctx->peers = (const uint64_t*)h->peers;
     ctx->fence_idx = 0;
+    ctx->payload = nullptr;
+    ctx->cached_completed = 0;
+    ctx->payload_bytes = 0;
 
     if (h->queues == 0 || (h->queues & (CPNET_SLOT_BYTES - 1)) != 0 || h->n_queues == 0)
         return CPNET_E_BAD_ADDR;
@@ -521,6 +566,10 @@ __device__ __noinline__ inline int create(const cpnet_handle_t* h, cpnet_ctx_t* 
         ctx->slots = (cpnet_cmd_t*)(base + CPNET_QUEUE_OFF_SLOTS);
         ctx->mask = depth - 1;
         ctx->qid = q;
+        if (h->payload != 0 && h->payload_bytes >= 16 && (h->payload_bytes & (h->payload_bytes - 1)) == 0) {
+            ctx->payload = (uint8_t*)(h->payload + ((uint64_t)q << h->log2_depth) * h->payload_bytes);
+            ctx->payload_bytes = h->payload_bytes;
+        }
         ctx->write_idx = cpnet_ld_relaxed_sys_u64(&prod->write_idx);
         ctx->cached_consumed = cpnet_ld_relaxed_sys_u64(&prod->cached_consumed);
         /* Errors of earlier owners are not ours. */

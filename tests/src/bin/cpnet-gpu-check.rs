@@ -529,6 +529,7 @@ fn order(pe: &GpuPe, wgs: u32, threads: u32, rounds: u32, msgs: u32) -> Result<(
             ("pipeline acks from the right", at(right, 3), u64::from(msgs)),
             ("AMO counter from the left", at(left, 4), u64::from(rounds)),
             ("AMO acks from the right", at(right, 6), u64::from(rounds)),
+            ("burst flag from the left", at(left, gpu::ORDER_BURST_FLAG), 1),
         ];
         for (what, got, want) in finals {
             if got != want {
