@@ -228,10 +228,31 @@ pub struct AgentRec {
     pub sig: u64,
     /// Signal operand (PUT); compare value (AMO compare-swap).
     pub signal: u64,
-    /// Inline data (PUT) or AMO operand; an AMO's old value once done.
+    /// Inline data (PUT) or AMO operand.
     pub value: u64,
-    /// `seq + 1`, written last with release (A3).
-    pub commit: u64,
+    /// Not sent: words 0..6 travel in LL form, whose tags carry the seq.
+    pub reserved: u64,
+}
+
+impl AgentRec {
+    /// Slot words 0..[`CPNET_AGENT_LL_WORDS`] of record `seq` in its landing
+    /// ring slot (`cmd.h`, "LL form"): half `h` of the record's words 0..6,
+    /// little-endian, in the low 32 bits of word `h`, the tag
+    /// `(seq + 1) as u32` in the high 32 bits.
+    pub fn ll_words(&self, seq: u64) -> [u64; CPNET_AGENT_LL_WORDS] {
+        let w0 = u64::from(self.kind)
+            | u64::from(self.sub) << 8
+            | u64::from(self.ty) << 16
+            | u64::from(self.flags) << 24
+            | u64::from(self.pad) << 32;
+        let words = [w0, self.dst, self.size, self.src, self.sig, self.signal, self.value];
+        let tag = u64::from((seq + 1) as u32) << 32;
+        let mut out = [0u64; CPNET_AGENT_LL_WORDS];
+        for (h, o) in out.iter_mut().enumerate() {
+            *o = tag | (words[h / 2] >> (32 * (h % 2))) & 0xffff_ffff;
+        }
+        out
+    }
 }
 
 /// The control block of a landing ring (`cpnet_agent_ctl_t`).
@@ -303,7 +324,7 @@ assert_layout!(AgentRec, CPNET_AGENT_REC_BYTES, {
     kind => CPNET_AGENT_REC_OFF_KIND, sub => CPNET_AGENT_REC_OFF_SUB, ty => CPNET_AGENT_REC_OFF_TY,
     flags => CPNET_AGENT_REC_OFF_FLAGS, dst => CPNET_AGENT_REC_OFF_DST, size => CPNET_AGENT_REC_OFF_SIZE,
     src => CPNET_AGENT_REC_OFF_SRC, sig => CPNET_AGENT_REC_OFF_SIG, signal => CPNET_AGENT_REC_OFF_SIGNAL,
-    value => CPNET_AGENT_REC_OFF_VALUE, commit => CPNET_AGENT_REC_OFF_COMMIT,
+    value => CPNET_AGENT_REC_OFF_VALUE, reserved => CPNET_AGENT_REC_OFF_RESERVED,
 });
 assert_layout!(AgentCtl, CPNET_AGENT_CTL_BYTES, {
     done => CPNET_AGENT_CTL_OFF_DONE, running => CPNET_AGENT_CTL_OFF_RUNNING, stop => CPNET_AGENT_CTL_OFF_STOP,
@@ -607,6 +628,19 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn agent_ll_words_carry_the_record_halves_and_the_tag() {
+        let r = AgentRec { kind: 1, sub: 2, ty: 3, flags: 4, pad: 0, dst: 5, size: 6, src: 7, sig: 8, signal: 9, value: u64::MAX - 1, reserved: 0 };
+        let w = r.ll_words(41);
+        // SAFETY: AgentRec is repr(C), 64 bytes of integers (asserted above).
+        let raw: [u32; 16] = unsafe { std::mem::transmute(r) };
+        for (h, word) in w.iter().enumerate() {
+            assert_eq!(word >> 32, 42, "tag of half {h}");
+            assert_eq!(*word as u32, raw[h], "half {h} is the in-memory half on this little-endian host");
+        }
+        assert_eq!(r.ll_words(u64::from(u32::MAX))[0] >> 32, 0, "the tag wraps with the lap");
+    }
 
     #[test]
     fn cmd_words_round_trip() {

@@ -69,7 +69,7 @@ pub fn headers() -> &'static [(&'static str, &'static str)] {
 pub const AGENT_SOURCE: &str = r#"
 #include <cpnet/agent.cuh>
 extern "C" __global__ void __launch_bounds__(CPNET_AGENT_THREADS)
-cpnet_agent(cpnet_agent_ctl_t* ctl, cpnet_agent_rec_t* ring, uint32_t log2_depth,
+cpnet_agent(cpnet_agent_ctl_t* ctl, uint64_t* ring, uint32_t log2_depth,
             uint8_t* heap, uint64_t heap_size, uint64_t idle_ns)
 {
     cpnet_agent_run(ctl, ring, log2_depth, heap, heap_size, idle_ns);

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use cpnet_device::layout::{
     AgentRec, CPNET_AGENT_CTL_BYTES, CPNET_AGENT_CTL_OFF_BAD, CPNET_AGENT_CTL_OFF_DONE, CPNET_AGENT_CTL_OFF_LAUNCHES,
     CPNET_AGENT_CTL_OFF_RUNNING, CPNET_AGENT_CTL_OFF_STOP, CPNET_AGENT_CTL_OFF_T_APPLY, CPNET_AGENT_CTL_OFF_T_PUBLISH,
-    CPNET_AGENT_CTL_OFF_T_READ, CPNET_AGENT_REC_BYTES, CPNET_AGENT_REC_OFF_VALUE,
+    CPNET_AGENT_CTL_OFF_T_READ, CPNET_AGENT_SLOT_BYTES, CPNET_AGENT_SLOT_OFF_RESULT,
     CPNET_AGENT_THREADS,
 };
 use cudarc::driver::CudaFunction;
@@ -47,7 +47,7 @@ pub struct Landing {
     kernel: AgentKernel,
     depth: u64,
     log2_depth: u32,
-    /// Records published (A3).
+    /// Records published (A2).
     head: u64,
     /// Last `done` seen (A1).
     done: u64,
@@ -68,7 +68,7 @@ impl Landing {
     /// Pinned allocation or stream creation failures.
     pub fn new(kernel: AgentKernel, depth: u64, heap_base: u64, heap_size: u64) -> Result<Landing, CudaError> {
         assert!(depth.is_power_of_two(), "landing ring depth must be a power of two");
-        let mem = Pinned::new(CPNET_AGENT_CTL_BYTES + depth as usize * CPNET_AGENT_REC_BYTES)?;
+        let mem = Pinned::new(CPNET_AGENT_CTL_BYTES + depth as usize * CPNET_AGENT_SLOT_BYTES)?;
         let stream = Stream::new()?;
         Ok(Landing {
             mem,
@@ -108,11 +108,11 @@ impl Landing {
 
     /// Word `k` (0..8) of the record slot of `seq`.
     fn rec_word(&self, seq: u64, k: usize) -> &AtomicU64 {
-        assert!(k < 8);
-        let off = CPNET_AGENT_CTL_BYTES + (seq & (self.depth - 1)) as usize * CPNET_AGENT_REC_BYTES + 8 * k;
-        // SAFETY: an aligned u64 of a record slot inside the pinned
-        // allocation (control block, then `depth` records); the agent reads
-        // it with .sys loads and writes only `value`, with a .sys store.
+        assert!(k < CPNET_AGENT_SLOT_BYTES / 8);
+        let off = CPNET_AGENT_CTL_BYTES + (seq & (self.depth - 1)) as usize * CPNET_AGENT_SLOT_BYTES + 8 * k;
+        // SAFETY: an aligned u64 of a slot inside the pinned allocation
+        // (control block, then `depth` slots); the agent reads it with .sys
+        // loads and writes only the result word, with a .sys store.
         unsafe { AtomicU64::from_ptr(self.mem.ptr().add(off).cast()) }
     }
 
@@ -129,20 +129,19 @@ impl Landing {
         self.head - self.done
     }
 
-    /// Publish `rec` (A1-A3) and return its seq; `None` when the ring is full
+    /// Publish `rec` (A1, A2) and return its seq; `None` when the ring is full
     /// (try again after the caller retired applied records).
     pub fn push(&mut self, rec: &AgentRec) -> Option<u64> {
         if self.head - self.retired >= self.depth {
             return None;
         }
         let seq = self.head;
-        let words: [u64; 8] = bytemuck_words(rec);
-        for (k, w) in words.iter().take(7).enumerate() {
-            // A2: relaxed; the agent reads them only after its acquire of the commit word.
-            self.rec_word(seq, k).store(*w, Ordering::Relaxed);
+        for (h, w) in rec.ll_words(seq).into_iter().enumerate() {
+            // A2: release, each pairing with the agent's ld.acquire.sys of
+            // that word (A4): what the record points at (staging data
+            // written before) is visible once the agent sees all 14 tags.
+            self.rec_word(seq, h).store(w, Ordering::Release);
         }
-        // A3: release, pairs with the agent's ld.acquire.sys of the commit (A4).
-        self.rec_word(seq, 7).store(seq + 1, Ordering::Release);
         self.head += 1;
         Some(seq)
     }
@@ -159,12 +158,12 @@ impl Landing {
         self.retired = seq + 1;
     }
 
-    /// The `value` word of record `seq` (an AMO's old value once applied).
+    /// The result word of record `seq`'s slot (an AMO's old value once applied).
     pub fn value(&self, seq: u64) -> u64 {
         // Relaxed: the record is below `done`, whose acquire load ordered
         // the agent's store of it before this load; not overwritten yet (push
         // reuses a slot only after the caller retired it).
-        self.rec_word(seq, CPNET_AGENT_REC_OFF_VALUE / 8).load(Ordering::Relaxed)
+        self.rec_word(seq, CPNET_AGENT_SLOT_OFF_RESULT / 8).load(Ordering::Relaxed)
     }
 
     /// A6: launch the agent if records wait and it is not running. One
@@ -254,25 +253,5 @@ impl Landing {
 impl Drop for Landing {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-/// The eight little-endian words of a record, as the agent reads them.
-fn bytemuck_words(r: &AgentRec) -> [u64; 8] {
-    let w0 = u64::from(r.kind) | u64::from(r.sub) << 8 | u64::from(r.ty) << 16 | u64::from(r.flags) << 24 | u64::from(r.pad) << 32;
-    [w0, r.dst, r.size, r.src, r.sig, r.signal, r.value, r.commit]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn record_words_follow_the_c_layout() {
-        let r = AgentRec { kind: 1, sub: 2, ty: 3, flags: 4, pad: 0, dst: 5, size: 6, src: 7, sig: 8, signal: 9, value: 10, commit: 11 };
-        let w = bytemuck_words(&r);
-        // SAFETY: AgentRec is repr(C), 64 bytes (layout.rs asserts it).
-        let raw: [u64; 8] = unsafe { std::mem::transmute(r) };
-        assert_eq!(w, raw, "the word view matches the in-memory layout on this (little-endian) host");
     }
 }

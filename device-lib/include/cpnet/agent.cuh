@@ -4,7 +4,8 @@
  *
  * A proxy thread cannot store into GPU memory, and a CUDA copy per message
  * costs it a driver call and an event. Instead it writes 64-byte records
- * into its landing ring (pinned host memory mapped into the GPU) and this
+ * into its landing ring (pinned host memory mapped into the GPU, in LL form:
+ * every 8-byte word tagged with the record's seq) and this
  * one-block kernel applies them: received puts and their signals, AMOs and
  * ADD signals (with device atomics), and copies from the heap into host
  * staging. The runtime compiles it once per PE with NVRTC; the proxy thread
@@ -17,7 +18,7 @@
  *
  *     #include <cpnet/agent.cuh>
  *     extern "C" __global__ void __launch_bounds__(CPNET_AGENT_THREADS)
- *     cpnet_agent(cpnet_agent_ctl_t* c, cpnet_agent_rec_t* r, uint32_t l,
+ *     cpnet_agent(cpnet_agent_ctl_t* c, uint64_t* r, uint32_t l,
  *                 uint8_t* h, uint64_t s, uint64_t i)
  *     { cpnet_agent_run(c, r, l, h, s, i); }
  */
@@ -84,56 +85,62 @@ __device__ __forceinline__ T amo(T* p, uint8_t op, T v, T cmp)
 
 /** The agent's loop (every thread of one block of CPNET_AGENT_THREADS).
  *  `ctl`/`ring`: the landing ring (device-visible addresses of pinned host
- *  memory), 1 << log2_depth records; `heap`/`heap_size`: this PE's heap;
+ *  memory), 1 << log2_depth slots of CPNET_AGENT_SLOT_BYTES (cmd.h, LL form); `heap`/`heap_size`: this PE's heap;
  *  `idle_ns`: exit after this long without a record. */
-__device__ __forceinline__ void cpnet_agent_run(cpnet_agent_ctl_t* ctl, cpnet_agent_rec_t* ring,
+__device__ __forceinline__ void cpnet_agent_run(cpnet_agent_ctl_t* ctl, uint64_t* ring,
                                                 uint32_t log2_depth, uint8_t* heap, uint64_t heap_size,
                                                 uint64_t idle_ns)
 {
     using namespace cpnet_agent_detail;
     __shared__ cpnet_agent_rec_t rec;
-    __shared__ int go;
+    __shared__ int quit;
     const bool leader = threadIdx.x == 0;
     const uint64_t mask = (1ull << log2_depth) - 1;
+    const uint64_t slot_words = CPNET_AGENT_SLOT_BYTES / 8;
     // Only this agent writes `done`, and the one before it on the stream
     // has ended (kernels of one stream never overlap): a relaxed load sees
     // its last value.
     uint64_t next = cpnet_ld_relaxed_sys_u64(&ctl->done);
     // Time sums (leader only), flushed to the control block at exit.
-    uint64_t t_read = 0, t_apply = 0, t_publish = 0, t0 = 0, t1 = 0;
+    uint64_t t_read = 0, t_apply = 0, t_publish = 0, t1 = 0;
     for (;;) {
-        if (leader) {
-            uint64_t since = cpnet_globaltimer_ns();
-            uint32_t polls = 0;
-            const cpnet_agent_rec_t* r = &ring[next & mask];
-            for (;;) {
-                // A4: acquire, pairs with the proxy's release of the commit (A3).
-                if (cpnet_ld_acquire_sys_u64(&r->commit) == next + 1) {
-                    t0 = cpnet_globaltimer_ns();
-                    go = 1;
-                    break;
-                }
-                if ((++polls & 63) == 0) {
-                    if (cpnet_ld_relaxed_sys_u32(&ctl->stop) != 0 || cpnet_globaltimer_ns() - since > idle_ns) {
-                        go = 0;
-                        break;
-                    }
-                }
+        uint64_t* const slot = ring + (next & mask) * slot_words;
+        // A4: threads 0..13 poll the record's 14 tagged halves at once (one
+        // coalesced read of 112 bytes per round); the block counts the
+        // matching tags. All 14: the record is complete. A torn view (the
+        // proxy's stores still arriving) is polled again.
+        const uint32_t tag = (uint32_t)(next + 1);
+        const uint64_t since = leader ? cpnet_globaltimer_ns() : 0;
+        uint64_t first_seen = 0;
+        uint32_t polls = 0;
+        bool go = true;
+        for (;;) {
+            int ok = 0;
+            if (threadIdx.x < CPNET_AGENT_LL_WORDS) {
+                // Acquire, pairs with the proxy's release store of this word
+                // (A2); the count's barrier below carries every thread's
+                // acquire to the whole block.
+                const uint64_t v = cpnet_ld_acquire_sys_u64(slot + threadIdx.x);
+                ok = (uint32_t)(v >> 32) == tag;
+                if (ok) ((uint32_t*)&rec)[threadIdx.x] = (uint32_t)v;
+            }
+            const int n = __syncthreads_count(ok);
+            if (n == CPNET_AGENT_LL_WORDS) break;
+            if (leader && n > 0 && first_seen == 0) first_seen = cpnet_globaltimer_ns();
+            if ((++polls & 63) == 0) {
+                // Every thread counts the same polls: the block decides together.
+                if (leader)
+                    quit = cpnet_ld_relaxed_sys_u32(&ctl->stop) != 0 || cpnet_globaltimer_ns() - since > idle_ns;
+                __syncthreads();
+                go = !quit;
+                __syncthreads();
+                if (!go) break;
             }
         }
-        __syncthreads();
         if (!go) break;
-        // The record's other words, one per thread, so that the seven PCIe
-        // reads are in flight together (one thread's strong loads of host
-        // memory complete one after the other: ~0.85 us each, measured).
-        // They follow the leader's acquire through the block barrier, so they
-        // see the record as published.
-        if (threadIdx.x < 7)
-            ((uint64_t*)&rec)[threadIdx.x] = cpnet_ld_relaxed_sys_u64((const uint64_t*)&ring[next & mask] + threadIdx.x);
-        __syncthreads();
         if (leader) {
             t1 = cpnet_globaltimer_ns();
-            t_read += t1 - t0;
+            if (first_seen != 0) t_read += t1 - first_seen;
         }
         const uint64_t size = rec.size, dst = rec.dst;
         bool ok = true;
@@ -179,9 +186,9 @@ __device__ __forceinline__ void cpnet_agent_run(cpnet_agent_ctl_t* ctl, cpnet_ag
                     else
                         old = amo<unsigned int>((unsigned int*)(heap + dst), rec.sub, (unsigned int)rec.value,
                                                 (unsigned int)rec.signal);
-                    // The old value goes back in the record; A5's fence and
-                    // release publish it with `done`.
-                    cpnet_st_relaxed_sys_u64(&ring[next & mask].value, old);
+                    // The old value goes to the slot's result word; A5's
+                    // fence and release publish it with `done`.
+                    cpnet_st_relaxed_sys_u64(slot + CPNET_AGENT_SLOT_OFF_RESULT / 8, old);
                 }
                 break;
             }

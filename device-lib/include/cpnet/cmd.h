@@ -540,26 +540,42 @@ CPNET_CHECK_OFF(cpnet_status_t, claim_gen, CPNET_STATUS_OFF_CLAIM_GEN);
  * remote put's source). One driver call starts the agent; it then serves
  * records until it has been idle for `idle_ns` and exits on its own.
  *
- *   +0                      cpnet_agent_ctl_t   (64 bytes)
- *   +64 + i*64, i<depth     cpnet_agent_rec_t rec[i]
+ *   +0                          cpnet_agent_ctl_t   (64 bytes)
+ *   +64 + i*128, i<depth        slot[i]: the record seq (i = seq & (depth-1))
+ *                               in LL form (below), then its result word
+ *
+ * LL form (after NCCL's low-latency protocol): a record's words 0..6 (the
+ * cpnet_agent_rec_t fields before `reserved`, 56 bytes) travel as 14 32-bit
+ * halves, half h (little-endian order) in slot word h, whose high 32 bits
+ * carry the tag (uint32_t)(seq + 1). Each slot word is written and read as
+ * one 8-byte single-copy-atomic access, so a reader that finds the tag in
+ * all 14 words has the whole record, with no separate commit word to poll
+ * first and read after: one PCIe round trip instead of two. Slot word 14 is
+ * the record's result (an AMO's old value, A5); word 15 is zero.
  *
  * Producer (the proxy thread, the only writer of records):
  *   A1  Space. Record seq may be written when seq - done < depth (done
  *       loaded with ACQUIRE, pairs with A5).
- *   A2  Fill. Words 0..6 of rec[seq & (depth-1)] with relaxed stores.
- *   A3  Publish. rec.commit = seq + 1 with RELEASE (pairs with A4).
+ *   A2  Fill. Slot words 0..13 (tagged halves) with RELEASE stores, in any
+ *       order, after whatever the record points at (host staging data):
+ *       each store pairs with the agent's acquire of that word (A4).
  *   A6  Wake. If ctl.running (ACQUIRE, pairs with A7) is 0 while done is
  *       below the published count, store running = 1 and launch the agent on
  *       the thread's agent stream (kernels on one stream never overlap, so
  *       at most one agent serves a ring).
- * Consumer (the agent's leader thread):
- *   A4  Poll. Loads rec[done & mask].commit with ACQUIRE at system scope
- *       (ld.acquire.sys); equal to done + 1: the record's words are valid.
+ * Consumer (the agent: threads 0..13 of its block):
+ *   A4  Poll. Thread h loads slot word h with ACQUIRE at system scope
+ *       (ld.acquire.sys), all 14 at once (one warp, one coalesced read);
+ *       when every tag equals seq + 1 (a block-wide count), the record is
+ *       complete, and what the proxy wrote before it (staging data) is
+ *       visible to the block after the barrier that counted. A torn view
+ *       (some tags old) is simply polled again.
  *   A5  Done. After the block applied it (block barrier, then a system-scope
  *       fence: the heap writes and, for AMOs, the result word are visible),
  *       stores ctl.done = seq + 1 with RELEASE at system scope. The proxy's
  *       ACQUIRE load of done (A1, and its completion scan) pairs with it: a
- *       record below done is applied, its `value` holds an AMO's old value.
+ *       record below done is applied, its result word holds an AMO's old
+ *       value.
  *   A7  Exit. After `idle_ns` with nothing new, or when ctl.stop is set, the
  *       agent stores running = 0 with RELEASE as its last action.
  *
@@ -571,6 +587,12 @@ CPNET_CHECK_OFF(cpnet_status_t, claim_gen, CPNET_STATUS_OFF_CLAIM_GEN);
  */
 
 #define CPNET_AGENT_REC_BYTES 64
+/** Bytes of one landing-ring slot: the record in LL form, its result word, a zero word. */
+#define CPNET_AGENT_SLOT_BYTES 128
+/** Tagged 32-bit halves of a record in its slot (words 0..6 of cpnet_agent_rec_t). */
+#define CPNET_AGENT_LL_WORDS 14
+/** Byte offset of the result word in a slot. */
+#define CPNET_AGENT_SLOT_OFF_RESULT 112
 /** Default landing-ring depth (records, power of two). */
 #define CPNET_AGENT_DEFAULT_DEPTH 1024
 /** Threads in the agent's block. */
@@ -583,7 +605,7 @@ CPNET_CHECK_OFF(cpnet_status_t, claim_gen, CPNET_STATUS_OFF_CLAIM_GEN);
  *  add), after the data. */
 #define CPNET_AGENT_K_PUT 1
 /** AMO `sub` (CPNET_AMO_*) of type `ty` on heap offset `dst`, operand
- *  `value`, compare `signal`; the old value replaces `value` (A5). */
+ *  `value`, compare `signal`; the old value goes to the slot's result word (A5). */
 #define CPNET_AGENT_K_AMO 2
 /** Copy `size` bytes from heap offset `dst` to device-visible address `src`
  *  (host staging). */
@@ -602,9 +624,9 @@ CPNET_CHECK_OFF(cpnet_status_t, claim_gen, CPNET_STATUS_OFF_CLAIM_GEN);
 #define CPNET_AGENT_REC_OFF_SIG 32
 #define CPNET_AGENT_REC_OFF_SIGNAL 40
 #define CPNET_AGENT_REC_OFF_VALUE 48
-#define CPNET_AGENT_REC_OFF_COMMIT 56
+#define CPNET_AGENT_REC_OFF_RESERVED 56
 
-/** One landing record: 64 bytes. */
+/** One landing record: 64 bytes (words 0..6 travel in LL form, see above). */
 typedef struct cpnet_agent_rec {
     uint8_t kind;     /**< CPNET_AGENT_K_* */
     uint8_t sub;      /**< CPNET_SIGNAL_* (PUT with signal) or CPNET_AMO_* */
@@ -616,8 +638,8 @@ typedef struct cpnet_agent_rec {
     uint64_t src;     /**< device-visible address of host staging: read (PUT) or written (COPY_OUT) */
     uint64_t sig;     /**< heap offset of the signal word (PUT with signal) */
     uint64_t signal;  /**< signal operand (PUT); compare value (AMO compare_swap) */
-    uint64_t value;   /**< inline data (PUT) or AMO operand; an AMO's old value after A5 */
-    uint64_t commit;  /**< seq + 1, written last with release (A3) */
+    uint64_t value;   /**< inline data (PUT) or AMO operand */
+    uint64_t reserved; /**< not sent (the LL tags carry the seq) */
 } cpnet_agent_rec_t;
 
 #define CPNET_AGENT_CTL_BYTES 64
@@ -637,7 +659,7 @@ typedef struct cpnet_agent_ctl {
     uint32_t stop;      /**< nonzero: exit now (proxy, at teardown) */
     uint64_t bad;       /**< records refused by the agent (range outside the heap): a proxy bug */
     uint64_t launches;  /**< agent launches (proxy; for the docs' idle figures) */
-    uint64_t t_read;    /**< ns (%globaltimer) the agent spent reading records after seeing their commit, summed */
+    uint64_t t_read;    /**< ns (%globaltimer) from a record's first tagged word seen to all 14 (torn reads), summed */
     uint64_t t_apply;   /**< ns spent applying records (copies, signals, AMOs), summed */
     uint64_t t_publish; /**< ns spent publishing `done` (the system-scope release), summed */
     uint64_t reserved;  /**< zero */
@@ -654,7 +676,10 @@ CPNET_CHECK_OFF(cpnet_agent_rec_t, src, CPNET_AGENT_REC_OFF_SRC);
 CPNET_CHECK_OFF(cpnet_agent_rec_t, sig, CPNET_AGENT_REC_OFF_SIG);
 CPNET_CHECK_OFF(cpnet_agent_rec_t, signal, CPNET_AGENT_REC_OFF_SIGNAL);
 CPNET_CHECK_OFF(cpnet_agent_rec_t, value, CPNET_AGENT_REC_OFF_VALUE);
-CPNET_CHECK_OFF(cpnet_agent_rec_t, commit, CPNET_AGENT_REC_OFF_COMMIT);
+CPNET_CHECK_OFF(cpnet_agent_rec_t, reserved, CPNET_AGENT_REC_OFF_RESERVED);
+CPNET_STATIC_ASSERT(CPNET_AGENT_LL_WORDS * 4 == CPNET_AGENT_REC_OFF_RESERVED, "LL halves cover words 0..6");
+CPNET_STATIC_ASSERT(CPNET_AGENT_SLOT_OFF_RESULT == CPNET_AGENT_LL_WORDS * 8, "result after the LL words");
+CPNET_STATIC_ASSERT(CPNET_AGENT_SLOT_OFF_RESULT + 16 == CPNET_AGENT_SLOT_BYTES, "slot bytes");
 CPNET_STATIC_ASSERT(sizeof(cpnet_agent_ctl_t) == CPNET_AGENT_CTL_BYTES, "cpnet_agent_ctl_t size");
 CPNET_CHECK_OFF(cpnet_agent_ctl_t, done, CPNET_AGENT_CTL_OFF_DONE);
 CPNET_CHECK_OFF(cpnet_agent_ctl_t, running, CPNET_AGENT_CTL_OFF_RUNNING);
