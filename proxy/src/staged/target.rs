@@ -1,0 +1,207 @@
+//! The target's side of the staged transport: a received message (a put
+//! and its signal, an AMO, a get, a reply or an ACK to one of our own
+//! operations, a barrier notice) acted on, its buffer reposted.
+
+use super::*;
+
+impl StagedTransport {
+    /// A message arrived in receive buffer `r`.
+    pub(super) fn on_recv(&mut self, r: u32, done: &mut Vec<Finished>) -> Result<(), CudaError> {
+        let p = self.recv_ptr(r);
+        let h = Self::read_hdr(p);
+        if h.src_pe < 0 || h.src_pe >= self.inner.n_pes || h.src_pe == self.inner.my_pe {
+            tracing::error!("PE {}: staged transport: message of kind {} from unknown PE {}", self.inner.my_pe, h.kind, h.src_pe);
+            self.repost(r);
+            return Ok(());
+        }
+        let heap = self.inner.heap.size;
+        let in_heap = |off: u64, len: u64| off.checked_add(len).is_some_and(|e| e <= heap);
+        match h.kind {
+            K_PUT => {
+                let pe = h.src_pe;
+                self.recv_at[r as usize] = self.timing.then(std::time::Instant::now);
+                let sig_ok = h.flags & F_SIGNAL == 0 || (in_heap(h.sig, 8) && h.sig.is_multiple_of(8));
+                let len_ok = if h.flags & F_INLINE != 0 { h.size <= 8 } else { h.size <= self.inner.cfg.chunk as u64 };
+                if !in_heap(h.dst, h.size) || !sig_ok || !len_ok {
+                    self.repost(r);
+                    let mut a = self.hdr(K_ACK);
+                    a.tag = h.tag;
+                    a.cond = ErrorCode::BadAddr as u64;
+                    self.send_small(pe, a, None);
+                    return Ok(());
+                }
+                let signal = (h.flags & F_SIGNAL != 0)
+                    .then(|| (h.sig, h.signal, SignalOp::from_u8(h.sub).unwrap_or(SignalOp::Set)));
+                if h.flags & F_INLINE != 0 || self.agent_sized(h.size) {
+                    let rec = if h.flags & F_INLINE != 0 {
+                        put_rec(h.dst, h.size, None, h.value, signal)
+                    } else {
+                        // SAFETY: the payload follows the header in the buffer.
+                        put_rec(h.dst, h.size, Some(self.staging_dev(unsafe { p.add(HDR_BYTES) })), 0, signal)
+                    };
+                    self.land(rec, After::Applied { recv: r, pe, tag: h.tag, sig_add: None });
+                    return Ok(());
+                }
+                if h.size > 0 {
+                    let src = if h.flags & F_INLINE != 0 {
+                        // SAFETY: the header's `value` field inside the buffer.
+                        unsafe { p.add(std::mem::offset_of!(Hdr, value)) }
+                    } else {
+                        // SAFETY: the payload follows the header in the buffer.
+                        unsafe { p.add(HDR_BYTES) }
+                    };
+                    // SAFETY: the receive buffer is pinned and not reposted until
+                    // this copy's event passes; the range is checked above.
+                    unsafe { self.inner.stream.htod(self.dev(h.dst), src, h.size as usize)? };
+                }
+                let mut sig_add = None;
+                if h.flags & F_SIGNAL != 0 {
+                    match SignalOp::from_u8(h.sub) {
+                        Some(SignalOp::Add) => sig_add = Some((h.sig, h.signal)),
+                        _ => {
+                            // SAFETY: the header's `signal` field, pinned, kept
+                            // until the event passes; the word is checked above.
+                            unsafe {
+                                self.inner.stream.htod(self.dev(h.sig), p.add(std::mem::offset_of!(Hdr, signal)), 8)?
+                            };
+                        }
+                    }
+                }
+                self.after(After::Applied { recv: r, pe, tag: h.tag, sig_add })?;
+            }
+            K_GET => {
+                self.repost(r);
+                if !in_heap(h.dst, h.size) || h.size > self.inner.cfg.chunk as u64 {
+                    let mut a = self.hdr(K_GET_REPLY);
+                    a.tag = h.tag;
+                    a.cond = ErrorCode::BadAddr as u64;
+                    self.send_small(h.src_pe, a, None);
+                } else {
+                    self.get_wait.push_back(h);
+                    self.serve_gets()?;
+                }
+            }
+            K_AMO => {
+                self.repost(r);
+                let (ty, op) = (AmoType::from_u8(h.ty), AmoOp::from_u8(h.sub));
+                match (ty, op) {
+                    (Some(ty), Some(op)) if in_heap(h.dst, ty.size()) && h.dst.is_multiple_of(ty.size()) => {
+                        self.land_amo(AmoItem {
+                            ty,
+                            op,
+                            dst: h.dst,
+                            value: h.value,
+                            cond: h.cond,
+                            done: AmoDone::Reply { pe: h.src_pe, tag: h.tag },
+                        });
+                    }
+                    _ => {
+                        let mut a = self.hdr(K_AMO_REPLY);
+                        a.tag = h.tag;
+                        a.cond = ErrorCode::BadAddr as u64;
+                        self.send_small(h.src_pe, a, None);
+                    }
+                }
+            }
+            K_ACK | K_AMO_REPLY => {
+                self.repost(r);
+                self.credits[h.src_pe as usize] += 1;
+                if let Some(i) = self.op_of(h.tag) {
+                    if h.cond != 0 {
+                        self.ops[i as usize].error.get_or_insert(ErrorCode::from_i32(h.cond as i32).unwrap_or(ErrorCode::Fabric));
+                    }
+                    if h.kind == K_AMO_REPLY {
+                        self.ops[i as usize].value = h.value;
+                    }
+                    self.answered(i, done);
+                }
+            }
+            K_GET_REPLY => {
+                self.credits[h.src_pe as usize] += 1;
+                let Some(i) = self.op_of(h.tag) else {
+                    self.repost(r);
+                    return Ok(());
+                };
+                if h.cond != 0 {
+                    self.repost(r);
+                    self.ops[i as usize].error.get_or_insert(ErrorCode::from_i32(h.cond as i32).unwrap_or(ErrorCode::Fabric));
+                    self.answered(i, done);
+                    return Ok(());
+                }
+                match self.ops[i as usize].op {
+                    Some(Op::Get { dst: GetDst::Result, size, .. }) => {
+                        let mut b = [0u8; 8];
+                        let n = (size as usize).min(8);
+                        // SAFETY: the reply's payload follows its header; at
+                        // most 8 bytes, inside the buffer.
+                        unsafe { std::ptr::copy_nonoverlapping(p.add(HDR_BYTES), b.as_mut_ptr(), n) };
+                        self.ops[i as usize].value = u64::from_le_bytes(b);
+                        self.repost(r);
+                        self.answered(i, done);
+                    }
+                    Some(Op::Get { dst: GetDst::Heap(dst), .. }) if self.agent_sized(h.size) => {
+                        // SAFETY: the payload follows the header in the buffer.
+                        let from = self.staging_dev(unsafe { p.add(HDR_BYTES) });
+                        self.land(put_rec(dst + h.value, h.size, Some(from), 0, None), After::GetApplied { recv: r, op: i });
+                    }
+                    Some(Op::Get { dst: GetDst::Heap(dst), .. }) => {
+                        if h.size > 0 {
+                            // SAFETY: pinned payload kept until the event
+                            // passes (reposted then); the local range is inside
+                            // the decoder-checked destination (offset h.value).
+                            unsafe { self.inner.stream.htod(self.dev(dst + h.value), p.add(HDR_BYTES), h.size as usize)? };
+                        }
+                        self.after(After::GetApplied { recv: r, op: i })?;
+                    }
+                    _ => self.repost(r),
+                }
+            }
+            K_BARRIER => {
+                self.repost(r);
+                if let Some(a) = self.inner.shared.arrived.get(h.dst as usize) {
+                    // Release: pairs with the Acquire load in `barrier`, so the
+                    // thread that sees the arrival sees this thread's earlier
+                    // work (nothing more is needed: data completion is by ACK).
+                    a.fetch_max(h.value, Ordering::AcqRel);
+                }
+            }
+            other => {
+                self.repost(r);
+                tracing::error!("PE {}: staged transport: unknown message kind {other} from PE {}", self.inner.my_pe, h.src_pe);
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn repost(&mut self, r: u32) {
+        if let Err(e) = self.post_recv(r) {
+            tracing::error!("PE {}: reposting a receive buffer: {e}", self.inner.my_pe);
+        }
+    }
+
+    /// Serve waiting GET requests while send buffers last.
+    pub(super) fn serve_gets(&mut self) -> Result<(), CudaError> {
+        while let Some(h) = self.get_wait.front().copied() {
+            let Some(b) = self.free_big.pop() else { break };
+            self.get_wait.pop_front();
+            let mut a = self.hdr(K_GET_REPLY);
+            a.tag = h.tag;
+            a.size = h.size;
+            a.value = h.value;
+            Self::write_hdr(self.big_ptr(b), &a);
+            self.big_owner[b as usize] = None;
+            let send = After::Send { buf: b, len: HDR_BYTES + h.size as usize, pe: h.src_pe };
+            if self.agent_sized(h.size) {
+                // SAFETY: the payload area of big buffer b, ours until its send completes.
+                let to = self.staging_dev(unsafe { self.big_ptr(b).add(HDR_BYTES) });
+                self.land(copy_out_rec(h.dst, h.size, to), send);
+            } else {
+                // SAFETY: the big buffer is ours until its send completes; the
+                // range was checked against the heap.
+                unsafe { self.inner.stream.dtoh(self.big_ptr(b).add(HDR_BYTES), self.dev(h.dst), h.size as usize)? };
+                self.after(send)?;
+            }
+        }
+        Ok(())
+    }
+}
