@@ -792,7 +792,7 @@ impl GpuPe {
         let peers = PeerHeaps::exchange(&boot, me, &heap, tuning.gpu_ipc)?;
         let p2p = if tuning.gpu_p2p { Some(p2p_table(&cuda, me, &heap, &peers)?) } else { None };
         let stream = cuda.new_stream().map_err(|source| GpuError::Cuda { what: "cuStreamCreate (application stream)", source })?;
-        let fabric = pe::default_fabric(&launch, &tuning);
+        let fabric = pe::default_fabric(&launch, &tuning, boot.local_ip());
         let cfg = StagedConfig {
             fabric: fabric.clone(),
             chunk: tuning.stage_chunk as usize,

@@ -412,16 +412,25 @@ pub(crate) fn init_logging() {
     });
 }
 
-/// The provider to use when `CPNET_PROVIDER` is not set: `shm` when every
-/// PE is on this host, `tcp;ofi_rxm` otherwise; and where tcp binds.
-pub(crate) fn default_fabric(launch: &Launch, tuning: &Tuning) -> FabricConfig {
+/// The provider and where it binds. The provider: `CPNET_PROVIDER`, else
+/// `shm` when every PE is on this host, `tcp;ofi_rxm` otherwise. Where an IP
+/// provider binds: `CPNET_FABRIC_NODE`; else `127.0.0.1` when every PE is on
+/// this host; else `rendezvous_ip`, the local address of this PE's
+/// connection to the rendezvous ([`Bootstrap::local_ip`]), i.e. the
+/// interface this host reaches PE 0's host through. Left to itself, libfabric's
+/// tcp provider takes the first interface it lists, which can be the
+/// loopback one: a PE then publishes `127.0.0.1` and no other host reaches it
+/// (seen between two network namespaces, scripts/twohost.sh).
+pub(crate) fn default_fabric(launch: &Launch, tuning: &Tuning, rendezvous_ip: Option<std::net::IpAddr>) -> FabricConfig {
     let all_local = launch.local_size == launch.n_pes;
     let provider = tuning
         .provider
         .clone()
         .unwrap_or_else(|| if all_local { "shm".to_owned() } else { "tcp;ofi_rxm".to_owned() });
     let ip = !provider.starts_with("shm");
-    let src_node = tuning.fabric_node.clone().or_else(|| (ip && all_local).then(|| "127.0.0.1".to_owned()));
+    let src_node = tuning.fabric_node.clone().or_else(|| {
+        if all_local { Some("127.0.0.1".to_owned()) } else { rendezvous_ip.map(|a| a.to_string()) }
+    });
     FabricConfig { provider, src_node: if ip { src_node } else { None } }
 }
 
@@ -459,7 +468,7 @@ impl Pe {
         // which `_region` keeps allocated as long as `self` (and the service
         // threads, joined before it is freed).
         let heap = unsafe { HeapView::from_raw(region_view.base(), heap_size) };
-        let fabric = default_fabric(&launch, &tuning);
+        let fabric = default_fabric(&launch, &tuning, boot.local_ip());
         let threads = tuning.proxy_threads.min(tuning.queues).max(1);
         let limits = Limits { n_pes: launch.n_pes, heap_size };
         let queues = (0..threads).map(|t| (t..tuning.queues).step_by(threads).map(|q| pool.queue(q)).collect()).collect();
@@ -730,6 +739,30 @@ impl Drop for PeCore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fabric_binds_loopback_on_one_host_and_the_rendezvous_route_across_hosts() {
+        use crate::env::Launcher;
+        let ip: std::net::IpAddr = "10.213.7.2".parse().unwrap();
+        let one_host = Launch { pe: 1, n_pes: 2, local_pe: 1, local_size: 2, bootstrap: Some("h:1".into()), launcher: Launcher::Mpi };
+        let two_hosts = Launch { local_pe: 0, local_size: 1, ..one_host.clone() };
+        let tcp = Tuning { provider: Some("tcp;ofi_rxm".into()), ..Tuning::default() };
+
+        let f = default_fabric(&one_host, &Tuning::default(), Some(ip));
+        assert_eq!((f.provider.as_str(), f.src_node), ("shm", None), "one host: shm, which binds nothing");
+        let f = default_fabric(&one_host, &tcp, Some(ip));
+        assert_eq!(f.src_node.as_deref(), Some("127.0.0.1"), "one host over tcp: loopback");
+
+        let f = default_fabric(&two_hosts, &Tuning::default(), Some(ip));
+        assert_eq!((f.provider.as_str(), f.src_node.as_deref()), ("tcp;ofi_rxm", Some("10.213.7.2")), "the route to PE 0");
+        let f = default_fabric(&two_hosts, &Tuning::default(), None);
+        assert_eq!(f.src_node, None, "no connection: the provider's choice");
+        let node = Tuning { fabric_node: Some("10.9.9.9".into()), ..tcp.clone() };
+        let f = default_fabric(&two_hosts, &node, Some(ip));
+        assert_eq!(f.src_node.as_deref(), Some("10.9.9.9"), "CPNET_FABRIC_NODE wins");
+        let shm = Tuning { provider: Some("shm".into()), ..Tuning::default() };
+        assert_eq!(default_fabric(&two_hosts, &shm, Some(ip)).src_node, None, "shm binds no address");
+    }
 
     #[test]
     fn symmetric_allocator_is_first_fit_and_coalesces() {
