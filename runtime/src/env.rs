@@ -68,6 +68,7 @@
 //! | `CPNET_STAGE_BUFS` | GPU PEs on the staged path: send buffers per proxy thread | count, `1..=4096` | `16` |
 //! | `CPNET_AGENT_BYTES` | GPU PEs on the staged path: puts, gets and their pieces of at most this many bytes move between the GPU heap and the pinned staging buffers through the landing agent (a one-block kernel each proxy thread starts, `cpnet/agent.cuh`: no CUDA driver call per message); larger ones through copy-engine copies and events. Signals and AMOs always go through the agent. `0`: data never does | bytes (K/M/G), `0..=CPNET_STAGE_CHUNK` | `16K` |
 //! | `CPNET_AGENT_IDLE` | GPU PEs: a landing agent with nothing to do for this long exits (it holds one block of one SM while it runs, and a device synchronize waits for it); the next record starts it again with one kernel launch | microseconds, `1..=10000000` | `2000` |
+//! | `CPNET_TRANSPORT_MAP` | `1`: right after init each PE prints on stderr one line per PE of the job (itself included) naming the path its operations to that PE take and the provider, as libfabric reports it: `cpnet: transport map: PE <me> -> PE <peer>: <path> via <provider> [<details>]`, path one of `self`, `p2p stores`, `ipc copy`, `rma`, `staged active messages` ([`crate::transport_map`]); `cpnet-run --transport-map` sets it for its PEs | `0` or `1` | `0` |
 
 //!
 //! # Others
@@ -135,6 +136,9 @@ pub const PROXY_IDLE_SLEEP: &str = "CPNET_PROXY_IDLE_SLEEP";
 pub const AGENT_BYTES: &str = "CPNET_AGENT_BYTES";
 /// `CPNET_AGENT_IDLE`: microseconds an idle landing agent waits before it exits.
 pub const AGENT_IDLE: &str = "CPNET_AGENT_IDLE";
+/// `CPNET_TRANSPORT_MAP`: `1` prints each PE's path to every PE after init
+/// (`cpnet-run --transport-map` sets it).
+pub const TRANSPORT_MAP: &str = "CPNET_TRANSPORT_MAP";
 
 /// Variables of other launchers that [`Launch`] understands (read only).
 pub mod foreign {
@@ -478,6 +482,9 @@ pub struct Tuning {
     pub agent_bytes: u64,
     /// `CPNET_AGENT_IDLE`: an idle landing agent exits after this long.
     pub agent_idle: Duration,
+    /// `CPNET_TRANSPORT_MAP`: print the path to every PE after init
+    /// ([`crate::transport_map`]).
+    pub transport_map: bool,
 }
 
 impl Default for Tuning {
@@ -505,6 +512,7 @@ impl Default for Tuning {
             stage_bufs: 16,
             agent_bytes: 16 << 10,
             agent_idle: Duration::from_micros(2000),
+            transport_map: false,
         }
     }
 }
@@ -559,6 +567,9 @@ impl Tuning {
         }
         if let Some(v) = get(GPU_P2P) {
             t.gpu_p2p = switch(GPU_P2P, &v)?;
+        }
+        if let Some(v) = get(TRANSPORT_MAP) {
+            t.transport_map = switch(TRANSPORT_MAP, &v)?;
         }
         if let Some(v) = get(STAGE_CHUNK) {
             t.stage_chunk = parse_bytes(&v)
@@ -1188,6 +1199,20 @@ mod tests {
         assert!(!Tuning::from_lookup(env(&[(GPU_P2P, "0")])).unwrap().gpu_p2p);
         assert!(Tuning::from_lookup(env(&[(GPU_P2P, "on")])).is_err());
         assert!(Tuning::from_lookup(env(&[(STAGE_CREDITS, "0")])).is_err());
+    }
+
+    #[test]
+    fn transport_map_off_by_default_on_with_1_nothing_else() {
+        assert!(!Tuning::from_lookup(env(&[])).unwrap().transport_map);
+        assert!(!Tuning::from_lookup(env(&[(TRANSPORT_MAP, "0")])).unwrap().transport_map);
+        assert!(!Tuning::from_lookup(env(&[(TRANSPORT_MAP, " ")])).unwrap().transport_map, "empty is unset");
+        assert!(Tuning::from_lookup(env(&[(TRANSPORT_MAP, "1")])).unwrap().transport_map);
+        assert!(Tuning::from_lookup(env(&[(TRANSPORT_MAP, " 1 ")])).unwrap().transport_map);
+        for bad in ["yes", "on", "true", "2", "-1"] {
+            let e = Tuning::from_lookup(env(&[(TRANSPORT_MAP, bad)])).unwrap_err();
+            assert!(matches!(&e, EnvError::Invalid { var, value, .. } if *var == TRANSPORT_MAP && value == bad), "{e}");
+            assert!(e.to_string().contains("0 or 1"), "{e}");
+        }
     }
 
     #[test]

@@ -42,13 +42,14 @@ use cpnet_device::layout::ErrorCode;
 use cpnet_device::ring::{QueueGeometry, QueuePool, RingError};
 use cpnet_proxy::decode::Limits;
 use cpnet_proxy::service::CommandError;
-use cpnet_proxy::transport::{FabricConfig, FabricEndpoint, PeerCard, region_len};
+use cpnet_proxy::transport::{EndpointFacts, FabricConfig, FabricEndpoint, PeerCard, region_len};
 
 use crate::proxy_threads::{Backend, Proxies};
 use std::sync::Mutex;
 
 use crate::bootstrap::{Bootstrap, BootstrapError, PeerFailure};
 use crate::env::{EnvError, Launch, Tuning};
+use crate::transport_map::{self, Route};
 
 /// A CPU work-group's context: the same device API as a GPU work-group
 /// (`cpnet_ctx_t`), in Rust. See [`CpuCtx`].
@@ -336,6 +337,12 @@ impl PeCore {
         self.proxies.command_errors()
     }
 
+    /// Per proxy thread, what its transport reports about itself (set at
+    /// start: the threads are connected then).
+    pub(crate) fn endpoint_facts(&self) -> &[EndpointFacts] {
+        self.proxies.facts()
+    }
+
     /// Barrier, stop the proxy after it has drained, leave the rendezvous.
     /// **Collective.**
     pub(crate) fn finalize(&mut self) -> Result<()> {
@@ -488,7 +495,35 @@ impl Pe {
         })?;
         let pe = Pe { core, pool, heap, _region: region };
         tracing::debug!(pe = me, n_pes = pe.n_pes(), provider = %pe.core.provider, threads, "cpnet PE up");
+        if pe.core.tuning.transport_map {
+            transport_map::print(&pe.transport_map());
+        }
         Ok(pe)
+    }
+
+    /// The path this PE's operations take to every PE, itself included (PE
+    /// order), and the provider as libfabric granted it: what
+    /// `CPNET_TRANSPORT_MAP=1` prints after init ([`crate::transport_map`]).
+    /// Local.
+    pub fn transport_map(&self) -> Vec<Route> {
+        let facts = self.core.endpoint_facts();
+        let fallback;
+        let first = match facts.first() {
+            Some(f) => f,
+            None => {
+                // Not reachable after init (every thread connected); say
+                // what was asked for rather than nothing.
+                fallback = EndpointFacts {
+                    provider: self.core.provider.clone(),
+                    fabric: String::new(),
+                    domain: String::new(),
+                    local_addr: String::new(),
+                    peer_addrs: Vec::new(),
+                };
+                &fallback
+            }
+        };
+        transport_map::cpu_routes(self.my_pe(), self.n_pes(), first, facts.len())
     }
 
     /// This PE's number, `0..n_pes` (`shmem_my_pe`, §9.2.3). Local.
@@ -720,6 +755,9 @@ impl Backend for HostBackend {
             parsed.push(PeerCard::from_bytes(c).ok_or_else(|| format!("PE {peer} sent a malformed fabric card"))?);
         }
         ep.connect(&parsed, Arc::clone(&self.epoch)).map_err(|e| e.to_string())
+    }
+    fn describe(tr: &Self::Transport) -> EndpointFacts {
+        tr.describe()
     }
 }
 
