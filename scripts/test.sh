@@ -4,7 +4,10 @@
 #   1. the whole workspace's tests (unit, multi-threaded, integration; the
 #      device headers compiled with NVRTC for sm_90, which MUST run here:
 #      CPNET_REQUIRE_NVRTC=1 turns a missing libnvrtc into a failure);
-#   2. the loom model of the queue protocol (`--cfg loom`).
+#   2. the loom model of the queue protocol (`--cfg loom`);
+#   3. scripts/twohost.sh: a two-host job between two network namespaces
+#      over tcp;ofi_rxm, with the debug binaries step 1 built (it skips
+#      with one line where `ip netns` does not work, e.g. not as root).
 # GPU tests skip with a message on a machine without a GPU.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -13,3 +16,4 @@ export CPNET_REQUIRE_NVRTC=1
 cargo test --workspace --locked
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test --locked -p cpnet-device --no-default-features --test loom --release
+TWOHOST_PROFILE=debug bash scripts/twohost.sh

@@ -183,10 +183,44 @@ pub struct FabricEndpoint {
     cq: Rc<CompletionQueue>,
     _domain: Rc<Domain>,
     provider: String,
+    /// What libfabric granted, for [`FabricTransport::describe`].
+    granted: Granted,
     my_pe: i32,
     region: HeapView,
     heap_size: u64,
     arena: Arena,
+}
+
+/// What `fi_getinfo` granted and where the endpoint listens, kept for
+/// [`FabricTransport::describe`].
+#[derive(Debug, Clone)]
+struct Granted {
+    provider: String,
+    fabric: String,
+    domain: String,
+    local_addr: String,
+}
+
+/// How a connected [`FabricTransport`] reaches its peers, as libfabric
+/// reports it: what the transport map prints (`CPNET_TRANSPORT_MAP`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointFacts {
+    /// The provider libfabric granted (`fi_fabric_attr::prov_name`), e.g.
+    /// `"shm"` or `"tcp;ofi_rxm"`.
+    pub provider: String,
+    /// The fabric's name (`fi_fabric_attr::name`): for tcp the IP subnet,
+    /// e.g. `"10.0.0.0/24"`.
+    pub fabric: String,
+    /// The domain's name (`fi_domain_attr::name`): for tcp the network
+    /// interface, e.g. `"eth0"`.
+    pub domain: String,
+    /// This endpoint's address in the provider's printable form
+    /// (`fi_av_straddr` of `fi_getname`), e.g.
+    /// `"fi_sockaddr_in://10.0.0.1:40000"`.
+    pub local_addr: String,
+    /// Per PE (index = PE), the address of that PE's endpoint in the same
+    /// form; this PE's own entry is its `local_addr`.
+    pub peer_addrs: Vec<String>,
 }
 
 /// Per-slot scratch words the fabric reads (operands) and writes (results)
@@ -261,6 +295,12 @@ impl FabricEndpoint {
         // (field order); it is only touched through raw pointers.
         let arena_mr = unsafe { MemoryRegion::register(&domain, arena.ptr.cast(), arena.bytes(), Some(&ep)) }
             .map_err(err("fi_mr_reg (operand arena)"))?;
+        let granted = Granted {
+            provider: info.provider_name(),
+            fabric: info.fabric_name(),
+            domain: info.domain_name(),
+            local_addr: printable(&av, ep.name()),
+        };
         tracing::debug!(
             pe = my_pe,
             provider = %info.provider_name(),
@@ -276,6 +316,7 @@ impl FabricEndpoint {
             cq,
             _domain: domain,
             provider: cfg.provider.clone(),
+            granted,
             my_pe,
             region,
             heap_size,
@@ -299,6 +340,7 @@ impl FabricEndpoint {
         let my_pe = self.my_pe;
         let mut peers = Vec::with_capacity(cards.len());
         let mut remote = Vec::with_capacity(cards.len());
+        let mut peer_addrs = Vec::with_capacity(cards.len());
         for (pe, card) in cards.iter().enumerate() {
             if card.mem.len != self.region.size() {
                 return Err(TransportError::BadCard {
@@ -323,6 +365,7 @@ impl FabricEndpoint {
             };
             peers.push(addr);
             remote.push(card.mem);
+            peer_addrs.push(if pe as i32 == my_pe { self.granted.local_addr.clone() } else { printable(&self.av, &card.name) });
         }
         let n_pes = cards.len() as i32;
         let rounds = if n_pes <= 1 { 0 } else { 32 - ((n_pes - 1) as u32).leading_zeros() };
@@ -338,6 +381,7 @@ impl FabricEndpoint {
             rounds,
             barrier_epoch,
             poll_buf: vec![0; 64],
+            peer_addrs,
             inner: self,
         })
     }
@@ -385,6 +429,8 @@ pub struct FabricTransport {
     rounds: u32,
     barrier_epoch: Arc<StdAtomicU64>,
     poll_buf: Vec<u64>,
+    /// Per PE: its endpoint's printable address (for [`Self::describe`]).
+    peer_addrs: Vec<String>,
     // Last: owns the regions, queues and the arena (see FabricEndpoint).
     inner: FabricEndpoint,
 }
@@ -430,6 +476,12 @@ pub(crate) fn fabric_code(e: &FabricError) -> ErrorCode {
     }
 }
 
+/// `addr` as the provider prints it, or why it cannot (for the transport map
+/// only, so a failure is text rather than an error).
+fn printable(av: &AddressVector, addr: &[u8]) -> String {
+    av.straddr(addr).unwrap_or_else(|e| format!("(address not printable: {e})"))
+}
+
 fn mask(v: u64, bytes: u64) -> u64 {
     if bytes >= 8 { v } else { v & ((1u64 << (8 * bytes)) - 1) }
 }
@@ -437,9 +489,22 @@ fn mask(v: u64, bytes: u64) -> u64 {
 const DC: u64 = sys::FI_DELIVERY_COMPLETE;
 
 impl FabricTransport {
-    /// The provider in use.
+    /// The provider in use, as asked for (`FabricConfig::provider`).
     pub fn provider(&self) -> &str {
         &self.inner.provider
+    }
+
+    /// How this transport reaches its peers, as libfabric granted and
+    /// reports it: provider, fabric, domain, and the endpoints' addresses.
+    pub fn describe(&self) -> EndpointFacts {
+        let g = &self.inner.granted;
+        EndpointFacts {
+            provider: g.provider.clone(),
+            fabric: g.fabric.clone(),
+            domain: g.domain.clone(),
+            local_addr: g.local_addr.clone(),
+            peer_addrs: self.peer_addrs.clone(),
+        }
     }
 
     fn target(&self, pe: i32, off: u64, len: u64) -> RemoteTarget {

@@ -1939,6 +1939,17 @@ impl Bootstrap {
         self.n_pes
     }
 
+    /// The local IP address of this PE's connection to the rendezvous: the
+    /// address from which this host reaches PE 0's (the kernel's choice of
+    /// route and interface). `None` for a single PE (no connection), or if
+    /// the socket cannot tell. The runtime binds the fabric to it on
+    /// multi-host jobs ([`crate::pe`], `CPNET_FABRIC_NODE` unset).
+    pub fn local_ip(&self) -> Option<std::net::IpAddr> {
+        let remote = self.remote.as_ref()?;
+        let w = remote.writer.lock();
+        w.local_addr().ok().map(|a| a.ip())
+    }
+
     /// The first failure this PE heard of, if any (one-sided, non-blocking).
     pub fn failure(&self) -> Option<PeerFailure> {
         self.shared.failure()

@@ -49,7 +49,7 @@
 //! | Variable | Meaning | Unit | Default |
 //! |---|---|---|---|
 //! | `CPNET_PROVIDER` | libfabric provider, e.g. `shm`, `tcp;ofi_rxm`, `verbs;ofi_rxm` | name | unset: the runtime picks `shm` when every PE is on this host (`local_size == n_pes`), else `tcp;ofi_rxm` |
-//! | `CPNET_FABRIC_NODE` | local address the provider binds to (tcp) | host name or IP | unset: the runtime uses `127.0.0.1` when every PE is on this host |
+//! | `CPNET_FABRIC_NODE` | local address the provider binds to (tcp) | host name or IP | unset: `127.0.0.1` when every PE is on this host, else the local address of this PE's connection to the rendezvous (the interface through which this host reaches PE 0's; set it where the fabric should use another network than the rendezvous) |
 //! | `CPNET_HEAP_SIZE` | symmetric heap per PE | bytes; a `K`, `M` or `G` suffix (also `KiB`, `MiB`, `GiB`) multiplies by 1024, 1024², 1024³ | `64M` |
 //! | `CPNET_PROXY_THREADS` | proxy service threads per PE | count, `1..=64` | `1` for CPU PEs, `4` for GPU PEs (each GPU operation costs a thread several µs of CUDA driver calls; 8 rings of an allreduce step took 190 µs on 1 thread and 64 µs on 8, docs/results.md) |
 //! | `CPNET_QUEUES` | command queues (work-group contexts) per PE | count, >= 1 | `64` |
@@ -69,6 +69,7 @@
 //! | `CPNET_AGENT_BYTES` | GPU PEs on the staged path: puts, gets and their pieces of at most this many bytes move between the GPU heap and the pinned staging buffers through the landing agent (a one-block kernel each proxy thread starts, `cpnet/agent.cuh`: no CUDA driver call per message); larger ones through copy-engine copies and events. Signals and AMOs always go through the agent. `0`: data never does | bytes (K/M/G), `0..=CPNET_STAGE_CHUNK` | `16K` |
 //! | `CPNET_AGENT_IDLE` | GPU PEs: a landing agent with nothing to do for this long exits (it holds one block of one SM while it runs, and a device synchronize waits for it); the next record starts it again with one kernel launch | microseconds, `1..=10000000` | `2000` |
 //! | `CPNET_PAYLOAD_BYTES` | GPU PEs: each queue slot has a payload slot of this many bytes in pinned host memory mapped into the GPU (`cmd.h` P0); a put or put-with-signal through the queue of more than 8 and at most this many bytes is copied there by the work-group itself, so the proxy sends it without a copy out of the GPU heap. Halved until all queues' slots fit in 64 MiB (`queues x depth x bytes`), and at most `CPNET_STAGE_CHUNK`; `0`: none | bytes (K), `0` or a power of two in `16..=64K` | `4K` |
+//! | `CPNET_TRANSPORT_MAP` | `1`: right after init each PE prints on stderr one line per PE of the job (itself included) naming the path its operations to that PE take and the provider, as libfabric reports it: `cpnet: transport map: PE <me> -> PE <peer>: <path> via <provider> [<details>]`, path one of `self`, `p2p stores`, `ipc copy`, `rma`, `staged active messages` ([`crate::transport_map`]); `cpnet-run --transport-map` sets it for its PEs | `0` or `1` | `0` |
 
 //!
 //! # Others
@@ -141,6 +142,9 @@ pub const PAYLOAD_BYTES: &str = "CPNET_PAYLOAD_BYTES";
 /// Most pinned host memory a GPU PE gives its payload slots (all queues):
 /// [`Tuning::payload_slot_bytes`] halves the slot size until they fit.
 pub const PAYLOAD_BUDGET: usize = 64 << 20;
+/// `CPNET_TRANSPORT_MAP`: `1` prints each PE's path to every PE after init
+/// (`cpnet-run --transport-map` sets it).
+pub const TRANSPORT_MAP: &str = "CPNET_TRANSPORT_MAP";
 
 /// Variables of other launchers that [`Launch`] understands (read only).
 pub mod foreign {
@@ -432,7 +436,8 @@ pub struct Tuning {
     /// (`shm` when all PEs are local, else `tcp;ofi_rxm`).
     pub provider: Option<String>,
     /// `CPNET_FABRIC_NODE`: local address the provider binds to; `None` lets
-    /// the runtime choose (`127.0.0.1` when all PEs are local).
+    /// the runtime choose (`127.0.0.1` when all PEs are local, else the local
+    /// address of the PE's rendezvous connection).
     pub fabric_node: Option<String>,
     /// `CPNET_HEAP_SIZE`: symmetric heap per PE, in bytes (> 0).
     pub heap_size: u64,
@@ -486,6 +491,9 @@ pub struct Tuning {
     /// `CPNET_PAYLOAD_BYTES`: requested bytes per payload slot (0: none);
     /// [`Tuning::payload_slot_bytes`] gives the size in use.
     pub payload_bytes: u32,
+    /// `CPNET_TRANSPORT_MAP`: print the path to every PE after init
+    /// ([`crate::transport_map`]).
+    pub transport_map: bool,
 }
 
 impl Default for Tuning {
@@ -514,6 +522,7 @@ impl Default for Tuning {
             agent_bytes: 16 << 10,
             agent_idle: Duration::from_micros(2000),
             payload_bytes: 4096,
+            transport_map: false,
         }
     }
 }
@@ -584,6 +593,9 @@ impl Tuning {
         }
         if let Some(v) = get(GPU_P2P) {
             t.gpu_p2p = switch(GPU_P2P, &v)?;
+        }
+        if let Some(v) = get(TRANSPORT_MAP) {
+            t.transport_map = switch(TRANSPORT_MAP, &v)?;
         }
         if let Some(v) = get(STAGE_CHUNK) {
             t.stage_chunk = parse_bytes(&v)
@@ -1233,6 +1245,20 @@ mod tests {
         assert!(!Tuning::from_lookup(env(&[(GPU_P2P, "0")])).unwrap().gpu_p2p);
         assert!(Tuning::from_lookup(env(&[(GPU_P2P, "on")])).is_err());
         assert!(Tuning::from_lookup(env(&[(STAGE_CREDITS, "0")])).is_err());
+    }
+
+    #[test]
+    fn transport_map_off_by_default_on_with_1_nothing_else() {
+        assert!(!Tuning::from_lookup(env(&[])).unwrap().transport_map);
+        assert!(!Tuning::from_lookup(env(&[(TRANSPORT_MAP, "0")])).unwrap().transport_map);
+        assert!(!Tuning::from_lookup(env(&[(TRANSPORT_MAP, " ")])).unwrap().transport_map, "empty is unset");
+        assert!(Tuning::from_lookup(env(&[(TRANSPORT_MAP, "1")])).unwrap().transport_map);
+        assert!(Tuning::from_lookup(env(&[(TRANSPORT_MAP, " 1 ")])).unwrap().transport_map);
+        for bad in ["yes", "on", "true", "2", "-1"] {
+            let e = Tuning::from_lookup(env(&[(TRANSPORT_MAP, bad)])).unwrap_err();
+            assert!(matches!(&e, EnvError::Invalid { var, value, .. } if *var == TRANSPORT_MAP && value == bad), "{e}");
+            assert!(e.to_string().contains("0 or 1"), "{e}");
+        }
     }
 
     #[test]

@@ -29,6 +29,7 @@ use cpnet_proxy::mirror::{CudaCopies, QueueMirror};
 use cpnet_proxy::service::{CommandError, GPU_PACING, IDLE_SPIN_FOR, PayloadSlots, Service, Transport};
 use cpnet_proxy::agent::AgentKernel;
 use cpnet_proxy::staged::{GpuHeap, PeShared, StagedConfig, StagedEndpoint, StagedTransport};
+use cpnet_proxy::transport::EndpointFacts;
 use cudarc::driver::{CudaContext, CudaModule, CudaStream, DeviceRepr, DriverError};
 
 use crate::bootstrap::Bootstrap;
@@ -734,6 +735,16 @@ impl Backend for GpuBackend {
     fn connect(&self, ep: StagedEndpoint, cards: Vec<Vec<u8>>) -> Result<StagedTransport, String> {
         ep.connect(&cards).map_err(|e| e.to_string())
     }
+    fn describe(tr: &StagedTransport) -> EndpointFacts {
+        // The staged transport reports its granted provider only.
+        EndpointFacts {
+            provider: tr.provider().to_owned(),
+            fabric: String::new(),
+            domain: String::new(),
+            local_addr: String::new(),
+            peer_addrs: Vec::new(),
+        }
+    }
     fn mirror(&self, t: usize) -> Option<Result<QueueMirror, String>> {
         self.queues.mirror(&self.cuda, &self.per_thread[t]).map_err(|e| e.to_string()).transpose()
     }
@@ -844,7 +855,7 @@ impl GpuPe {
         let peers = PeerHeaps::exchange(&boot, me, &heap, tuning.gpu_ipc)?;
         let p2p = if tuning.gpu_p2p { Some(p2p_table(&cuda, me, &heap, &peers)?) } else { None };
         let stream = cuda.new_stream().map_err(|source| GpuError::Cuda { what: "cuStreamCreate (application stream)", source })?;
-        let fabric = pe::default_fabric(&launch, &tuning);
+        let fabric = pe::default_fabric(&launch, &tuning, boot.local_ip());
         let cfg = StagedConfig {
             fabric: fabric.clone(),
             chunk: tuning.stage_chunk as usize,
@@ -875,7 +886,21 @@ impl GpuPe {
         let core = PeCore::start(launch, tuning, fabric.provider, boot, heap_size, proxies, move |code| q.abort(code))?;
         let pe = GpuPe { core, stream, peers, p2p, queues, heap, cuda };
         tracing::debug!(pe = me, n_pes = pe.n_pes(), device = pe.cuda.ordinal(), provider = %pe.core.provider, threads, queue_mem = %pe.queues.placement(), "cpnet GPU PE up");
+        if pe.core.tuning.transport_map {
+            crate::transport_map::print(&pe.transport_map());
+        }
         Ok(pe)
+    }
+
+    /// The path this PE's operations take to every PE, itself included (PE
+    /// order): from the CUDA IPC mappings that opened ([`GpuPe::peer_path`])
+    /// and whether the kernels' peer table is installed (`CPNET_GPU_P2P`),
+    /// with the provider the staged transport opened, as libfabric reports
+    /// it. What `CPNET_TRANSPORT_MAP=1` prints after init
+    /// ([`crate::transport_map`]). Local.
+    pub fn transport_map(&self) -> Vec<crate::transport_map::Route> {
+        let provider = self.core.endpoint_facts().first().map_or(self.core.provider.as_str(), |f| f.provider.as_str());
+        crate::transport_map::gpu_routes(self.my_pe(), &self.peer_path(), self.p2p.is_some(), provider)
     }
 
     /// This PE's number (`shmem_my_pe`, §9.2.3). Local.

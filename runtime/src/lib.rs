@@ -10,6 +10,8 @@
 //! - [`gpu`]: GPU PEs ([`GpuPe`]): the CUDA device of a PE, the symmetric
 //!   heap in GPU memory, the queues (mapped, or in GPU memory through
 //!   copies: `CPNET_QUEUE_MEM`), the kernel handle and builds;
+//! - [`transport_map`]: the path to each PE and the provider, printed after
+//!   init with `CPNET_TRANSPORT_MAP=1` (`cpnet-run --transport-map`);
 //! - the proxy watchdog (`CPNET_PROXY_STALL_TIMEOUT`): a service thread that
 //!   stops making progress ends its PE with a report of what was pending.
 #![warn(missing_docs)]
@@ -19,6 +21,7 @@ pub mod env;
 pub mod gpu;
 pub mod pe;
 mod proxy_threads;
+pub mod transport_map;
 mod watchdog;
 
 pub use cpnet_device as device;

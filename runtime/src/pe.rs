@@ -42,13 +42,14 @@ use cpnet_device::layout::ErrorCode;
 use cpnet_device::ring::{QueueGeometry, QueuePool, RingError};
 use cpnet_proxy::decode::Limits;
 use cpnet_proxy::service::CommandError;
-use cpnet_proxy::transport::{FabricConfig, FabricEndpoint, PeerCard, region_len};
+use cpnet_proxy::transport::{EndpointFacts, FabricConfig, FabricEndpoint, PeerCard, region_len};
 
 use crate::proxy_threads::{Backend, Proxies};
 use std::sync::Mutex;
 
 use crate::bootstrap::{Bootstrap, BootstrapError, PeerFailure};
 use crate::env::{EnvError, Launch, Tuning};
+use crate::transport_map::{self, Route};
 
 /// A CPU work-group's context: the same device API as a GPU work-group
 /// (`cpnet_ctx_t`), in Rust. See [`CpuCtx`].
@@ -336,6 +337,12 @@ impl PeCore {
         self.proxies.command_errors()
     }
 
+    /// Per proxy thread, what its transport reports about itself (set at
+    /// start: the threads are connected then).
+    pub(crate) fn endpoint_facts(&self) -> &[EndpointFacts] {
+        self.proxies.facts()
+    }
+
     /// Barrier, stop the proxy after it has drained, leave the rendezvous.
     /// **Collective.**
     pub(crate) fn finalize(&mut self) -> Result<()> {
@@ -412,16 +419,25 @@ pub(crate) fn init_logging() {
     });
 }
 
-/// The provider to use when `CPNET_PROVIDER` is not set: `shm` when every
-/// PE is on this host, `tcp;ofi_rxm` otherwise; and where tcp binds.
-pub(crate) fn default_fabric(launch: &Launch, tuning: &Tuning) -> FabricConfig {
+/// The provider and where it binds. The provider: `CPNET_PROVIDER`, else
+/// `shm` when every PE is on this host, `tcp;ofi_rxm` otherwise. Where an IP
+/// provider binds: `CPNET_FABRIC_NODE`; else `127.0.0.1` when every PE is on
+/// this host; else `rendezvous_ip`, the local address of this PE's
+/// connection to the rendezvous ([`Bootstrap::local_ip`]), i.e. the
+/// interface this host reaches PE 0's host through. Left to itself, libfabric's
+/// tcp provider takes the first interface it lists, which can be the
+/// loopback one: a PE then publishes `127.0.0.1` and no other host reaches it
+/// (seen between two network namespaces, scripts/twohost.sh).
+pub(crate) fn default_fabric(launch: &Launch, tuning: &Tuning, rendezvous_ip: Option<std::net::IpAddr>) -> FabricConfig {
     let all_local = launch.local_size == launch.n_pes;
     let provider = tuning
         .provider
         .clone()
         .unwrap_or_else(|| if all_local { "shm".to_owned() } else { "tcp;ofi_rxm".to_owned() });
     let ip = !provider.starts_with("shm");
-    let src_node = tuning.fabric_node.clone().or_else(|| (ip && all_local).then(|| "127.0.0.1".to_owned()));
+    let src_node = tuning.fabric_node.clone().or_else(|| {
+        if all_local { Some("127.0.0.1".to_owned()) } else { rendezvous_ip.map(|a| a.to_string()) }
+    });
     FabricConfig { provider, src_node: if ip { src_node } else { None } }
 }
 
@@ -459,7 +475,7 @@ impl Pe {
         // which `_region` keeps allocated as long as `self` (and the service
         // threads, joined before it is freed).
         let heap = unsafe { HeapView::from_raw(region_view.base(), heap_size) };
-        let fabric = default_fabric(&launch, &tuning);
+        let fabric = default_fabric(&launch, &tuning, boot.local_ip());
         let threads = tuning.proxy_threads.min(tuning.queues).max(1);
         let limits = Limits { n_pes: launch.n_pes, heap_size };
         let queues = (0..threads).map(|t| (t..tuning.queues).step_by(threads).map(|q| pool.queue(q)).collect()).collect();
@@ -479,7 +495,35 @@ impl Pe {
         })?;
         let pe = Pe { core, pool, heap, _region: region };
         tracing::debug!(pe = me, n_pes = pe.n_pes(), provider = %pe.core.provider, threads, "cpnet PE up");
+        if pe.core.tuning.transport_map {
+            transport_map::print(&pe.transport_map());
+        }
         Ok(pe)
+    }
+
+    /// The path this PE's operations take to every PE, itself included (PE
+    /// order), and the provider as libfabric granted it: what
+    /// `CPNET_TRANSPORT_MAP=1` prints after init ([`crate::transport_map`]).
+    /// Local.
+    pub fn transport_map(&self) -> Vec<Route> {
+        let facts = self.core.endpoint_facts();
+        let fallback;
+        let first = match facts.first() {
+            Some(f) => f,
+            None => {
+                // Not reachable after init (every thread connected); say
+                // what was asked for rather than nothing.
+                fallback = EndpointFacts {
+                    provider: self.core.provider.clone(),
+                    fabric: String::new(),
+                    domain: String::new(),
+                    local_addr: String::new(),
+                    peer_addrs: Vec::new(),
+                };
+                &fallback
+            }
+        };
+        transport_map::cpu_routes(self.my_pe(), self.n_pes(), first, facts.len())
     }
 
     /// This PE's number, `0..n_pes` (`shmem_my_pe`, §9.2.3). Local.
@@ -712,6 +756,9 @@ impl Backend for HostBackend {
         }
         ep.connect(&parsed, Arc::clone(&self.epoch)).map_err(|e| e.to_string())
     }
+    fn describe(tr: &Self::Transport) -> EndpointFacts {
+        tr.describe()
+    }
 }
 
 /// One line to stderr in a single write, so lines of several PEs sharing
@@ -730,6 +777,30 @@ impl Drop for PeCore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fabric_binds_loopback_on_one_host_and_the_rendezvous_route_across_hosts() {
+        use crate::env::Launcher;
+        let ip: std::net::IpAddr = "10.213.7.2".parse().unwrap();
+        let one_host = Launch { pe: 1, n_pes: 2, local_pe: 1, local_size: 2, bootstrap: Some("h:1".into()), launcher: Launcher::Mpi };
+        let two_hosts = Launch { local_pe: 0, local_size: 1, ..one_host.clone() };
+        let tcp = Tuning { provider: Some("tcp;ofi_rxm".into()), ..Tuning::default() };
+
+        let f = default_fabric(&one_host, &Tuning::default(), Some(ip));
+        assert_eq!((f.provider.as_str(), f.src_node), ("shm", None), "one host: shm, which binds nothing");
+        let f = default_fabric(&one_host, &tcp, Some(ip));
+        assert_eq!(f.src_node.as_deref(), Some("127.0.0.1"), "one host over tcp: loopback");
+
+        let f = default_fabric(&two_hosts, &Tuning::default(), Some(ip));
+        assert_eq!((f.provider.as_str(), f.src_node.as_deref()), ("tcp;ofi_rxm", Some("10.213.7.2")), "the route to PE 0");
+        let f = default_fabric(&two_hosts, &Tuning::default(), None);
+        assert_eq!(f.src_node, None, "no connection: the provider's choice");
+        let node = Tuning { fabric_node: Some("10.9.9.9".into()), ..tcp.clone() };
+        let f = default_fabric(&two_hosts, &node, Some(ip));
+        assert_eq!(f.src_node.as_deref(), Some("10.9.9.9"), "CPNET_FABRIC_NODE wins");
+        let shm = Tuning { provider: Some("shm".into()), ..Tuning::default() };
+        assert_eq!(default_fabric(&two_hosts, &shm, Some(ip)).src_node, None, "shm binds no address");
+    }
 
     #[test]
     fn symmetric_allocator_is_first_fit_and_coalesces() {

@@ -14,6 +14,7 @@ use cpnet_device::ring::QueueMem;
 use cpnet_proxy::decode::Limits;
 use cpnet_proxy::mirror::QueueMirror;
 use cpnet_proxy::service::{CommandError, Heartbeat, Service, Transport};
+use cpnet_proxy::transport::EndpointFacts;
 
 use crate::bootstrap::Bootstrap;
 use crate::env::Tuning;
@@ -24,7 +25,7 @@ use crate::watchdog::{Watched, Watchdog};
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 
 type CardResult = (usize, std::result::Result<Vec<u8>, String>);
-type ReadyResult = (usize, std::result::Result<(), String>);
+type ReadyResult = (usize, std::result::Result<EndpointFacts, String>);
 
 /// The running service threads of a PE.
 pub(crate) struct Proxies {
@@ -42,6 +43,8 @@ pub(crate) struct Proxies {
     /// What the watchdog watches, until [`Proxies::start_watchdog`] takes it.
     watched: Vec<Watched>,
     watchdog: Option<Watchdog>,
+    /// Per thread, once connected: what its transport reports about itself.
+    facts: Vec<EndpointFacts>,
 }
 
 /// What a transport needs from the runtime to start: opened on the service
@@ -58,6 +61,10 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn card(ep: &Self::Endpoint) -> Vec<u8>;
     /// Connect it.
     fn connect(&self, ep: Self::Endpoint, cards: Vec<Vec<u8>>) -> std::result::Result<Self::Transport, String>;
+    /// What the connected transport reports about itself: its provider as
+    /// libfabric granted it, and where it can say, the endpoints' addresses
+    /// (the transport map, [`crate::transport_map`]).
+    fn describe(tr: &Self::Transport) -> EndpointFacts;
     /// Thread `t`'s queue mirror, when its queues are in GPU memory (built
     /// on the thread, after `open`); its shadows must be the views
     /// [`Proxies::spawn`] got for the thread, in the same order. `None` (the
@@ -144,7 +151,7 @@ impl Proxies {
                             return;
                         }
                     };
-                    let _ = ready_tx.send((t, Ok(())));
+                    let _ = ready_tx.send((t, Ok(B::describe(&transport))));
                     let mut service = match mirror {
                         Some(m) => {
                             debug_assert_eq!(m.len(), queues.len(), "thread {t}: mirror and queue views");
@@ -191,6 +198,7 @@ impl Proxies {
             peer_txs,
             watched,
             watchdog: None,
+            facts: Vec::new(),
         })
     }
 
@@ -259,15 +267,26 @@ impl Proxies {
         for (tx, cards) in self.peer_txs.drain(..).zip(per_thread) {
             let _ = tx.send(cards);
         }
+        let mut facts = vec![None; threads];
         for _ in 0..threads {
             let (t, r) =
                 ready_rx.recv().map_err(|_| Error::Proxy { pe: me, thread: 0, why: "exited during start-up".into() })?;
-            if let Err(why) = r {
-                boot.abort(&format!("fabric connect failed: {why}"));
-                return Err(Error::Proxy { pe: me, thread: t, why });
+            match r {
+                Ok(f) => facts[t] = Some(f),
+                Err(why) => {
+                    boot.abort(&format!("fabric connect failed: {why}"));
+                    return Err(Error::Proxy { pe: me, thread: t, why });
+                }
             }
         }
+        self.facts = facts.into_iter().flatten().collect();
         Ok(())
+    }
+
+    /// Per service thread, what its connected transport reports about
+    /// itself; empty before [`Proxies::connect`] succeeded.
+    pub(crate) fn facts(&self) -> &[EndpointFacts] {
+        &self.facts
     }
 
     /// Command errors recorded so far.

@@ -142,6 +142,21 @@ fn three_pes_get_their_environment() {
 }
 
 #[test]
+fn transport_map_flag_sets_the_variable_for_every_pe() {
+    let s = Scratch::new("map");
+    let show = ["sh", "-c", r#"echo "pe=$CPNET_PE map=${CPNET_TRANSPORT_MAP-unset}""#];
+    let o = cpnet_run(&s, &[&["-n", "2", "--transport-map", "--"][..], &show].concat(), &[], Duration::from_secs(20));
+    assert!(o.status.success(), "{:?}\n{}", o.status, o.stderr);
+    let mut lines: Vec<&str> = o.stdout.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["pe=0 map=1", "pe=1 map=1"]);
+    // Without the flag the PEs inherit what cpnet-run was given.
+    let o = cpnet_run(&s, &[&["-n", "1", "--"][..], &show].concat(), &[("CPNET_TRANSPORT_MAP", "0")], Duration::from_secs(20));
+    assert!(o.status.success(), "{:?}\n{}", o.status, o.stderr);
+    assert_eq!(o.stdout, "pe=0 map=0\n");
+}
+
+#[test]
 fn program_arguments_pass_through_untouched() {
     let s = Scratch::new("args");
     let o = cpnet_run(
@@ -254,6 +269,8 @@ fn usage_errors() {
         &["-n", "2"],
         &["true"],
         &["-n", "2", "--grace", "-1", "true"],
+        &["-n", "2", "--transport-map=1", "true"],
+        &["-n", "2", "--transport-map=yes", "true"],
     ] {
         let o = cpnet_run(&s, args, &[], Duration::from_secs(20));
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", o.stderr);

@@ -51,6 +51,12 @@ int cpnet_fi_av_insert(struct fid_av *av, const void *addr, size_t count,
 	return fi_av_insert(av, addr, count, fi_addr, flags, context);
 }
 
+const char *cpnet_fi_av_straddr(struct fid_av *av, const void *addr,
+				char *buf, size_t *len)
+{
+	return fi_av_straddr(av, addr, buf, len);
+}
+
 int cpnet_fi_mr_reg(struct fid_domain *domain, const void *buf, size_t len,
 		    uint64_t acs, uint64_t offset, uint64_t requested_key,
 		    uint64_t flags, struct fid_mr **mr, void *context)

@@ -46,6 +46,8 @@ int cpnet_fi_av_open(struct fid_domain *domain, struct fi_av_attr *attr,
 		     struct fid_av **av, void *context);
 int cpnet_fi_av_insert(struct fid_av *av, const void *addr, size_t count,
 		       fi_addr_t *fi_addr, uint64_t flags, void *context);
+const char *cpnet_fi_av_straddr(struct fid_av *av, const void *addr,
+				char *buf, size_t *len);
 int cpnet_fi_mr_reg(struct fid_domain *domain, const void *buf, size_t len,
 		    uint64_t acs, uint64_t offset, uint64_t requested_key,
 		    uint64_t flags, struct fid_mr **mr, void *context);

@@ -62,6 +62,24 @@ impl AddressVector {
         Ok(FiAddr(out[0]))
     }
 
+    /// The provider's printable form of a peer address as returned by the peer's
+    /// [`Endpoint::name`](super::Endpoint::name) (fi_av(3) `fi_av_straddr`), e.g.
+    /// `fi_sockaddr_in://10.0.0.1:40000` for tcp: for messages and the transport map.
+    /// A local call; the address need not be inserted.
+    ///
+    /// # Errors
+    /// [`FabricError::Invalid`](super::FabricError::Invalid) when the provider cannot
+    /// format it.
+    pub fn straddr(&self, addr: &[u8]) -> Result<String> {
+        // Zero-padded as in `insert`: the provider reads by its own format.
+        let mut padded = Vec::with_capacity(addr.len() + ADDR_PAD);
+        padded.extend_from_slice(addr);
+        padded.resize(addr.len() + ADDR_PAD, 0);
+        // SAFETY: the AV is open; `padded` holds one address followed by ADDR_PAD zero
+        // bytes, more than any provider address format is long.
+        unsafe { result::av_straddr(self.raw, &padded) }
+    }
+
     /// The domain this vector belongs to.
     pub fn domain(&self) -> &Rc<Domain> {
         &self.domain

@@ -188,6 +188,32 @@ pub unsafe fn av_insert(
     Ok(())
 }
 
+/// fi_av(3) `fi_av_straddr`: the provider's printable form of one address (for
+/// example `fi_sockaddr_in://10.0.0.1:40000` for tcp), for messages and logs only.
+///
+/// # Safety
+/// 1. `av` is an open address vector.
+/// 2. `addr` holds one address in the provider's address format, followed by
+///    enough zero bytes that a provider reading by its own format's length stays
+///    inside it (see [`AddressVector::straddr`](super::AddressVector::straddr)).
+pub unsafe fn av_straddr(av: *mut sys::fid_av, addr: &[u8]) -> Result<String> {
+    let mut buf = vec![0u8; 256];
+    let mut len = buf.len();
+    // SAFETY: av and addr valid by contract; `buf` is writable for `len` bytes.
+    let mut out = unsafe { sys::cpnet_fi_av_straddr(av, addr.as_ptr().cast(), buf.as_mut_ptr().cast(), &mut len) };
+    if !out.is_null() && len > buf.len() {
+        // Truncated: `len` now holds the size needed (NUL included).
+        buf.resize(len, 0);
+        // SAFETY: as above, with the buffer grown to the size the provider asked for.
+        out = unsafe { sys::cpnet_fi_av_straddr(av, addr.as_ptr().cast(), buf.as_mut_ptr().cast(), &mut len) };
+    }
+    if out.is_null() {
+        return Err(FabricError::invalid("fi_av_straddr", "the provider could not format the address"));
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
 /// fi_cq(3) `fi_cq_open`.
 ///
 /// # Safety

@@ -621,6 +621,22 @@ fn reports_granted_attributes(req: InfoRequest) {
     }
 }
 
+/// `fi_av_straddr` prints both endpoints' addresses, distinct, in the
+/// provider's URI form; tcp's carry the address the endpoint was bound to.
+fn prints_addresses(req: InfoRequest) {
+    let p = Pair::new(req.clone());
+    let a = p.a.av.straddr(p.a.ep.name()).expect("straddr of a");
+    let b = p.a.av.straddr(p.b.ep.name()).expect("straddr of b");
+    eprintln!("{}: {a} {b}", p.provider);
+    assert_ne!(a, b, "two endpoints, two addresses");
+    for s in [&a, &b] {
+        assert!(s.starts_with("fi_") && s.contains("://"), "{s}");
+    }
+    if let Some(node) = &req.src_node {
+        assert!(a.contains(&format!("://{node}:")), "{a} is not bound to {node}");
+    }
+}
+
 macro_rules! provider_tests {
     ($name:ident, $req:expr) => {
         mod $name {
@@ -663,6 +679,11 @@ macro_rules! provider_tests {
             #[test]
             fn reports_granted_attributes() {
                 super::reports_granted_attributes(req());
+            }
+
+            #[test]
+            fn prints_addresses() {
+                super::prints_addresses(req());
             }
         }
     };

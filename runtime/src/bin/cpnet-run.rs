@@ -2,14 +2,16 @@
 //! `mpirun -np N`.
 //!
 //! ```text
-//! cpnet-run -n N [--grace SECS] [--] PROGRAM [ARGS...]
+//! cpnet-run -n N [--grace SECS] [--transport-map] [--] PROGRAM [ARGS...]
 //! ```
 //!
 //! It runs the job's rendezvous server ([`cpnet::bootstrap::Server`]) on
 //! `127.0.0.1` and starts N copies of PROGRAM with `CPNET_PE`,
 //! `CPNET_N_PES`, `CPNET_LOCAL_PE`, `CPNET_LOCAL_SIZE` and
-//! `CPNET_BOOTSTRAP_ADDR` set (see [`cpnet::env`]). The PEs inherit stdin,
-//! stdout and stderr.
+//! `CPNET_BOOTSTRAP_ADDR` set (see [`cpnet::env`]), and with
+//! `--transport-map` also `CPNET_TRANSPORT_MAP=1`: each PE then prints, after
+//! init, the path to every PE and the provider ([`cpnet::transport_map`]).
+//! The PEs inherit stdin, stdout and stderr.
 //!
 //! * When a PE exits with a non-zero status or is killed by a signal,
 //!   cpnet-run prints one line saying so, tells the other PEs through the
@@ -61,8 +63,9 @@ const LOST_PEER_DELAY: Duration = Duration::from_millis(250);
     version,
     about = "Start the PEs of a cpnet job on this host (like `mpirun -np N`)",
     after_help = "Each PE gets CPNET_PE, CPNET_N_PES, CPNET_LOCAL_PE, CPNET_LOCAL_SIZE and \
-                  CPNET_BOOTSTRAP_ADDR. Exit status: 0 if all PEs exit 0, else the first failed \
-                  PE's status (128+signal if killed); 127 if PROGRAM cannot be started."
+                  CPNET_BOOTSTRAP_ADDR (and CPNET_TRANSPORT_MAP=1 with --transport-map). \
+                  Exit status: 0 if all PEs exit 0, else the first failed PE's status \
+                  (128+signal if killed); 127 if PROGRAM cannot be started."
 )]
 struct Args {
     /// Number of PEs (processes) to start.
@@ -73,6 +76,11 @@ struct Args {
     /// forwarded SIGTERM) before they are killed with SIGKILL.
     #[arg(long, value_name = "SECS", default_value = "20", value_parser = parse_grace)]
     grace: Duration,
+
+    /// Every PE prints, after init, one line per PE on stderr: the path its
+    /// operations take there and the provider (sets CPNET_TRANSPORT_MAP=1).
+    #[arg(long)]
+    transport_map: bool,
 
     /// The program to run as every PE, and its arguments.
     #[arg(
@@ -186,7 +194,7 @@ fn run(args: &Args) -> Result<u8, String> {
     let (program, rest) = args.command.split_first().ok_or("no program given")?;
     let mut procs: Vec<Proc> = Vec::with_capacity(n as usize);
     for pe in 0..n {
-        match spawn_pe(program, rest, pe, n, &addr) {
+        match spawn_pe(program, rest, pe, n, &addr, args.transport_map) {
             Ok(child) => {
                 let pid = child.id();
                 tracing::debug!(pe, pid, "started");
@@ -222,8 +230,12 @@ fn spawn_pe(
     pe: i32,
     n: i32,
     addr: &str,
+    transport_map: bool,
 ) -> io::Result<Child> {
     let mut cmd = Command::new(program);
+    if transport_map {
+        cmd.env(env::TRANSPORT_MAP, "1");
+    }
     cmd.args(rest)
         .env(env::PE, pe.to_string())
         .env(env::N_PES, n.to_string())

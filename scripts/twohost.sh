@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# A real two-host job on one machine (issue 19 item 5).
+#
+# Two network namespaces stand for two hosts: each has only its loopback and
+# its end of a veth pair (10.213.X.1/24 and 10.213.X.2/24), so the veth is
+# the only way between them. One PE starts in each, with the environment a
+# launcher on two hosts gives (rank, size, local rank 0 of 1: Open MPI's
+# variables for the first program, PMI's for the second, Slurm's for the
+# third) and CPNET_BOOTSTRAP_ADDR=10.213.X.1:29500 (PE 0 serves the
+# rendezvous), over CPNET_PROVIDER='tcp;ofi_rxm' with the transport map on
+# (CPNET_TRANSPORT_MAP=1). It runs, across the two namespaces:
+#   cpnet-check ops
+#   allreduce -b 8 -e 1M -f 8 -wgs 2            (checks every element)
+#   jacobi -nx 256 -ny 256 -niter 200 -wgs 2 -verify
+# each under `timeout 300`, and fails unless both PEs exit 0, the allreduce
+# reports 0 wrong elements, Jacobi's verification says OK, each PE's
+# transport map says `rma via tcp;ofi_rxm` between addresses of the veth's
+# subnet, and the veth's byte counters grew both ways.
+#
+# Output: every PE line prefixed [hostA] or [hostB]; one `twohost:` line per
+# program with its time and the bytes that crossed the veth.
+#
+# Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN) and `ip`; where a namespace
+# cannot be created it prints one SKIP line and exits 0. Uses the release
+# binaries in target/release, first bringing them up to date with
+# `cargo build --release --workspace` (a no-op when they are);
+# TWOHOST_PROFILE=debug uses target/debug instead (scripts/test.sh does,
+# right after `cargo test` built those). The namespaces and the veth (names
+# carry this shell's pid, so runs in parallel do not clash) are deleted on
+# any exit.
+#
+# Usage: bash scripts/twohost.sh
+#        TWOHOST_PROFILE=debug bash scripts/twohost.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+say() { echo "twohost: $*"; }
+
+PROFILE=${TWOHOST_PROFILE:-release}
+case $PROFILE in
+  release | debug) ;;
+  *) say "TWOHOST_PROFILE=$PROFILE: expected release or debug"; exit 2 ;;
+esac
+BIN=target/$PROFILE
+
+if ! command -v ip >/dev/null 2>&1; then
+  say "SKIP: no \`ip\` command (iproute2), so no network namespaces"
+  exit 0
+fi
+
+id=$$
+NS_A="cpnet-a-$id"
+NS_B="cpnet-b-$id"
+VETH_A="cpa$id" # interface names: at most 15 characters
+VETH_B="cpb$id"
+NET="10.213.$((id % 256))"
+ADDR_A="$NET.1"
+ADDR_B="$NET.2"
+PORT=29500
+TMP=""
+CREATED=() # the namespaces this run made (only those are deleted)
+
+cleanup() {
+  local ns pid
+  for ns in "${CREATED[@]}"; do
+    # What still runs in our namespaces was started by this script.
+    for pid in $(ip netns pids "$ns" 2>/dev/null); do
+      kill -KILL "$pid" 2>/dev/null || true
+    done
+    ip netns del "$ns" 2>/dev/null || true # takes its end of the veth along
+  done
+  [ -n "$TMP" ] && rm -rf "$TMP"
+  return 0
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# The probe: create a namespace, run in it, make the veth pair.
+if ! err=$(ip netns add "$NS_A" 2>&1); then
+  say "SKIP: cannot create a network namespace (needs root or CAP_NET_ADMIN): ${err:-ip netns add failed}"
+  exit 0
+fi
+CREATED+=("$NS_A")
+if ! err=$(ip netns exec "$NS_A" true 2>&1); then
+  say "SKIP: cannot enter a network namespace: ${err:-ip netns exec failed}"
+  exit 0
+fi
+ip netns add "$NS_B"
+CREATED+=("$NS_B")
+if ! err=$(ip link add "$VETH_A" netns "$NS_A" type veth peer name "$VETH_B" netns "$NS_B" 2>&1); then
+  say "SKIP: cannot create a veth pair between namespaces: $err"
+  exit 0
+fi
+ip -n "$NS_A" addr add "$ADDR_A/24" dev "$VETH_A"
+ip -n "$NS_B" addr add "$ADDR_B/24" dev "$VETH_B"
+for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
+ip -n "$NS_A" link set "$VETH_A" up
+ip -n "$NS_B" link set "$VETH_B" up
+say "hosts: $NS_A ($VETH_A $ADDR_A/24) and $NS_B ($VETH_B $ADDR_B/24), rendezvous $ADDR_A:$PORT, provider tcp;ofi_rxm"
+
+if [ "$PROFILE" = release ]; then cargo build -q --release --workspace; else cargo build -q --workspace; fi
+TMP=$(mktemp -d)
+
+# Bytes the veth sent and received, seen from host A: "tx rx".
+veth_bytes() {
+  ip netns exec "$NS_A" sh -c \
+    "cat /sys/class/net/$VETH_A/statistics/tx_bytes /sys/class/net/$VETH_A/statistics/rx_bytes" | tr '\n' ' '
+}
+
+# The launcher environment of rank $2 of 2 (one rank per host) in style $1.
+launcher_env() {
+  local style=$1 rank=$2
+  case $style in
+    ompi) echo "OMPI_COMM_WORLD_RANK=$rank OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=1" ;;
+    pmi) echo "PMI_RANK=$rank PMI_SIZE=2 MPI_LOCALRANKID=0 MPI_LOCALNRANKS=1" ;;
+    slurm) echo "SLURM_PROCID=$rank SLURM_NTASKS=2 SLURM_LOCALID=0 SLURM_NTASKS_PER_NODE=1" ;;
+  esac
+}
+
+# run_pe NAME NS RANK STYLE PROGRAM ARGS...: one PE, output prefixed with
+# [NAME] and kept in $TMP/NAME.out, exit status in $TMP/NAME.rc.
+run_pe() {
+  local name=$1 ns=$2 rank=$3 style=$4
+  shift 4
+  {
+    local rc=0
+    # shellcheck disable=SC2046 # the launcher variables split into words
+    ip netns exec "$ns" env -u CPNET_PE -u CPNET_N_PES -u CPNET_LOCAL_PE -u CPNET_LOCAL_SIZE \
+      -u CPNET_FABRIC_NODE -u FI_PROVIDER \
+      $(launcher_env "$style" "$rank") \
+      CPNET_BOOTSTRAP_ADDR="$ADDR_A:$PORT" CPNET_PROVIDER='tcp;ofi_rxm' CPNET_TRANSPORT_MAP=1 \
+      timeout 300 "$@" </dev/null 2>&1 || rc=$?
+    echo "$rc" >"$TMP/$name.rc"
+  } | tee "$TMP/$name.out" | sed -u "s/^/[$name] /"
+}
+
+fail() {
+  say "FAILED: $*"
+  exit 1
+}
+
+# check_map NAME ME PEER: the PE's transport map line to its peer says rma
+# over tcp;ofi_rxm between two addresses of the veth's subnet.
+check_map() {
+  local name=$1 me=$2 peer=$3 line
+  line=$(grep -F "cpnet: transport map: PE $me -> PE $peer: " "$TMP/$name.out" || true)
+  [ -n "$line" ] || fail "$name printed no transport map line for PE $me -> PE $peer"
+  case $line in
+    *": rma via tcp;ofi_rxm ["*"fi_sockaddr_in://$NET."*" -> fi_sockaddr_in://$NET."*) ;;
+    *) fail "$name: expected rma via tcp;ofi_rxm between addresses of $NET.0/24, got: $line" ;;
+  esac
+  grep -qF "cpnet: transport map: PE $me -> PE $me: self via none [" "$TMP/$name.out" ||
+    fail "$name printed no transport map line for PE $me -> PE $me"
+}
+
+# job TITLE STYLE PROGRAM ARGS...: the program as PE 0 on host A and PE 1 on
+# host B; both must exit 0 and their maps must show the veth.
+job() {
+  local title=$1 style=$2
+  shift 2
+  local before after t0 t1 tx rx
+  rm -f "$TMP"/host?.rc "$TMP"/host?.out
+  before=$(veth_bytes)
+  t0=$(date +%s.%N)
+  # Both in the background: a signal to this script is handled at once
+  # (during `wait`), not after the programs end.
+  run_pe hostA "$NS_A" 0 "$style" "$@" &
+  local pid_a=$!
+  run_pe hostB "$NS_B" 1 "$style" "$@" &
+  local pid_b=$!
+  wait "$pid_a" || true
+  wait "$pid_b" || true
+  t1=$(date +%s.%N)
+  after=$(veth_bytes)
+  local rc_a rc_b
+  rc_a=$(cat "$TMP/hostA.rc" 2>/dev/null || echo "unknown")
+  rc_b=$(cat "$TMP/hostB.rc" 2>/dev/null || echo "unknown")
+  [ "$rc_a" = 0 ] && [ "$rc_b" = 0 ] ||
+    fail "$title: PE 0 (host A) exited with status $rc_a, PE 1 (host B) with status $rc_b (124: timed out)"
+  check_map hostA 0 1
+  check_map hostB 1 0
+  read -r tx rx <<<"$(awk -v b="$before" -v a="$after" 'BEGIN { split(b, x, " "); split(a, y, " "); print y[1] - x[1], y[2] - x[2] }')"
+  [ "$tx" -gt 0 ] && [ "$rx" -gt 0 ] || fail "$title: nothing crossed the veth (sent $tx, received $rx bytes)"
+  say "$title: OK in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s ($style launcher variables; veth A->B $tx bytes, B->A $rx bytes)"
+}
+
+job "cpnet-check ops" ompi "$BIN/cpnet-check" ops
+grep -q "^PE 0: OK" "$TMP/hostA.out" && grep -q "^PE 1: OK" "$TMP/hostB.out" ||
+  fail "cpnet-check ops: a PE did not report OK"
+
+job "allreduce -b 8 -e 1M -f 8 -wgs 2" pmi "$BIN/allreduce" -b 8 -e 1M -f 8 -wgs 2
+grep -Eq "^# Out of bounds values +: 0 OK" "$TMP/hostA.out" ||
+  fail "allreduce: #wrong is not 0 (see the lines above)"
+
+job "jacobi -nx 256 -ny 256 -niter 200 -wgs 2 -verify" slurm "$BIN/jacobi" -nx 256 -ny 256 -niter 200 -wgs 2 -verify
+grep -q "^Verification: .*: OK$" "$TMP/hostA.out" ||
+  fail "jacobi: no OK verification from PE 0"
+
+say "PASSED: cpnet-check ops, allreduce and jacobi -verify between two network namespaces over tcp;ofi_rxm"
