@@ -329,7 +329,8 @@ fn bit(code: i32) -> u32 {
 /// (`CPNET_SIGNAL_*`); a target PE in `0..n_pes`; every byte range
 /// (`offset + size`, without wrapping) inside the heap; inline payloads of
 /// at most 8 bytes; an AMO's `size` equal to its type's and its address
-/// aligned to it; the signal word 8 bytes, 8-aligned. A slot that breaks any
+/// aligned to it; the signal word 8 bytes, 8-aligned; no `CPNET_F_PAYLOAD`
+/// (the queue has no payload slots). A slot that breaks any
 /// rule is rejected with the code of one of the rules it breaks; the set of
 /// all of them is returned.
 pub fn model(cmd: &Cmd, heap: &mut [u8]) -> Expect {
@@ -341,6 +342,11 @@ pub fn model(cmd: &Cmd, heap: &mut [u8]) -> Expect {
         return Expect::Reject(bit(CPNET_E_BAD_OP));
     }
     if cmd.flags & !CPNET_F_ALL != 0 {
+        bad |= bit(CPNET_E_BAD_OP);
+    }
+    // Payload slots (cmd.h P0) belong to GPU PEs' queues; this one has none,
+    // so the flag is refused on every opcode.
+    if cmd.flags & CPNET_F_PAYLOAD != 0 {
         bad |= bit(CPNET_E_BAD_OP);
     }
     if op != CPNET_OP_AMO && cmd.dtype != CPNET_T_NONE {
