@@ -5,8 +5,10 @@
 # its end of a veth pair (10.213.X.1/24 and 10.213.X.2/24), so the veth is
 # the only way between them. One PE starts in each, with the environment a
 # launcher on two hosts gives (rank, size, local rank 0 of 1: Open MPI's
-# variables for the first program, PMI's for the second, Slurm's for the
-# third) and CPNET_BOOTSTRAP_ADDR=10.213.X.1:29500 (PE 0 serves the
+# variables for the first program, Slurm's for the third; PMI's for the
+# second, without MPI_LOCALRANKID/MPI_LOCALNRANKS, as MPICH's Hydra may start
+# them: the runtime then assumes one host and only CPNET_PROVIDER keeps it
+# off shm) and CPNET_BOOTSTRAP_ADDR=10.213.X.1:29500 (PE 0 serves the
 # rendezvous), over CPNET_PROVIDER='tcp;ofi_rxm' with the transport map on
 # (CPNET_TRANSPORT_MAP=1). It runs, across the two namespaces:
 #   cpnet-check ops
@@ -113,7 +115,7 @@ launcher_env() {
   local style=$1 rank=$2
   case $style in
     ompi) echo "OMPI_COMM_WORLD_RANK=$rank OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=1" ;;
-    pmi) echo "PMI_RANK=$rank PMI_SIZE=2 MPI_LOCALRANKID=0 MPI_LOCALNRANKS=1" ;;
+    pmi) echo "PMI_RANK=$rank PMI_SIZE=2" ;; # no MPI_LOCAL*: one host assumed
     slurm) echo "SLURM_PROCID=$rank SLURM_NTASKS=2 SLURM_LOCALID=0 SLURM_NTASKS_PER_NODE=1" ;;
   esac
 }

@@ -32,7 +32,9 @@
 //! Where a launcher gives no local information (PMI without `MPI_LOCAL*`,
 //! Slurm with a non-uniform `SLURM_NTASKS_PER_NODE` such as `2(x3),1`) cpnet
 //! assumes every PE is on this host; on several hosts set `CPNET_PROVIDER`
-//! explicitly so the runtime does not pick the shared-memory provider.
+//! explicitly so the runtime does not pick the shared-memory provider (an IP
+//! provider then binds to the address that reaches the rendezvous, as on any
+//! multi-host job: `CPNET_FABRIC_NODE` below).
 //!
 //! | Variable | Meaning | Default |
 //! |---|---|---|
@@ -49,7 +51,7 @@
 //! | Variable | Meaning | Unit | Default |
 //! |---|---|---|---|
 //! | `CPNET_PROVIDER` | libfabric provider, e.g. `shm`, `tcp;ofi_rxm`, `verbs;ofi_rxm` | name | unset: the runtime picks `shm` when every PE is on this host (`local_size == n_pes`), else `tcp;ofi_rxm` |
-//! | `CPNET_FABRIC_NODE` | local address the provider binds to (tcp) | host name or IP | unset: `127.0.0.1` when every PE is on this host, else the local address of this PE's connection to the rendezvous (the interface through which this host reaches PE 0's; set it where the fabric should use another network than the rendezvous) |
+//! | `CPNET_FABRIC_NODE` | local address the provider binds to (tcp) | host name or IP | unset: the local address of this PE's connection to the rendezvous, i.e. the interface through which this host reaches PE 0's (`127.0.0.1` under `cpnet-run`; set it where the fabric should use another network than the rendezvous); `127.0.0.1` for a single PE |
 //! | `CPNET_HEAP_SIZE` | symmetric heap per PE | bytes; a `K`, `M` or `G` suffix (also `KiB`, `MiB`, `GiB`) multiplies by 1024, 1024², 1024³ | `64M` |
 //! | `CPNET_PROXY_THREADS` | proxy service threads per PE | count, `1..=64` | `1` for CPU PEs, `4` for GPU PEs (each GPU operation costs a thread several µs of CUDA driver calls; 8 rings of an allreduce step took 190 µs on 1 thread and 64 µs on 8, docs/results.md) |
 //! | `CPNET_QUEUES` | command queues (work-group contexts) per PE | count, >= 1 | `64` |
@@ -436,8 +438,8 @@ pub struct Tuning {
     /// (`shm` when all PEs are local, else `tcp;ofi_rxm`).
     pub provider: Option<String>,
     /// `CPNET_FABRIC_NODE`: local address the provider binds to; `None` lets
-    /// the runtime choose (`127.0.0.1` when all PEs are local, else the local
-    /// address of the PE's rendezvous connection).
+    /// the runtime choose (the local address of the PE's rendezvous
+    /// connection; `127.0.0.1` for a single PE).
     pub fabric_node: Option<String>,
     /// `CPNET_HEAP_SIZE`: symmetric heap per PE, in bytes (> 0).
     pub heap_size: u64,

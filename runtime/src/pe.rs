@@ -421,13 +421,16 @@ pub(crate) fn init_logging() {
 
 /// The provider and where it binds. The provider: `CPNET_PROVIDER`, else
 /// `shm` when every PE is on this host, `tcp;ofi_rxm` otherwise. Where an IP
-/// provider binds: `CPNET_FABRIC_NODE`; else `127.0.0.1` when every PE is on
-/// this host; else `rendezvous_ip`, the local address of this PE's
-/// connection to the rendezvous ([`Bootstrap::local_ip`]), i.e. the
-/// interface this host reaches PE 0's host through. Left to itself, libfabric's
-/// tcp provider takes the first interface it lists, which can be the
-/// loopback one: a PE then publishes `127.0.0.1` and no other host reaches it
-/// (seen between two network namespaces, scripts/twohost.sh).
+/// provider binds: `CPNET_FABRIC_NODE`; else `rendezvous_ip`, the local
+/// address of this PE's connection to the rendezvous
+/// ([`Bootstrap::local_ip`]), i.e. the interface this host reaches PE 0's
+/// host through (`127.0.0.1` under cpnet-run, whose rendezvous is there);
+/// else (a single PE) `127.0.0.1`. Left to itself, libfabric's tcp provider
+/// takes the first interface it lists, which can be the loopback one: a PE
+/// then publishes `127.0.0.1` and no other host reaches it (seen between two
+/// network namespaces, scripts/twohost.sh). Nor is "every PE on this host"
+/// a safe reason for `127.0.0.1`: it is only assumed where the launcher says
+/// nothing of hosts (PMI without `MPI_LOCAL*`).
 pub(crate) fn default_fabric(launch: &Launch, tuning: &Tuning, rendezvous_ip: Option<std::net::IpAddr>) -> FabricConfig {
     let all_local = launch.local_size == launch.n_pes;
     let provider = tuning
@@ -435,9 +438,11 @@ pub(crate) fn default_fabric(launch: &Launch, tuning: &Tuning, rendezvous_ip: Op
         .clone()
         .unwrap_or_else(|| if all_local { "shm".to_owned() } else { "tcp;ofi_rxm".to_owned() });
     let ip = !provider.starts_with("shm");
-    let src_node = tuning.fabric_node.clone().or_else(|| {
-        if all_local { Some("127.0.0.1".to_owned()) } else { rendezvous_ip.map(|a| a.to_string()) }
-    });
+    let src_node = tuning
+        .fabric_node
+        .clone()
+        .or_else(|| rendezvous_ip.map(|a| a.to_string()))
+        .or_else(|| all_local.then(|| "127.0.0.1".to_owned()));
     FabricConfig { provider, src_node: if ip { src_node } else { None } }
 }
 
@@ -779,17 +784,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fabric_binds_loopback_on_one_host_and_the_rendezvous_route_across_hosts() {
+    fn fabric_binds_the_rendezvous_route_and_loopback_only_without_one() {
         use crate::env::Launcher;
         let ip: std::net::IpAddr = "10.213.7.2".parse().unwrap();
+        let lo: std::net::IpAddr = "127.0.0.1".parse().unwrap();
         let one_host = Launch { pe: 1, n_pes: 2, local_pe: 1, local_size: 2, bootstrap: Some("h:1".into()), launcher: Launcher::Mpi };
         let two_hosts = Launch { local_pe: 0, local_size: 1, ..one_host.clone() };
         let tcp = Tuning { provider: Some("tcp;ofi_rxm".into()), ..Tuning::default() };
 
         let f = default_fabric(&one_host, &Tuning::default(), Some(ip));
         assert_eq!((f.provider.as_str(), f.src_node), ("shm", None), "one host: shm, which binds nothing");
+        let f = default_fabric(&one_host, &tcp, Some(lo));
+        assert_eq!(f.src_node.as_deref(), Some("127.0.0.1"), "cpnet-run over tcp: its rendezvous is on loopback");
+        let f = default_fabric(&one_host, &tcp, None);
+        assert_eq!(f.src_node.as_deref(), Some("127.0.0.1"), "one host, no connection: loopback");
+        // PMI without MPI_LOCAL*: "one host" is only assumed; the route decides.
         let f = default_fabric(&one_host, &tcp, Some(ip));
-        assert_eq!(f.src_node.as_deref(), Some("127.0.0.1"), "one host over tcp: loopback");
+        assert_eq!(f.src_node.as_deref(), Some("10.213.7.2"), "assumed one host over tcp: the route to PE 0");
 
         let f = default_fabric(&two_hosts, &Tuning::default(), Some(ip));
         assert_eq!((f.provider.as_str(), f.src_node.as_deref()), ("tcp;ofi_rxm", Some("10.213.7.2")), "the route to PE 0");
