@@ -14,6 +14,8 @@
 //!   flag, byte sizes, heap sizing at init);
 //! - [`gpu`]: what the GPU variants share (kernel prelude, the kernels'
 //!   failure record, cooperative launch sizing);
+//! - [`floor`]: the provider's own floor (raw libfabric ping-pong and write
+//!   rates between two PEs), printed by the benchmarks beside cpnet's numbers;
 //! - [`mem`]: typed views of the local symmetric heap for compute loops;
 //! - [`proxy_cpu`]: the CPU time the proxy service threads use (from
 //!   `/proc`), for the benchmarks' proxy-cost measurements;
@@ -30,6 +32,7 @@
 pub mod allreduce;
 pub mod cli;
 pub mod figure_csv;
+pub mod floor;
 pub mod gpu;
 pub mod gpu_p2p;
 pub mod jacobi;

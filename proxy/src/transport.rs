@@ -91,6 +91,21 @@ pub struct FabricConfig {
     pub src_node: Option<String>,
 }
 
+/// The `fi_getinfo` result the transport opens for `cfg`: an RDM endpoint
+/// with RMA and atomics. `cpnet-bench`'s raw floor opens its endpoints from
+/// the same request.
+///
+/// # Errors
+/// `fi_getinfo`'s (`-FI_ENODATA` when the provider lacks RMA + atomics on
+/// RDM endpoints).
+pub fn fabric_info(cfg: &FabricConfig) -> Result<Info, FabricError> {
+    let mut req = InfoRequest::provider(&cfg.provider);
+    if let Some(n) = &cfg.src_node {
+        req = req.with_src_node(n);
+    }
+    Info::get(&req)
+}
+
 /// What a peer's thread `t` needs to reach this PE's thread `t`: the
 /// endpoint's address (fi_cm(3) `fi_getname`) and the region's key and
 /// base. Exchanged at init; [`PeerCard::to_bytes`] is the wire form.
@@ -274,11 +289,7 @@ impl FabricEndpoint {
             let provider = cfg.provider.clone();
             move |source| TransportError::Fabric { pe: my_pe, what, provider, source }
         };
-        let mut req = InfoRequest::provider(&cfg.provider);
-        if let Some(n) = &cfg.src_node {
-            req = req.with_src_node(n);
-        }
-        let info = Info::get(&req).map_err(err("fi_getinfo (RMA + atomics, RDM endpoint)"))?;
+        let info = fabric_info(cfg).map_err(err("fi_getinfo (RMA + atomics, RDM endpoint)"))?;
         let fabric = Fabric::open(&info).map_err(err("fi_fabric"))?;
         let domain = Domain::open(&fabric).map_err(err("fi_domain"))?;
         let cq = CompletionQueue::open(&domain, 2 * MAX_INFLIGHT).map_err(err("fi_cq_open"))?;

@@ -546,6 +546,14 @@ impl Pe {
         &self.core.provider
     }
 
+    /// The provider and bind address this PE's proxy threads opened (what
+    /// `CPNET_PROVIDER` and `CPNET_FABRIC_NODE` chose), for tools that open
+    /// their own endpoint beside cpnet's, such as `cpnet-bench`'s raw
+    /// libfabric floor. Local.
+    pub fn fabric_config(&self) -> FabricConfig {
+        default_fabric(&self.core.launch, &self.core.tuning)
+    }
+
     /// This PE's symmetric heap, for host reads and writes of local
     /// symmetric data (raw copies and atomics; remote PEs may write it at
     /// any time).

@@ -11,6 +11,13 @@
 //! round trips, microseconds) and put bandwidth (MB/s, 10^6 bytes/s); then
 //! AMO latency and the message rate of 8-byte `putmem_nbi` (Mops/s) with 1
 //! and several work-groups. PE 1 only serves (its proxy progresses).
+//!
+//! First, the provider's own floor on the same two PEs, provider and
+//! endpoint type (`cpnet_apps::floor`: raw libfabric through the crate's
+//! safe layer, endpoints of their own), printed as `# floor:` lines next to
+//! the cpnet numbers they bound: the 8-byte write ping-pong's one-way
+//! latency before the latency table, the 8-byte write rates before the
+//! message rates. `--floor-iters 0` leaves it out.
 
 use std::time::{Duration, Instant};
 
@@ -18,6 +25,7 @@ use anyhow::{Result, ensure};
 use clap::Parser;
 use cpnet::Pe;
 use cpnet::device::cpu::SymAddr;
+use cpnet_apps::floor;
 
 #[derive(Parser)]
 #[command(about = "cpnet point-to-point microbenchmarks (run under cpnet-run -n 2)")]
@@ -37,6 +45,12 @@ struct Cli {
     /// Work-group counts for the message-rate test.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
     rate_wgs: Vec<u32>,
+    /// Ping-pongs of the raw libfabric floor (0: no floor).
+    #[arg(long, default_value_t = 10_000)]
+    floor_iters: u64,
+    /// 8-byte writes per rate loop of the raw libfabric floor.
+    #[arg(long, default_value_t = 400_000)]
+    floor_msgs: u64,
     /// Print CSV instead of a table.
     #[arg(long)]
     csv: bool,
@@ -59,6 +73,7 @@ fn main() -> Result<()> {
     let dst = pe.shmalloc(max)?;
     let words = pe.shmalloc(64 * 64)?;
     pe.heap().write_bytes(buf, &vec![0x5a; max as usize])?;
+    let floor = if cli.floor_iters > 0 { floor::measure(&pe, cli.floor_iters, cli.floor_msgs)? } else { None };
     pe.barrier_all()?;
     if me == 0 {
         println!(
@@ -66,6 +81,12 @@ fn main() -> Result<()> {
             pe.provider(),
             n
         );
+        if let Some(f) = &floor {
+            println!(
+                "# floor: raw libfabric {} 8 B write ping-pong one-way {:.2} us (median of {} round trips / 2)",
+                f.provider, f.pingpong_us, cli.floor_iters
+            );
+        }
         if cli.csv {
             println!("size_bytes,put_lat_us_median,put_lat_us_mean,get_lat_us_median,get_lat_us_mean,put_bw_MBps");
         } else {
@@ -145,7 +166,29 @@ fn main() -> Result<()> {
             "# AMO latency (us, median / mean): fetch_add u64 {:.2} / {:.2}, compare_swap u64 {:.2} / {:.2}, add + quiet {:.2} / {:.2}",
             amo.0.0, amo.0.1, amo.1.0, amo.1.1, amo.2.0, amo.2.1
         );
-        // Message rate of 8-byte nbi puts.
+        // Message rate of 8-byte nbi puts, after the provider's.
+        if let Some(f) = &floor {
+            let order = if f.rma_raw { "FI_ORDER_RMA_RAW" } else { "no FI_ORDER_RMA_RAW" };
+            match f.inject_rate {
+                Some(r) => println!(
+                    "# floor: raw libfabric {} 8-byte write rate {r:.3} M/s (fi_inject_write x {}, then one fi_read; {order})",
+                    f.provider, cli.floor_msgs
+                ),
+                None => println!("# floor: raw libfabric {} injects nothing (inject_size 0)", f.provider),
+            }
+            println!(
+                "# floor: raw libfabric {} 8-byte write rate {:.3} M/s (fi_write, {} in flight, a completion each)",
+                f.provider,
+                f.write_rate,
+                floor::WINDOW
+            );
+            println!(
+                "# floor: raw libfabric {} 8-byte write rate {:.3} M/s (fi_writemsg FI_DELIVERY_COMPLETE, {} in flight)",
+                f.provider,
+                f.write_dc_rate,
+                floor::WINDOW
+            );
+        }
         for &wgs in &cli.rate_wgs {
             let t = Instant::now();
             pe.run_work_groups(wgs, |wg| {

@@ -220,6 +220,35 @@ impl Endpoint {
         self.settle(c, r)
     }
 
+    /// RMA write of `src` to `dst` that returns the buffer at once and writes no
+    /// completion (fi_rma(3) `fi_inject_write`). With [`Post::Posted`] the data is on
+    /// its way: nothing reports when it lands. Order a later operation behind it
+    /// (`FI_ORDER_RMA_RAW` and a read, for instance) to learn that.
+    ///
+    /// # Safety
+    /// 1. `src.len()` is at most the endpoint's inject size
+    ///    ([`Info::inject_size`](super::Info::inject_size)).
+    /// 2. `dst.peer` came from the address vector bound to this endpoint, and `dst`
+    ///    addresses `src.len()` bytes inside a region the peer registered, with its
+    ///    key, as in [`Endpoint::write`].
+    ///
+    /// # Errors
+    /// `fi_inject_write` failures other than `-FI_EAGAIN`.
+    pub unsafe fn inject_write(&self, src: &[u8], dst: RemoteTarget) -> Result<Post> {
+        // SAFETY: the endpoint is open and enabled; `src` is readable for the call and
+        // not larger than the inject size, the target per contract (1, 2).
+        unsafe {
+            result::inject_write(
+                self.raw,
+                src.as_ptr().cast(),
+                src.len(),
+                dst.peer.0,
+                dst.addr,
+                dst.key.0,
+            )
+        }
+    }
+
     /// RMA read of `len` bytes from `src` into `dst` (fi_rma(3) `fi_read`). The data is
     /// in `dst` when the completion is read.
     ///

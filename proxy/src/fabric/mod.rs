@@ -60,6 +60,14 @@ mod types;
 #[cfg(test)]
 mod tests;
 
+/// The `fi_writemsg`/`fi_atomicmsg` flag `FI_DELIVERY_COMPLETE` (fi_cq(3)
+/// "Completion semantics"): the completion means "visible at the target".
+pub const DELIVERY_COMPLETE: u64 = cpnet_fabric_sys::FI_DELIVERY_COMPLETE;
+
+/// The ordering bit `FI_ORDER_RMA_RAW` (fi_getinfo(3)): an RMA read is
+/// processed after the RMA writes issued before it to the same peer.
+pub const ORDER_RMA_RAW: u64 = cpnet_fabric_sys::FI_ORDER_RMA_RAW;
+
 pub use av::AddressVector;
 pub use cq::CompletionQueue;
 pub use domain::{Domain, Fabric};

@@ -478,6 +478,27 @@ pub unsafe fn writemsg(ep: *mut sys::fid_ep, msg: &sys::fi_msg_rma, flags: u64) 
     })
 }
 
+/// fi_rma(3) `fi_inject_write`: the buffer is copied (or sent) before the call
+/// returns, and no completion is ever written for the operation.
+///
+/// # Safety
+/// 1. `ep` is an open, enabled endpoint; `buf..buf+len` is readable for the call, and
+///    `len` is at most the endpoint's `inject_size`.
+/// 2. `dest_addr` came from the address vector bound to `ep`, and `addr`/`key` name
+///    `len` bytes of a region the peer registered.
+pub unsafe fn inject_write(
+    ep: *mut sys::fid_ep,
+    buf: *const c_void,
+    len: usize,
+    dest_addr: sys::fi_addr_t,
+    addr: u64,
+    key: u64,
+) -> Result<Post> {
+    // SAFETY: forwarded contract.
+    let rc = unsafe { sys::cpnet_fi_inject_write(ep, buf, len, dest_addr, addr, key) };
+    post("fi_inject_write", rc)
+}
+
 /// fi_msg(3) `fi_send`.
 ///
 /// # Safety

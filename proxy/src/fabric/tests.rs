@@ -359,6 +359,32 @@ fn write_then_read_round_trips(req: InfoRequest) {
     assert_eq!(p.a.heap.get(READ_BACK + 3), 0xfeed_face_cafe_f00d);
 }
 
+/// `fi_inject_write` lands (while the target progresses) and writes no
+/// completion on the initiator's queue.
+fn inject_write_lands_without_a_completion(req: InfoRequest) {
+    let p = Pair::new(req);
+    assert!(p.info.inject_size() >= 16, "{}: inject size {}", p.provider, p.info.inject_size());
+    for (i, v) in [0x1122_3344_5566_7788u64, 0x99aa_bbcc_ddee_ff00].into_iter().enumerate() {
+        let mut bytes = v.to_le_bytes();
+        let t = p.a.target(4 + i, 8);
+        let deadline = Instant::now() + TIMEOUT;
+        // SAFETY: 8 bytes fit the inject size; the target is b's registered heap
+        // (RemoteMemory::target), the peer came from a's AV.
+        while unsafe { p.a.ep.inject_write(&bytes, t) }.unwrap() == Post::Again {
+            p.progress_target().unwrap();
+            assert!(Instant::now() < deadline, "{}: fi_inject_write stayed -FI_EAGAIN", p.provider);
+        }
+        // The buffer is ours again at once.
+        bytes.fill(0);
+        let mut buf = [0u64; 8];
+        while p.b.heap.get(4 + i) != v {
+            p.progress_target().unwrap();
+            assert_eq!(p.a.cq.poll(&mut buf).unwrap(), 0, "{}: an injected write completed", p.provider);
+            assert!(Instant::now() < deadline, "{}: the injected write never landed", p.provider);
+        }
+    }
+}
+
 fn zero_length_write_completes(req: InfoRequest) {
     let p = Pair::new(req);
     p.b.heap.set(0, 77);
@@ -649,6 +675,11 @@ macro_rules! provider_tests {
             #[test]
             fn write_then_read_round_trips() {
                 super::write_then_read_round_trips(req());
+            }
+
+            #[test]
+            fn inject_write_lands_without_a_completion() {
+                super::inject_write_lands_without_a_completion(req());
             }
 
             #[test]
