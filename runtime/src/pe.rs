@@ -551,7 +551,8 @@ impl Pe {
     /// their own endpoint beside cpnet's, such as `cpnet-bench`'s raw
     /// libfabric floor. Local.
     pub fn fabric_config(&self) -> FabricConfig {
-        default_fabric(&self.core.launch, &self.core.tuning)
+        // The same choice init made, from the same inputs.
+        default_fabric(&self.core.launch, &self.core.tuning, self.core.boot.as_ref().and_then(Bootstrap::local_ip))
     }
 
     /// This PE's symmetric heap, for host reads and writes of local
