@@ -124,7 +124,7 @@ impl Side {
     }
 
     fn card(&self) -> PeerCard {
-        PeerCard { name: self.ep.name().to_vec(), mem: self.mr.remote() }
+        PeerCard { name: self.ep.name().to_vec(), mem: self.mr.remote(), mailbox: None }
     }
 
     /// Poll the completion queue once (progress); completions read.

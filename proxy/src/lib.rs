@@ -12,11 +12,13 @@
 //!   to host shadows (`CPNET_QUEUE_MEM=device`, the paper's Fig. 4a);
 //! - [`fabric`]: a safe layer over libfabric (`cpnet-fabric-sys`);
 //! - [`transport`]: the libfabric transport (RMA, atomics, ordering, barrier);
+//! - [`batch`]: small puts to one PE sent together as one message;
 //! - [`staged`]: the transport for GPU heaps over providers without CUDA
 //!   support (active messages and asynchronous copies, [`cuda`]).
 #![warn(missing_docs)]
 
 pub mod agent;
+pub mod batch;
 pub mod cuda;
 pub mod decode;
 pub mod fabric;

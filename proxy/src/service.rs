@@ -128,6 +128,12 @@ pub trait Transport {
     /// Drive progress (manual-progress providers need it, also for the
     /// operations other PEs target at us); append finished operations to `done`.
     fn progress(&mut self, done: &mut Vec<Finished>);
+    /// The pass over the queues is over: send what was gathered during it
+    /// (a transport that batches operations sends its batches here; by
+    /// default nothing). Finished operations go to `done`.
+    fn end_pass(&mut self, done: &mut Vec<Finished>) {
+        let _ = done;
+    }
     /// Whether a barrier across all PEs has completed, starting it if
     /// `start` (called repeatedly until it returns true).
     fn barrier(&mut self, start: bool) -> Result<bool, ErrorCode>;
@@ -653,6 +659,9 @@ impl<T: Transport> Service<T> {
             && n > self.pacing.prefetch_ahead
             && (self.taken - taken_before) * 4 >= n as u64 * 3;
         self.heartbeat.taken.store(self.taken, std::sync::atomic::Ordering::Relaxed);
+        self.heartbeat.set_phase(Phase::Progress, 0);
+        self.transport.end_pass(&mut self.done);
+        self.heartbeat.set_phase(Phase::Polling, 0);
         // Completions of this pass (transport, rejects, no-ops, barriers)
         // and takes all concern active queues: push theirs.
         self.mirror_step(None, QueueMirror::push_ctl);

@@ -26,6 +26,13 @@
 //!   the service drains a queue for `fence`, `quiet` or `barrier_all`, every
 //!   earlier operation has landed, on providers without write-after-write
 //!   ordering (rxm with atomics) and without `FI_FENCE` alike.
+//! * Puts of at most [`crate::batch::BATCH_PUT_MAX`] bytes to another PE
+//!   go in put batches ([`crate::batch`]): one message per target PE and
+//!   pass, applied by the target's proxy, complete on its acknowledgement
+//!   (so also "visible at the target"). Another operation to that PE waits
+//!   for the batches opened before it (B6 there), which keeps one queue's
+//!   operations to one PE in issue order, as the providers do for single
+//!   operations.
 //! * `putmem_signal` runs in two stages: the data write, and only after its
 //!   delivery completion the signal atomic. A PE that sees the signal sees
 //!   the data.
@@ -59,9 +66,10 @@ use cpnet_device::sync::Ordering;
 use cpnet_fabric_sys as sys;
 
 use crate::decode::{GetDst, Op, PutSrc};
+use crate::batch::{BatchMem, Batcher, CTX_SEND};
 use crate::fabric::{
-    AddressVector, AtomicOp, AtomicType, CompletionQueue, Domain, Endpoint, Fabric, FabricError, FiAddr, Info,
-    InfoRequest, LocalBuf, LocalBufMut, MemoryRegion, MrKey, Post, RemoteMemory, RemoteTarget,
+    AddressVector, AtomicOp, AtomicType, CAPS, CompletionQueue, Domain, Endpoint, Fabric, FabricError, FiAddr, Info,
+    InfoRequest, LocalBuf, LocalBufMut, MSG_CAPS, MemoryRegion, MrKey, Post, RemoteMemory, RemoteTarget,
 };
 use crate::local::apply_local;
 use crate::service::{Finished, Submit, Tag, Transport};
@@ -92,8 +100,10 @@ pub struct FabricConfig {
 }
 
 /// The `fi_getinfo` result the transport opens for `cfg`: an RDM endpoint
-/// with RMA and atomics. `cpnet-bench`'s raw floor opens its endpoints from
-/// the same request.
+/// with RMA and atomics ([`CAPS`]) and messages ([`MSG_CAPS`], for put
+/// batches, [`crate::batch`]), or, where the provider has no messages
+/// there, RMA and atomics alone (every put then goes on its own).
+/// `cpnet-bench`'s raw floor opens its endpoints from the same request.
 ///
 /// # Errors
 /// `fi_getinfo`'s (`-FI_ENODATA` when the provider lacks RMA + atomics on
@@ -103,7 +113,7 @@ pub fn fabric_info(cfg: &FabricConfig) -> Result<Info, FabricError> {
     if let Some(n) = &cfg.src_node {
         req = req.with_src_node(n);
     }
-    Info::get(&req)
+    Info::get(&req.clone().with_caps(CAPS | MSG_CAPS)).or_else(|_| Info::get(&req))
 }
 
 /// What a peer's thread `t` needs to reach this PE's thread `t`: the
@@ -115,27 +125,44 @@ pub struct PeerCard {
     pub name: Vec<u8>,
     /// The registered region, as the provider addresses it.
     pub mem: RemoteMemory,
+    /// The mailbox where peers acknowledge this thread's put batches
+    /// ([`crate::batch`]); `None` where the endpoint has no messages (no
+    /// batches to or from it).
+    pub mailbox: Option<RemoteMemory>,
 }
 
 impl PeerCard {
-    /// Little-endian: base u64, len u64, key u64, name length u32, name.
+    /// Little-endian: base u64, len u64, key u64, name length u32, name,
+    /// then, with a mailbox, its base, len and key.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(28 + self.name.len());
-        b.extend_from_slice(&self.mem.base.to_le_bytes());
-        b.extend_from_slice(&self.mem.len.to_le_bytes());
-        b.extend_from_slice(&self.mem.key.0.to_le_bytes());
+        let mut b = Vec::with_capacity(52 + self.name.len());
+        let mem = |b: &mut Vec<u8>, m: &RemoteMemory| {
+            b.extend_from_slice(&m.base.to_le_bytes());
+            b.extend_from_slice(&m.len.to_le_bytes());
+            b.extend_from_slice(&m.key.0.to_le_bytes());
+        };
+        mem(&mut b, &self.mem);
         b.extend_from_slice(&(self.name.len() as u32).to_le_bytes());
         b.extend_from_slice(&self.name);
+        if let Some(m) = &self.mailbox {
+            mem(&mut b, m);
+        }
         b
     }
 
     /// Parses [`PeerCard::to_bytes`]; `None` if malformed.
     pub fn from_bytes(b: &[u8]) -> Option<PeerCard> {
         let u64_at = |i: usize| Some(u64::from_le_bytes(b.get(i..i + 8)?.try_into().ok()?));
-        let (base, len, key) = (u64_at(0)?, u64_at(8)?, u64_at(16)?);
+        let mem_at = |i: usize| Some(RemoteMemory { base: u64_at(i)?, len: u64_at(i + 8)?, key: MrKey(u64_at(i + 16)?) });
+        let mem = mem_at(0)?;
         let n = u32::from_le_bytes(b.get(24..28)?.try_into().ok()?) as usize;
         let name = b.get(28..28 + n)?.to_vec();
-        (b.len() == 28 + n).then_some(PeerCard { name, mem: RemoteMemory { base, len, key: MrKey(key) } })
+        let mailbox = match b.len() - (28 + n).min(b.len()) {
+            0 => None,
+            24 => Some(mem_at(28 + n)?),
+            _ => return None,
+        };
+        (b.len() >= 28 + n).then_some(PeerCard { name, mem, mailbox })
     }
 }
 
@@ -194,9 +221,12 @@ pub struct FabricEndpoint {
     heap_mr: MemoryRegion,
     arena_mr: MemoryRegion,
     ep: Rc<Endpoint>,
+    /// Put batches' buffers and mailbox (after the endpoint: posted
+    /// receives point into them), where the endpoint has messages.
+    batch: Option<BatchMem>,
     av: Rc<AddressVector>,
     cq: Rc<CompletionQueue>,
-    _domain: Rc<Domain>,
+    domain: Rc<Domain>,
     provider: String,
     /// What libfabric granted, for [`FabricTransport::describe`].
     granted: Granted,
@@ -312,20 +342,31 @@ impl FabricEndpoint {
             domain: info.domain_name(),
             local_addr: printable(&av, ep.name()),
         };
+        // Batches need messages in order and an 8-byte inject for the
+        // acknowledgements.
+        let batch = if info.caps() & sys::FI_MSG != 0 && info.msg_order() & sys::FI_ORDER_SAS != 0 && info.inject_size() >= 8
+        {
+            Some(BatchMem::open(&domain, &ep).map_err(err("fi_mr_reg (put batches)"))?)
+        } else {
+            None
+        };
         tracing::debug!(
             pe = my_pe,
             provider = %info.provider_name(),
             mr_mode = info.mr_mode(),
             msg_order = info.msg_order(),
+            inject_size = info.inject_size(),
+            batches = batch.is_some(),
             "fabric endpoint open"
         );
         Ok(FabricEndpoint {
             heap_mr,
             arena_mr,
             ep,
+            batch,
             av,
             cq,
-            _domain: domain,
+            domain,
             provider: cfg.provider.clone(),
             granted,
             my_pe,
@@ -337,7 +378,7 @@ impl FabricEndpoint {
 
     /// What the peers need to reach us.
     pub fn card(&self) -> PeerCard {
-        PeerCard { name: self.ep.name().to_vec(), mem: self.heap_mr.remote() }
+        PeerCard { name: self.ep.name().to_vec(), mem: self.heap_mr.remote(), mailbox: self.batch.as_ref().map(BatchMem::mailbox) }
     }
 
     /// Insert every PE's card (index = PE; ours included, unused) and
@@ -347,7 +388,7 @@ impl FabricEndpoint {
     /// # Errors
     /// [`TransportError::BadCard`] for a region of the wrong size;
     /// `fi_av_insert` failures.
-    pub fn connect(self, cards: &[PeerCard], barrier_epoch: Arc<StdAtomicU64>) -> Result<FabricTransport, TransportError> {
+    pub fn connect(mut self, cards: &[PeerCard], barrier_epoch: Arc<StdAtomicU64>) -> Result<FabricTransport, TransportError> {
         let my_pe = self.my_pe;
         let mut peers = Vec::with_capacity(cards.len());
         let mut remote = Vec::with_capacity(cards.len());
@@ -380,6 +421,26 @@ impl FabricEndpoint {
         }
         let n_pes = cards.len() as i32;
         let rounds = if n_pes <= 1 { 0 } else { 32 - ((n_pes - 1) as u32).leading_zeros() };
+        let batcher = match self.batch.as_mut() {
+            Some(mem) => Some(
+                Batcher::connect(
+                    mem,
+                    &self.domain,
+                    &self.ep,
+                    my_pe,
+                    (self.region, self.heap_size),
+                    peers.clone(),
+                    cards.iter().map(|c| c.mailbox).collect(),
+                )
+                .map_err(|source| TransportError::Fabric {
+                    pe: my_pe,
+                    what: "put batches' receive buffers",
+                    provider: self.provider.clone(),
+                    source,
+                })?,
+            ),
+            None => None,
+        };
         Ok(FabricTransport {
             free: (0..MAX_INFLIGHT as u32).rev().collect(),
             slots: vec![SlotState::default(); MAX_INFLIGHT],
@@ -393,6 +454,9 @@ impl FabricEndpoint {
             barrier_epoch,
             poll_buf: vec![0; 64],
             peer_addrs,
+            batcher,
+            early: Vec::new(),
+            behind: Vec::new(),
             inner: self,
         })
     }
@@ -442,6 +506,15 @@ pub struct FabricTransport {
     poll_buf: Vec<u64>,
     /// Per PE: its endpoint's printable address (for [`Self::describe`]).
     peer_addrs: Vec<String>,
+    /// Small puts to other PEs go in batches ([`crate::batch`]), where the
+    /// provider has messages.
+    batcher: Option<Batcher>,
+    /// Operations finished inside `submit` (a batch that failed to send),
+    /// reported at the next `progress`.
+    early: Vec<Finished>,
+    /// Operations waiting for batches to their PE to be acknowledged, and
+    /// the batch each waits for (B6 in [`crate::batch`]).
+    behind: Vec<(Tag, u64)>,
     // Last: owns the regions, queues and the arena (see FabricEndpoint).
     inner: FabricEndpoint,
 }
@@ -715,6 +788,34 @@ impl Transport for FabricTransport {
             // Payload slots belong to GPU PEs' queues (staged transport).
             return Submit::Done(Outcome::Failed(ErrorCode::BadOp));
         }
+        if let Some(b) = &mut self.batcher {
+            let mem = self.inner.batch.as_ref().expect("a batcher has its memory");
+            if let Op::Put { dst, src, size, .. } = op
+                && b.takes(pe, *size)
+            {
+                return b.put(mem, &self.inner.ep, tag, op, (pe, *dst, *src, *size), &mut self.early);
+            }
+            // B6: behind the batches to `pe` opened before it (the first
+            // refusal fixes which; later retries wait for the same one).
+            let held = self.behind.iter().position(|&(t, _)| t == tag);
+            let need = match held {
+                Some(i) => Some(self.behind[i].1),
+                None => b.order_behind(mem, &self.inner.ep, pe, &mut self.early),
+            };
+            match need {
+                Some(seq) if b.acked(pe) < seq => {
+                    if held.is_none() {
+                        self.behind.push((tag, seq));
+                    }
+                    return Submit::Busy;
+                }
+                _ => {
+                    if let Some(i) = held {
+                        self.behind.swap_remove(i);
+                    }
+                }
+            }
+        }
         let Some(slot) = self.free.pop() else { return Submit::Busy };
         let stage = match op {
             Op::PutSignal { .. } if empty => Stage::Signal,
@@ -743,6 +844,7 @@ impl Transport for FabricTransport {
     }
 
     fn progress(&mut self, done: &mut Vec<Finished>) {
+        done.append(&mut self.early);
         for _ in 0..4 {
             let mut buf = std::mem::take(&mut self.poll_buf);
             let r = self.inner.cq.poll(&mut buf);
@@ -751,6 +853,10 @@ impl Transport for FabricTransport {
                 Err(e) => {
                     match e.op_context() {
                         Some(ctx) if (ctx as usize) < self.slots.len() => self.fail(ctx as u32, &e, done),
+                        Some(ctx) if ctx >= CTX_SEND && self.batcher.is_some() => {
+                            let mem = self.inner.batch.as_ref().expect("a batcher has its memory");
+                            self.batcher.as_mut().expect("checked").failed(mem, &self.inner.ep, ctx, &e, done);
+                        }
                         _ => tracing::error!("PE {}: completion queue: {e}", self.inner.my_pe),
                     }
                     self.poll_buf = buf;
@@ -758,7 +864,12 @@ impl Transport for FabricTransport {
                 }
             };
             for &ctx in &buf[..n] {
-                self.completed(ctx as u32, done);
+                if ctx >= CTX_SEND {
+                    let mem = self.inner.batch.as_ref().expect("batch contexts come from a batcher");
+                    self.batcher.as_mut().expect("batch contexts come from a batcher").completed(mem, &self.inner.ep, ctx);
+                } else {
+                    self.completed(ctx as u32, done);
+                }
             }
             self.poll_buf = buf;
             if n < 64 {
@@ -768,6 +879,17 @@ impl Transport for FabricTransport {
         for _ in 0..self.deferred.len() {
             let Some(slot) = self.deferred.pop_front() else { break };
             self.post_or_defer(slot, done);
+        }
+        if let Some(b) = &mut self.batcher {
+            let mem = self.inner.batch.as_ref().expect("a batcher has its memory");
+            b.progress(mem, &self.inner.ep, done);
+        }
+    }
+
+    fn end_pass(&mut self, done: &mut Vec<Finished>) {
+        if let Some(b) = &mut self.batcher {
+            let mem = self.inner.batch.as_ref().expect("a batcher has its memory");
+            b.flush(mem, &self.inner.ep, done);
         }
     }
 
@@ -817,5 +939,36 @@ impl Transport for FabricTransport {
                 return Ok(false);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mem(base: u64) -> RemoteMemory {
+        RemoteMemory { base, len: 4096 + base, key: MrKey(base ^ 0x55) }
+    }
+
+    #[test]
+    fn card_round_trips_with_and_without_a_mailbox() {
+        for mailbox in [None, Some(mem(0x7000))] {
+            let card = PeerCard { name: b"fi_shm://1234:0:1".to_vec(), mem: mem(0x1000), mailbox };
+            assert_eq!(PeerCard::from_bytes(&card.to_bytes()), Some(card));
+        }
+    }
+
+    #[test]
+    fn malformed_cards_are_refused() {
+        let card = PeerCard { name: vec![7; 16], mem: mem(1), mailbox: Some(mem(2)) };
+        let b = card.to_bytes();
+        // Cut anywhere (but at the end of the card without its mailbox), or
+        // a byte too many: not a card.
+        for n in (0..b.len()).filter(|&n| n != 28 + 16) {
+            assert_eq!(PeerCard::from_bytes(&b[..n]), None, "{n} bytes");
+        }
+        let mut long = b.clone();
+        long.push(0);
+        assert_eq!(PeerCard::from_bytes(&long), None);
     }
 }

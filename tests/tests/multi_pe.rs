@@ -28,6 +28,7 @@ matrix! {
     amo_contention_exact: &["--wgs", "4", "amo", "--iters", "100"];
     put_signal_pipeline: &["signal", "--msgs", "300"];
     fence_and_quiet_order: &["order", "--rounds", "100"];
+    batched_puts_stay_in_order: &["--wgs", "3", "put-order", "--rounds", "30"];
     barrier_all: &["barrier", "--rounds", "50"];
     stress_small: &["stress", "--ops", "40000"];
 }

@@ -67,6 +67,19 @@ enum Scenario {
         #[arg(long, default_value_t = 100)]
         rounds: u64,
     },
+    /// Streams of small nbi puts (which the proxy sends in batches) with
+    /// what must stay behind them: a flag put after a fence, checked by the
+    /// target; a larger put, a get and an AMO to the same words without a
+    /// fence (one queue's operations to one PE take effect in issue order,
+    /// docs/runtime.md "Ordering").
+    PutOrder {
+        /// Rounds.
+        #[arg(long, default_value_t = 50)]
+        rounds: u64,
+        /// Small puts per round (300: more than one 4 KiB batch).
+        #[arg(long, default_value_t = 300)]
+        puts: u64,
+    },
     /// barrier_all from a work-group and from the host.
     Barrier {
         /// Rounds.
@@ -143,6 +156,7 @@ fn main() -> ExitCode {
         Scenario::Amo { iters } => amo(&pe, cli.wgs, iters),
         Scenario::Signal { msgs } => signal(&pe, cli.wgs, msgs),
         Scenario::Order { rounds } => order(&pe, cli.wgs, rounds),
+        Scenario::PutOrder { rounds, puts } => put_order(&pe, cli.wgs, rounds, puts),
         Scenario::Barrier { rounds } => barrier(&pe, cli.wgs, rounds),
         Scenario::Stress { ops, seed } => stress(&pe, cli.wgs, ops, seed),
         Scenario::Backpressure { ops, check_every } => backpressure(&pe, cli.wgs, ops, check_every),
@@ -465,6 +479,88 @@ fn order(pe: &Pe, wgs: u32, rounds: u64) -> Result<()> {
             }
             let v = heap.atomic_u64(same).expect("word").load(std::sync::atomic::Ordering::Acquire);
             ensure_wg!(wg, v > 2 * r, &format!("round {r}: fenced same-address puts from PE {left} ended at {v}"))?;
+            wg.quiet()?;
+        }
+        Ok(())
+    })?;
+    pe.barrier_all()?;
+    Ok(())
+}
+
+/// Small nbi puts and what must not overtake them. Per work-group and round
+/// `r`, to the right neighbour, in the work-group's own area there:
+///
+/// 1. `puts` 8-byte nbi puts, `data[i] = r * 2^20 + i` (several batches);
+/// 2. fence, then the flag `r` (odd rounds: an 8-byte nbi put, batched
+///    like the data; even rounds: an atomic set): the neighbour waits for the
+///    flag and finds every `data[i]` of round `r` or later;
+/// 3. without a fence: an 8-byte nbi put of `2r` to `same`, then a 512-byte
+///    nbi put (not batched) whose first word is `2r + 1`, then a 16-byte one
+///    (batched again) of `2r + 1, 2r + 2`, then a `p` of `2r + 3` over the
+///    second word (in the same batch); blocking gets read them back: `2r + 1`
+///    and `2r + 3`, the later puts win;
+/// 4. without a fence: an 8-byte nbi put of `5r` to `ctr`, then a fetch-add
+///    of 1 returns `5r`.
+fn put_order(pe: &Pe, wgs: u32, rounds: u64, puts: u64) -> Result<()> {
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let right = (me + 1) % n;
+    let left = (me + n - 1) % n;
+    // Per work-group: data words, the flag, `same` (512 bytes), `ctr`.
+    let per = (8 * puts).next_multiple_of(64) + 64 + 512 + 64;
+    let area = pe.shmalloc(per * u64::from(wgs))?;
+    let src = pe.shmalloc(1024 * u64::from(wgs))?;
+    let heap = *pe.heap();
+    heap.write_bytes(area, &vec![0; (per * u64::from(wgs)) as usize]).ok();
+    pe.barrier_all()?;
+    pe.run_work_groups(wgs, |wg| {
+        let w = u64::from(wg.wg());
+        let base = area.0 + per * w;
+        let data = |i: u64| SymAddr(base + 8 * i);
+        let flag = SymAddr(base + (8 * puts).next_multiple_of(64));
+        let same = SymAddr(flag.0 + 64);
+        let ctr = SymAddr(same.0 + 512);
+        let (big, small, back) = (SymAddr(src.0 + 1024 * w), SymAddr(src.0 + 1024 * w + 512), SymAddr(src.0 + 1024 * w + 768));
+        for r in 1..=rounds {
+            for i in 0..puts {
+                let v = (r << 20) + i;
+                heap.write_bytes(SymAddr(back.0), &v.to_le_bytes()).expect("local write");
+                wg.putmem_nbi(data(i), SymAddr(back.0), 8, right)?;
+            }
+            wg.fence()?;
+            if r % 2 == 1 {
+                heap.write_bytes(SymAddr(back.0), &r.to_le_bytes()).expect("local write");
+                wg.putmem_nbi(flag, SymAddr(back.0), 8, right)?;
+            } else {
+                wg.atomic_set::<u64>(flag, r, right)?;
+            }
+            // 3: same words, no fence.
+            heap.write_bytes(SymAddr(back.0), &(2 * r).to_le_bytes()).expect("local write");
+            wg.putmem_nbi(same, SymAddr(back.0), 8, right)?;
+            let mut b = vec![0u8; 512];
+            b[..8].copy_from_slice(&(2 * r + 1).to_le_bytes());
+            heap.write_bytes(big, &b).expect("local write");
+            wg.putmem_nbi(same, big, 512, right)?;
+            let mut s16 = [0u8; 16];
+            s16[..8].copy_from_slice(&(2 * r + 1).to_le_bytes());
+            s16[8..].copy_from_slice(&(2 * r + 2).to_le_bytes());
+            heap.write_bytes(small, &s16).expect("local write");
+            wg.putmem_nbi(same, small, 16, right)?;
+            wg.p::<u64>(SymAddr(same.0 + 8), 2 * r + 3, right)?;
+            let got = wg.g::<u64>(same, right)?;
+            eq_wg!(wg, got, 2 * r + 1, &format!("round {r}: word 0 of `same` at PE {right} read back right after an 8-, a 512- and a 16-byte put"))?;
+            let got = wg.g::<u64>(SymAddr(same.0 + 8), right)?;
+            eq_wg!(wg, got, 2 * r + 3, &format!("round {r}: word 1 of `same` at PE {right} read back after the 16-byte put and an 8-byte p over it"))?;
+            // 4: an AMO behind a put of the same word.
+            heap.write_bytes(SymAddr(back.0), &(5 * r).to_le_bytes()).expect("local write");
+            wg.putmem_nbi(ctr, SymAddr(back.0), 8, right)?;
+            let old = wg.atomic_fetch_add::<u64>(ctr, 1, right)?;
+            eq_wg!(wg, old, 5 * r, &format!("round {r}: fetch_add at PE {right} right after a put of the word"))?;
+            // 2, target side: the left neighbour's data behind its flag.
+            wg.wait_until::<u64>(flag, Cmp::Ge, r)?;
+            for i in 0..puts {
+                let v = heap.atomic_u64(data(i)).expect("word").load(std::sync::atomic::Ordering::Acquire);
+                ensure_wg!(wg, v >= (r << 20) + i, &format!("round {r}: data[{i}] from PE {left} is {v:#x} after its fenced flag"))?;
+            }
             wg.quiet()?;
         }
         Ok(())
