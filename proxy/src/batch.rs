@@ -16,9 +16,9 @@
 //! | step | who | what |
 //! |---|---|---|
 //! | B1 | initiator | appends records to the open batch of PE `p`; the batch has the next sequence number `s` of the stream to `p` |
-//! | B2 | initiator | `fi_send`s it to `p` when the pass ends or it is full, if fewer than `credits` batches to `p` are unacknowledged; else the batch keeps filling, and once full, puts to `p` are refused (`Submit::Busy`) |
+//! | B2 | initiator | `fi_send`s it to `p` when the pass ends or it is full, if fewer than `credits` batches to `p` are unacknowledged, and, at the end of a pass, only if it holds [`HOLD_BELOW`] bytes, no batch to `p` is unacknowledged or the pass took a command that waits (urgent); else the batch keeps filling (and goes out once an acknowledgement comes), and once full and out of credit, puts to `p` are refused (`Submit::Busy`) |
 //! | B3 | target | the receive completes (its proxy polls its completion queue): it copies every record into its heap, in order, then reposts the buffer |
-//! | B4 | target | writes `s`, the last batch applied from the initiator, into the initiator's *mailbox* word for it (`fi_inject_write` of 8 bytes; once per pass per initiator) |
+//! | B4 | target | writes `s`, the last batch applied from the initiator, into the initiator's *mailbox* word for it (`fi_inject_write` of 8 bytes): at the end of the pass if a batch applied asked for it (*urgent*: sent by a pass that took a blocking command or a fence, quiet or barrier, or sent for B6), else at the end of the first pass that brings no new batch from that initiator, or once `credits / 2` batches are unacknowledged |
 //! | B5 | initiator | reads its mailbox word for `p` (acquire) each pass: every put of a batch `<= s` is complete, visible at `p` |
 //!
 //! | B6 | initiator | any other operation to `p` (a get, an AMO, a put-signal, a larger put) waits until every batch to `p` opened before it is acknowledged (`Submit::Busy` meanwhile) |
@@ -69,6 +69,11 @@ pub const BATCH_PUT_MAX: u64 = 256;
 /// `process_vm_readv` path), and below `ofi_rxm`'s eager limit.
 pub const BATCH_BYTES: usize = 4096;
 
+/// An open batch smaller than this waits while an earlier batch to its PE
+/// is unacknowledged (B2), so a stream of puts goes out in fuller batches:
+/// fewer sends (each a `sendmsg` over tcp) and fewer acknowledgements.
+pub const HOLD_BELOW: usize = BATCH_BYTES / 2;
+
 /// Send buffers per thread: batches being filled or being sent.
 pub const SEND_BUFFERS: usize = 64;
 
@@ -92,6 +97,9 @@ const CTX_INDEX: u64 = (1 << 32) - 1;
 /// Batch header: `MAGIC | records << 32`, `src_pe | bytes << 32`, `seq`.
 const HDR_BYTES: usize = 24;
 const MAGIC: u64 = 0x7462_7063; // "cpbt"
+/// Batch header flag (in the `src_pe | bytes << 32` word): acknowledge at
+/// once, someone waits (B4).
+const URGENT: u64 = 1 << 63;
 /// Record header: target offset in the low 48 bits, length in the top 16.
 const OFF_BITS: u32 = 48;
 
@@ -206,6 +214,11 @@ struct Peer {
     /// Last batch applied from the peer, and the last acknowledged to it.
     applied: u64,
     ack_sent: u64,
+    /// A batch from the peer was applied since the last look at `ack_due`.
+    fresh: bool,
+    /// A batch applied and not yet acknowledged asked for an
+    /// acknowledgement at once.
+    urgent: bool,
     /// On the `dirty`, `waiting`, `ack_due` lists.
     in_dirty: bool,
     in_waiting: bool,
@@ -315,7 +328,7 @@ impl Batcher {
         let last = match peer.open {
             Some(o) => {
                 let seq = o.seq;
-                self.send(mem, ep, pe, done);
+                self.send(mem, ep, pe, true, done);
                 seq
             }
             None => peer.sent,
@@ -344,7 +357,7 @@ impl Batcher {
         let rec = 8 + size.next_multiple_of(8) as usize;
         if let Some(o) = self.peers[p].open
             && o.len + rec > BATCH_BYTES
-            && !self.send(mem, ep, pe, done)
+            && !self.send(mem, ep, pe, false, done)
         {
             return Submit::Busy;
         }
@@ -392,7 +405,7 @@ impl Batcher {
 
     /// B2: send `pe`'s open batch if it has credit; false if it is still
     /// open (no credit, or the provider said -FI_EAGAIN).
-    fn send(&mut self, mem: &BatchMem, ep: &Endpoint, pe: i32, done: &mut Vec<Finished>) -> bool {
+    fn send(&mut self, mem: &BatchMem, ep: &Endpoint, pe: i32, urgent: bool, done: &mut Vec<Finished>) -> bool {
         let p = pe as usize;
         let Some(o) = self.peers[p].open else { return true };
         if self.peers[p].sent - self.peers[p].acked >= u64::from(self.credits) {
@@ -404,7 +417,7 @@ impl Batcher {
         // reads or writes now.
         unsafe {
             hdr.write(MAGIC | (u64::from(o.records) << 32));
-            hdr.add(1).write(u64::from(self.my_pe as u32) | ((o.len as u64) << 32));
+            hdr.add(1).write(u64::from(self.my_pe as u32) | ((o.len as u64) << 32) | if urgent { URGENT } else { 0 });
             hdr.add(2).write(o.seq);
         }
         let src = mem.send_mr.local(base);
@@ -429,13 +442,24 @@ impl Batcher {
         }
     }
 
-    /// Send every open batch that has credit (end of a pass, and after
-    /// acknowledgements freed credit).
-    pub(crate) fn flush(&mut self, mem: &BatchMem, ep: &Endpoint, done: &mut Vec<Finished>) {
+    /// Send the open batches (end of a pass, and after acknowledgements
+    /// arrived): each one that has credit, unless it is small and an
+    /// earlier batch to its PE is still unacknowledged (B2: it then keeps
+    /// filling until that acknowledgement comes, and goes out with more).
+    ///
+    /// `urgent`: a work-group waits for a completion (a blocking command or
+    /// a drain was taken this pass): nothing is held, and the batches sent
+    /// ask to be acknowledged at once (B4).
+    pub(crate) fn flush(&mut self, mem: &BatchMem, ep: &Endpoint, urgent: bool, done: &mut Vec<Finished>) {
         let mut i = 0;
         while i < self.dirty.len() {
             let pe = self.dirty[i];
-            if self.send(mem, ep, pe as i32, done) {
+            let p = &self.peers[pe as usize];
+            if !urgent && p.sent > p.acked && p.open.is_some_and(|o| o.len < HOLD_BELOW) {
+                i += 1;
+                continue;
+            }
+            if self.send(mem, ep, pe as i32, urgent, done) {
                 self.peers[pe as usize].in_dirty = false;
                 self.dirty.swap_remove(i);
             } else {
@@ -504,7 +528,7 @@ impl Batcher {
             let h = base.cast::<u64>();
             (h.read(), h.add(1).read(), h.add(2).read())
         };
-        let (records, src, bytes) = ((h0 >> 32) as u32, h1 as u32 as i32, (h1 >> 32) as usize);
+        let (records, src, bytes, urgent) = ((h0 >> 32) as u32, h1 as u32 as i32, ((h1 & !URGENT) >> 32) as usize, h1 & URGENT != 0);
         if h0 & 0xffff_ffff != MAGIC || bytes > BATCH_BYTES || src < 0 || src as usize >= self.peers.len() {
             tracing::error!("PE {}: dropped a malformed batch message (header {h0:#x} {h1:#x})", self.my_pe);
             return;
@@ -539,6 +563,8 @@ impl Batcher {
             tracing::error!("PE {}: batch {seq} from PE {src} after batch {}", self.my_pe, peer.applied);
         }
         peer.applied = peer.applied.max(seq);
+        peer.fresh = true;
+        peer.urgent |= urgent;
         if !peer.in_ack_due {
             peer.in_ack_due = true;
             self.ack_due.push(src as u32);
@@ -557,7 +583,14 @@ impl Batcher {
         let mut k = 0;
         while k < self.ack_due.len() {
             let pe = self.ack_due[k] as usize;
-            let peer = &self.peers[pe];
+            let peer = &mut self.peers[pe];
+            // B4, delayed: while batches keep coming, one acknowledgement
+            // per `credits / 2` of them; once a pass brings none, at once.
+            let fresh = std::mem::take(&mut peer.fresh);
+            if fresh && !peer.urgent && peer.applied - peer.ack_sent < u64::from(self.credits.div_ceil(2)) {
+                k += 1;
+                continue;
+            }
             let seq = peer.applied;
             let Some(t) = peer.mailbox.and_then(|m| m.target(self.addrs[pe], 8 * self.my_pe as u64, 8)) else {
                 self.peers[pe].in_ack_due = false;
@@ -571,6 +604,7 @@ impl Batcher {
                 Ok(Post::Posted) => {
                     let peer = &mut self.peers[pe];
                     peer.ack_sent = seq;
+                    peer.urgent = false;
                     peer.in_ack_due = false;
                     self.ack_due.swap_remove(k);
                 }
@@ -605,7 +639,7 @@ impl Batcher {
                 k += 1;
             }
         }
-        self.flush(mem, ep, done);
+        self.flush(mem, ep, false, done);
     }
 }
 

@@ -27,6 +27,11 @@ use crate::mirror::{MirrorError, QueueMirror};
 /// at most this many passes for its first poll.
 pub const ACTIVE_REFRESH_PASSES: u32 = 64;
 
+/// Commands a pass takes from one queue at most, so that one busy queue
+/// cannot starve the others: a default-depth ring's worth (a transport
+/// that batches sends what a pass took together, [`Transport::end_pass`]).
+pub const TAKE_PER_PASS: u32 = 64;
+
 /// With a claim signal ([`Service::set_claim_signal`]): the least time
 /// between two rebuilds of the active-queue list that no claim asked for
 /// (they drop released queues from it).
@@ -130,9 +135,12 @@ pub trait Transport {
     fn progress(&mut self, done: &mut Vec<Finished>);
     /// The pass over the queues is over: send what was gathered during it
     /// (a transport that batches operations sends its batches here; by
-    /// default nothing). Finished operations go to `done`.
-    fn end_pass(&mut self, done: &mut Vec<Finished>) {
-        let _ = done;
+    /// default nothing). `waits`: the pass took a command whose work-group
+    /// waits for completions (a blocking command, or a fence, quiet or
+    /// barrier that drains its queue), so nothing should be held back.
+    /// Finished operations go to `done`.
+    fn end_pass(&mut self, waits: bool, done: &mut Vec<Finished>) {
+        let _ = (waits, done);
     }
     /// Whether a barrier across all PEs has completed, starting it if
     /// `start` (called repeatedly until it returns true).
@@ -347,6 +355,9 @@ pub struct Service<T: Transport> {
     pacing: Pacing,
     /// The last pass took a command from at least 3/4 of the active queues.
     saturated: bool,
+    /// This pass took a command whose work-group waits for completions
+    /// ([`Transport::end_pass`]).
+    waits: bool,
     /// Published progress, for the watchdog.
     heartbeat: std::sync::Arc<Heartbeat>,
     /// Passes over the service's life (the heartbeat's counter, and the
@@ -385,6 +396,7 @@ impl<T: Transport> Service<T> {
             idle_spin: None,
             pacing: Pacing::default(),
             saturated: false,
+            waits: false,
             heartbeat: std::sync::Arc::default(),
             passes: 0,
             taken: 0,
@@ -660,7 +672,7 @@ impl<T: Transport> Service<T> {
             && (self.taken - taken_before) * 4 >= n as u64 * 3;
         self.heartbeat.taken.store(self.taken, std::sync::atomic::Ordering::Relaxed);
         self.heartbeat.set_phase(Phase::Progress, 0);
-        self.transport.end_pass(&mut self.done);
+        self.transport.end_pass(std::mem::take(&mut self.waits), &mut self.done);
         self.heartbeat.set_phase(Phase::Polling, 0);
         // Completions of this pass (transport, rejects, no-ops, barriers)
         // and takes all concern active queues: push theirs.
@@ -767,7 +779,7 @@ impl<T: Transport> Service<T> {
             work += 1;
         }
         // Bounded batch per queue per pass, so one busy queue cannot starve others.
-        for _ in 0..32 {
+        for _ in 0..TAKE_PER_PASS {
             if self.queues[qi].drain.is_some() && !self.drain_done(qi, &mut work) {
                 return work;
             }
@@ -779,6 +791,7 @@ impl<T: Transport> Service<T> {
             // leave it unread. With many queues, that read is a cache miss
             // per command (the line was last touched a ring ago).
             let last = cmd.flags & CPNET_F_BLOCKING != 0;
+            self.waits |= last;
             match decode(&cmd, &self.limits) {
                 // The common command that needs no transport: completed here
                 // (Consumer::complete's in-order fast path).
@@ -806,8 +819,12 @@ impl<T: Transport> Service<T> {
             Ok(Op::Fence) | Ok(Op::Quiet) => {
                 self.queues[qi].consumer.complete(seq, Outcome::Done);
                 self.queues[qi].drain = Some(Drain::Fence);
+                self.waits = true;
             }
-            Ok(Op::BarrierAll) => self.queues[qi].drain = Some(Drain::Barrier { seq, started: false }),
+            Ok(Op::BarrierAll) => {
+                self.queues[qi].drain = Some(Drain::Barrier { seq, started: false });
+                self.waits = true;
+            }
             Ok(op) => match self.locate_payload(qi, seq, op) {
                 Ok(op) => return self.submit(qi, seq, op, cmd),
                 Err(code) => self.reject(qi, seq, cmd, code),

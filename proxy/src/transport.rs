@@ -886,10 +886,10 @@ impl Transport for FabricTransport {
         }
     }
 
-    fn end_pass(&mut self, done: &mut Vec<Finished>) {
+    fn end_pass(&mut self, waits: bool, done: &mut Vec<Finished>) {
         if let Some(b) = &mut self.batcher {
             let mem = self.inner.batch.as_ref().expect("a batcher has its memory");
-            b.flush(mem, &self.inner.ep, done);
+            b.flush(mem, &self.inner.ep, waits, done);
         }
     }
 
