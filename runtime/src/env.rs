@@ -69,6 +69,7 @@
 //! | `CPNET_STAGE_CREDITS` | GPU PEs on the staged path: requests in flight per proxy thread and target PE | count, `1..=1024` | `8` |
 //! | `CPNET_STAGE_BUFS` | GPU PEs on the staged path: send buffers per proxy thread | count, `1..=4096` | `16` |
 //! | `CPNET_AGENT_BYTES` | GPU PEs on the staged path: puts, gets and their pieces of at most this many bytes move between the GPU heap and the pinned staging buffers through the landing agent (a one-block kernel each proxy thread starts, `cpnet/agent.cuh`: no CUDA driver call per message); larger ones through copy-engine copies and events. Signals and AMOs always go through the agent. `0`: data never does | bytes (K/M/G), `0..=CPNET_STAGE_CHUNK` | `16K` |
+//! | `CPNET_AGENT_LANES` | GPU PEs on the staged path: landing lanes per proxy thread, each a landing ring with its own agent (one block, its own stream), so records of different queues are applied in parallel; the records of one queue (an initiator's queue, seen from either end) always take the same lane, so they are applied in order | integer, `1..=16` | `4` |
 //! | `CPNET_AGENT_IDLE` | GPU PEs: a landing agent with nothing to do for this long exits (it holds one block of one SM while it runs, and a device synchronize waits for it); the next record starts it again with one kernel launch | microseconds, `1..=10000000` | `2000` |
 //! | `CPNET_PAYLOAD_BYTES` | GPU PEs: each queue slot has a payload slot of this many bytes in pinned host memory mapped into the GPU (`cmd.h` P0); a put or put-with-signal through the queue of more than 8 and at most this many bytes is copied there by the work-group itself, so the proxy sends it without a copy out of the GPU heap. Halved until all queues' slots fit in 64 MiB (`queues x depth x bytes`), and at most `CPNET_STAGE_CHUNK`; `0`: none | bytes (K), `0` or a power of two in `16..=64K` | `4K` |
 //! | `CPNET_TRANSPORT_MAP` | `1`: right after init each PE prints on stderr one line per PE of the job (itself included) naming the path its operations to that PE take and the provider, as libfabric reports it: `cpnet: transport map: PE <me> -> PE <peer>: <path> via <provider> [<details>]`, path one of `self`, `p2p stores`, `ipc copy`, `rma`, `staged active messages` ([`crate::transport_map`]); `cpnet-run --transport-map` sets it for its PEs | `0` or `1` | `0` |
@@ -137,6 +138,8 @@ pub const STAGE_BUFS: &str = "CPNET_STAGE_BUFS";
 pub const PROXY_IDLE_SLEEP: &str = "CPNET_PROXY_IDLE_SLEEP";
 /// `CPNET_AGENT_BYTES`: data of at most this many bytes moves through the landing agent.
 pub const AGENT_BYTES: &str = "CPNET_AGENT_BYTES";
+/// `CPNET_AGENT_LANES`: landing rings (each with its own agent) per proxy thread.
+pub const AGENT_LANES: &str = "CPNET_AGENT_LANES";
 /// `CPNET_AGENT_IDLE`: microseconds an idle landing agent waits before it exits.
 pub const AGENT_IDLE: &str = "CPNET_AGENT_IDLE";
 /// `CPNET_PAYLOAD_BYTES`: bytes per payload slot of a GPU PE's queues (`cmd.h` P0).
@@ -490,6 +493,8 @@ pub struct Tuning {
     pub agent_bytes: u64,
     /// `CPNET_AGENT_IDLE`: an idle landing agent exits after this long.
     pub agent_idle: Duration,
+    /// `CPNET_AGENT_LANES`: landing rings, each with its own agent, per proxy thread.
+    pub agent_lanes: usize,
     /// `CPNET_PAYLOAD_BYTES`: requested bytes per payload slot (0: none);
     /// [`Tuning::payload_slot_bytes`] gives the size in use.
     pub payload_bytes: u32,
@@ -523,6 +528,7 @@ impl Default for Tuning {
             stage_bufs: 16,
             agent_bytes: 16 << 10,
             agent_idle: Duration::from_micros(2000),
+            agent_lanes: 4,
             payload_bytes: 4096,
             transport_map: false,
         }
@@ -636,6 +642,13 @@ impl Tuning {
                 .filter(|n| (1..=10_000_000).contains(n))
                 .map(Duration::from_micros)
                 .ok_or_else(|| invalid(AGENT_IDLE, &v, "whole microseconds in 1..=10000000"))?;
+        }
+        if let Some(v) = get(AGENT_LANES) {
+            t.agent_lanes = v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=16).contains(n))
+                .ok_or_else(|| invalid(AGENT_LANES, &v, "an integer in 1..=16"))?;
         }
         if let Some(v) = get(QUEUES) {
             t.queues = v
@@ -1228,6 +1241,9 @@ mod tests {
         assert_eq!((t.agent_bytes, t.agent_idle), (4096, Duration::from_micros(500)));
         assert!(Tuning::from_lookup(env(&[(STAGE_CHUNK, "64K"), (AGENT_BYTES, "128K")])).is_err(), "agent bytes above the chunk");
         assert!(Tuning::from_lookup(env(&[(AGENT_IDLE, "0")])).is_err());
+        assert_eq!(Tuning::from_lookup(env(&[(AGENT_LANES, "8")])).unwrap().agent_lanes, 8);
+        assert!(Tuning::from_lookup(env(&[(AGENT_LANES, "0")])).is_err());
+        assert!(Tuning::from_lookup(env(&[(AGENT_LANES, "17")])).is_err());
         assert_eq!(Tuning::from_lookup(env(&[])).unwrap().payload_bytes, 4096);
         assert_eq!(Tuning::from_lookup(env(&[(PAYLOAD_BYTES, "1K")])).unwrap().payload_bytes, 1024);
         assert_eq!(Tuning::from_lookup(env(&[(PAYLOAD_BYTES, "0")])).unwrap().payload_bytes, 0);
