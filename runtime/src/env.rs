@@ -60,6 +60,7 @@
 //! | `CPNET_WAIT_TIMEOUT` | how long any device-side or work-group wait (`wait_until`, `signal_wait_until`, quiet, a blocking call, a full ring) may take before it reports what it waits for; `0` or `none` waits forever (host collectives: `CPNET_COLLECTIVE_TIMEOUT`) | seconds (decimal) | `60` |
 //! | `CPNET_COLLECTIVE_TIMEOUT` | how long a host collective (`barrier_all`, `shmalloc`, `shfree`, the rendezvous's allgathers, finalize) may wait for the other PEs before the job fails with a report naming the PEs that had not arrived; `0` or `none` waits forever. Longer than `CPNET_WAIT_TIMEOUT` because PEs legitimately spend long apart between host collectives (one PE computing a reference, writing a checkpoint); the same 10 minutes as PyTorch's NCCL process groups (pytorch/pytorch#110947). Init's collectives and finalize's last one wait at least `CPNET_CONNECT_TIMEOUT` | seconds (decimal) | `600` |
 //! | `CPNET_PROXY_STALL_TIMEOUT` | the watchdog: a proxy thread whose polling loop has not moved for this long (stuck inside a libfabric or CUDA call, say) is reported, with the queues, PEs and operations it had pending, and the PE is aborted (its waits return `ABORTED`, the process exits with status 1 after `CPNET_ABORT_GRACE`); `0` or `none` turns the watchdog off | seconds (decimal) | `10` |
+//! | `CPNET_REACH_TIMEOUT` | a peer whose operations (puts, gets, AMOs, their batches) have waited this long without any completion from it is unreachable: the proxy reports it, naming the peer, an operation, the provider and both endpoints' addresses, and the PE is aborted (its waits return `ABORTED`, the process exits with status 1 after `CPNET_ABORT_GRACE`), instead of hanging while the provider retries (the rendezvous may reach a host whose fabric ports a firewall blocks). Shorter than `CPNET_WAIT_TIMEOUT`, so that it is the one that speaks; `0` or `none`: never | seconds (decimal) | `30` |
 //! | `CPNET_ABORT_GRACE` | after learning that a peer died, how long a PE lets its program end on its own before the runtime exits the process with status 1 | seconds (decimal) | `5` |
 //! | `CPNET_CONNECT_TIMEOUT` | how long a PE may take to reach the rendezvous, and all PEs to arrive there | seconds (decimal), > 0 | `60` |
 //! | `CPNET_PROXY_IDLE_SLEEP` | once a proxy thread has had no command to take for 5 ms, sleep this long per polling pass (saves CPU while idle, but the provider's target-side progress, which rxm and shm atomics and delivery-complete writes need, then waits up to a sleep, plus the kernel's timer slack); `0` spins (yielding) forever | microseconds | `0` |
@@ -120,6 +121,8 @@ pub const COLLECTIVE_TIMEOUT: &str = "CPNET_COLLECTIVE_TIMEOUT";
 pub const PROXY_STALL_TIMEOUT: &str = "CPNET_PROXY_STALL_TIMEOUT";
 /// `CPNET_INJECT_PROXY_STALL`: `T:N[:PE]`, fault injection (tests only).
 pub const INJECT_PROXY_STALL: &str = "CPNET_INJECT_PROXY_STALL";
+/// `CPNET_REACH_TIMEOUT`: seconds a peer may leave operations unanswered before it is unreachable.
+pub const REACH_TIMEOUT: &str = "CPNET_REACH_TIMEOUT";
 /// `CPNET_ABORT_GRACE`: seconds a PE waits after a peer failure before exiting.
 pub const ABORT_GRACE: &str = "CPNET_ABORT_GRACE";
 /// `CPNET_CONNECT_TIMEOUT`: seconds to reach the rendezvous and for all PEs to arrive.
@@ -205,6 +208,9 @@ pub const DEFAULT_COLLECTIVE_TIMEOUT: Duration = Duration::from_secs(600);
 pub const DEFAULT_PROXY_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default of `CPNET_ABORT_GRACE`.
 pub const DEFAULT_ABORT_GRACE: Duration = Duration::from_secs(5);
+/// Default of `CPNET_REACH_TIMEOUT`: longer than TCP's first SYN retries
+/// (1, 3, 7, 15 s), shorter than `CPNET_WAIT_TIMEOUT`.
+pub const DEFAULT_REACH_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default of `CPNET_CONNECT_TIMEOUT`.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -472,6 +478,10 @@ pub struct Tuning {
     /// `CPNET_ABORT_GRACE`: after a peer failure, how long the program may
     /// take to end on its own before the runtime exits the process (status 1).
     pub abort_grace: Duration,
+    /// `CPNET_REACH_TIMEOUT`: how long a peer may leave this PE's
+    /// operations without any completion before it is reported unreachable
+    /// and the PE aborted; `None` = never.
+    pub reach_timeout: Option<Duration>,
     /// `CPNET_CONNECT_TIMEOUT`: how long to reach the rendezvous, and for all
     /// PEs to arrive there (> 0).
     pub connect_timeout: Duration,
@@ -519,6 +529,7 @@ impl Default for Tuning {
             proxy_stall_timeout: Some(DEFAULT_PROXY_STALL_TIMEOUT),
             inject_proxy_stall: None,
             abort_grace: DEFAULT_ABORT_GRACE,
+            reach_timeout: Some(DEFAULT_REACH_TIMEOUT),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             proxy_idle_sleep: None,
             gpu_ipc: true,
@@ -729,6 +740,15 @@ impl Tuning {
                 None => None,
             };
             t.inject_proxy_stall = Some((thread, nth, pe));
+        }
+        if let Some(v) = get(REACH_TIMEOUT) {
+            t.reach_timeout = if v.eq_ignore_ascii_case("none") {
+                None
+            } else {
+                let d = parse_seconds(&v)
+                    .ok_or_else(|| invalid(REACH_TIMEOUT, &v, "seconds (e.g. 30 or 2.5), or 0 or none to never give up on a peer"))?;
+                (!d.is_zero()).then_some(d)
+            };
         }
         if let Some(v) = get(ABORT_GRACE) {
             t.abort_grace = parse_seconds(&v)
@@ -1133,6 +1153,7 @@ mod tests {
         assert_eq!(t.wait_timeout, Some(Duration::from_secs(60)));
         assert_eq!(t.abort_grace, Duration::from_secs(5));
         assert_eq!(t.connect_timeout, Duration::from_secs(60));
+        assert_eq!(t.reach_timeout, Some(Duration::from_secs(30)));
         assert_eq!((t.provider, t.fabric_node), (None, None));
     }
 
@@ -1151,8 +1172,10 @@ mod tests {
             (PROXY_STALL_TIMEOUT, "1.5"),
             (COLLECTIVE_TIMEOUT, "30"),
             (INJECT_PROXY_STALL, "2:100:1"),
+            (REACH_TIMEOUT, "3"),
         ]))
         .unwrap();
+        assert_eq!(t.reach_timeout, Some(Duration::from_secs(3)));
         assert_eq!(t.proxy_stall_timeout, Some(Duration::from_millis(1500)));
         assert_eq!(t.collective_timeout, Some(Duration::from_secs(30)));
         assert_eq!(t.inject_proxy_stall, Some((2, 100, Some(1))));

@@ -239,6 +239,7 @@ impl StagedTransport {
             h.add_signal(&op);
             self.send_small(pe, h, Some(i));
             self.credits[pe as usize] -= 1;
+            self.watch.sent(pe);
             let s = &mut self.ops[i as usize];
             s.started += 1;
             s.outstanding += 1;
@@ -332,6 +333,7 @@ impl StagedTransport {
             Op::Nop | Op::Fence | Op::Quiet | Op::BarrierAll => unreachable!("no data"),
         }
         self.credits[pe as usize] -= 1;
+        self.watch.sent(pe);
         let s = &mut self.ops[i as usize];
         s.started += 1;
         s.outstanding += 1;

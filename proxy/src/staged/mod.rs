@@ -91,7 +91,8 @@ use crate::fabric::{
     LocalBufMut, MSG_CAPS, MemoryRegion, Post,
 };
 use crate::service::{Finished, Submit, Tag, Transport};
-use crate::transport::{FabricConfig, TransportError, fabric_code};
+use crate::reach::{PeerWatch, unreachable_report};
+use crate::transport::{FabricConfig, TransportError, fabric_code, printable};
 
 mod initiator;
 mod target;
@@ -298,18 +299,35 @@ impl StagedEndpoint {
         })
     }
 
-    /// What the peers need to reach us: the endpoint's address.
+    /// What the peers need to reach us: the provider granted (length u16
+    /// little-endian, then its name: every PE must use the same one), then
+    /// the endpoint's address.
     pub fn card(&self) -> Vec<u8> {
-        self.ep.name().to_vec()
+        let mut c = (self.provider.len() as u16).to_le_bytes().to_vec();
+        c.extend_from_slice(self.provider.as_bytes());
+        c.extend_from_slice(self.ep.name());
+        c
     }
 
     /// Insert every PE's card (index = PE; ours included, unused), post the
     /// receive buffers and become a transport.
     ///
     /// # Errors
-    /// `fi_av_insert` and `fi_recv` failures.
+    /// [`TransportError::BadCard`] for a malformed card or a peer on
+    /// another provider; `fi_av_insert` and `fi_recv` failures.
     pub fn connect(self, cards: &[Vec<u8>]) -> Result<StagedTransport, TransportError> {
         let my_pe = self.my_pe;
+        let mut names = Vec::with_capacity(cards.len());
+        for (pe, card) in cards.iter().enumerate() {
+            let bad = |why: String| TransportError::BadCard { pe: my_pe, peer: pe as i32, why };
+            let n = card.get(..2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize).ok_or_else(|| bad("truncated card".into()))?;
+            let prov = card.get(2..2 + n).and_then(|p| std::str::from_utf8(p).ok()).ok_or_else(|| bad("truncated card".into()))?;
+            if prov != self.provider {
+                return Err(bad(crate::transport::mismatched_providers(pe as i32, prov, my_pe, &self.provider)));
+            }
+            names.push(card[2 + n..].to_vec());
+        }
+        let cards = &names;
         let mut peers = Vec::with_capacity(cards.len());
         for (pe, card) in cards.iter().enumerate() {
             if pe as i32 == my_pe {
@@ -325,7 +343,10 @@ impl StagedEndpoint {
         }
         let n = self.n_pes.max(1) as usize;
         let rounds = if self.n_pes <= 1 { 0 } else { 32 - ((self.n_pes - 1) as u32).leading_zeros() };
+        let peer_addrs = cards.iter().map(|c| printable(&self.av, c)).collect();
         let t = StagedTransport {
+            watch: PeerWatch::new(n, self.cfg.fabric.reach_timeout),
+            peer_addrs,
             timing: tracing::enabled!(tracing::Level::DEBUG),
             clock: StageClock::default(),
             recv_at: vec![None; self.layout.n_recv],
@@ -506,6 +527,10 @@ pub struct StagedTransport {
     poll_buf: Vec<u64>,
     /// A CUDA failure: the context is unusable; every later op fails.
     broken: Option<String>,
+    /// Requests sent per peer and not yet answered ([`crate::reach`]).
+    watch: PeerWatch,
+    /// Per PE: its endpoint's printable address (index = PE, ours too).
+    peer_addrs: Vec<String>,
     // Last: owns the regions, endpoint, stream and memory.
     inner: StagedEndpoint,
 }
@@ -664,6 +689,9 @@ impl StagedTransport {
         };
         tracing::error!("PE {}: fi_send failed ({}): {e}", self.inner.my_pe, self.inner.provider);
         if let Some(op) = owner {
+            if let Some(pe) = self.ops[op as usize].op.and_then(|o| o.pe()) {
+                self.watch.answered(pe);
+            }
             self.fail_op(op, fabric_code(e));
         }
     }
@@ -990,6 +1018,21 @@ impl Transport for StagedTransport {
             }
         }
     }
+
+    fn fatal(&mut self) -> Option<String> {
+        let o = self.watch.overdue()?;
+        let oldest = self
+            .ops
+            .iter()
+            .filter(|s| s.phase != Phase::Free)
+            .filter_map(|s| s.op)
+            .find(|op| op.pe() == Some(o.pe))
+            .map(|op| format!("{} to heap+{:#x}, {} bytes", op.name(), op.addr(), op.size()));
+        let addr = |pe: i32| self.peer_addrs.get(pe as usize).map_or("?", String::as_str);
+        let route = format!("{} -> {}", addr(self.inner.my_pe), addr(o.pe));
+        let timeout = self.watch.timeout().unwrap_or_default();
+        Some(unreachable_report(self.inner.my_pe, &o, &self.inner.provider, oldest, &route, timeout))
+    }
 }
 
 #[cfg(test)]
@@ -1015,7 +1058,7 @@ mod tests {
     #[test]
     fn header_is_one_cache_line() {
         assert_eq!(std::mem::size_of::<Hdr>(), 64);
-        let l = Layout::new(&StagedConfig::new(FabricConfig { provider: "shm".into(), src_node: None }), 4);
+        let l = Layout::new(&StagedConfig::new(FabricConfig { provider: "shm".into(), src_node: None, reach_timeout: None }), 4);
         assert_eq!(l.n_recv, 2 * 8 * 3 + BARRIER_BUFS);
         assert!(l.total >= l.scratch + MAX_OPS * 32);
         assert_eq!(l.scratch % 8, 0);

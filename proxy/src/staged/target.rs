@@ -107,6 +107,7 @@ impl StagedTransport {
             K_ACK | K_AMO_REPLY => {
                 self.repost(r);
                 self.credits[h.src_pe as usize] += 1;
+                self.watch.answered(h.src_pe);
                 if let Some(i) = self.op_of(h.tag) {
                     if h.cond != 0 {
                         self.ops[i as usize].error.get_or_insert(ErrorCode::from_i32(h.cond as i32).unwrap_or(ErrorCode::Fabric));
@@ -119,6 +120,7 @@ impl StagedTransport {
             }
             K_GET_REPLY => {
                 self.credits[h.src_pe as usize] += 1;
+                self.watch.answered(h.src_pe);
                 let Some(i) = self.op_of(h.tag) else {
                     self.repost(r);
                     return Ok(());
