@@ -180,6 +180,23 @@ impl PeerCard {
     }
 }
 
+/// Providers cpnet refuses, with why: `udp;ofi_rxd` (what `fi_getinfo`
+/// grants for `CPNET_PROVIDER=udp`) crashes inside libfabric 1.17 on
+/// cpnet's first atomic (a segfault in the provider, seen with `cpnet-check
+/// ops`), so it is refused at init with a clear error instead.
+pub(crate) fn refuse_broken(pe: i32, provider: &str) -> Result<(), TransportError> {
+    if provider.contains("ofi_rxd") {
+        return Err(TransportError::Config {
+            pe,
+            why: format!(
+                "libfabric granted provider {provider}, which cpnet does not use: its RMA and atomics crash inside \
+                 libfabric 1.17 (a segfault in the provider); for IP networks use CPNET_PROVIDER='tcp;ofi_rxm'"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// The error text for PE `a` on provider `pa` and PE `b` on `pb`
 /// (issue 19, bad input: mismatched providers).
 pub(crate) fn mismatched_providers(a: i32, pa: &str, b: i32, pb: &str) -> String {
@@ -346,6 +363,7 @@ impl FabricEndpoint {
             move |source| TransportError::Fabric { pe: my_pe, what, provider, source }
         };
         let info = fabric_info(cfg).map_err(err("fi_getinfo (RMA + atomics, RDM endpoint)"))?;
+        refuse_broken(my_pe, &info.provider_name())?;
         let fabric = Fabric::open(&info).map_err(err("fi_fabric"))?;
         let domain = Domain::open(&fabric).map_err(err("fi_domain"))?;
         let cq = CompletionQueue::open(&domain, 2 * MAX_INFLIGHT).map_err(err("fi_cq_open"))?;

@@ -130,3 +130,23 @@ fn mismatched_providers_fail_at_init_naming_both() {
         assert!(line.contains("every PE of a job must use the same provider"), "{line}");
     }
 }
+
+/// A provider cpnet refuses (`udp;ofi_rxd`, which `CPNET_PROVIDER=udp`
+/// gets, segfaults inside libfabric 1.17 on the first atomic): every PE
+/// fails at init with a message naming it and the provider to use, instead
+/// of a crash in the provider.
+#[test]
+fn a_broken_provider_is_refused_at_init() {
+    let j = job(2, "udp", &["ops"], &[]);
+    assert!(!j.status.success(), "the job must fail:\n{}", j.all);
+    assert!(j.elapsed < Duration::from_secs(20), "took {:?}:\n{}", j.elapsed, j.all);
+    assert!(!j.all.contains("signal 11"), "a crash, not a refusal:\n{}", j.all);
+    for pe in 0..2 {
+        assert!(
+            j.all.contains(&format!("init failed: PE {pe}: proxy service thread 0: PE {pe}: libfabric granted provider udp;ofi_rxd, which cpnet does not use")),
+            "PE {pe}:\n{}",
+            j.all
+        );
+    }
+    assert!(j.all.contains("use CPNET_PROVIDER='tcp;ofi_rxm'"), "{}", j.all);
+}

@@ -248,6 +248,7 @@ impl StagedEndpoint {
             req = req.with_src_node(n);
         }
         let info = Info::get(&req).map_err(err("fi_getinfo (messages, RDM endpoint)"))?;
+        crate::transport::refuse_broken(my_pe, &info.provider_name())?;
         if info.max_msg_size() < HDR_BYTES + cfg.chunk {
             return Err(TransportError::Config {
                 pe: my_pe,
