@@ -48,7 +48,10 @@ use cpnet::device::cpu::{Error as WgError, Result as WgResult, SymAddr};
 use cpnet::device::layout::{Cmp, SignalOp};
 use cpnet::{Pe, WorkGroup};
 
+use crate::cli::Variant;
 use crate::team::TeamBarrier;
+
+pub mod gpu;
 
 /// Command line of `moe`.
 #[derive(Parser, Debug, Clone)]
@@ -78,12 +81,40 @@ pub struct Args {
     /// Untimed iterations first.
     #[arg(long, default_value_t = 3)]
     pub warmup: usize,
-    /// CPU work-groups per PE.
-    #[arg(long, default_value_t = 2)]
-    pub wgs: u32,
+    /// Work-groups per PE: CPU threads (`cpu`) or thread blocks
+    /// (`intra-kernel`; default 2 for cpu, 32 for intra-kernel).
+    #[arg(long)]
+    pub wgs: Option<u32>,
+    /// Where the work-groups run: `cpu` threads, or the blocks of one
+    /// persistent GPU kernel (`intra-kernel`).
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub variant: Variant,
     /// Check every output element against the reference.
     #[arg(long)]
     pub verify: bool,
+}
+
+impl Args {
+    /// Work-groups per PE: `-wgs`, or 2 CPU threads / 32 blocks.
+    pub fn wgs(&self) -> u32 {
+        self.wgs.unwrap_or(if self.variant == Variant::Cpu { 2 } else { 32 })
+    }
+}
+
+/// The header line (PE 0): the job, the workload and how it runs.
+pub fn print_header(a: &Args, n: i32, provider: &str, raised: Option<u64>, variant: &str, wgs: &str) {
+    println!(
+        "# cpnet moe: {n} PEs, variant {variant}, {wgs} per PE; T={} tokens/PE, H={}, k={}, E={} ({} per PE), {} routing (seed {}), provider {}{}",
+        a.tokens,
+        a.hidden,
+        a.topk,
+        a.experts,
+        a.experts / n.max(1) as usize,
+        if a.skew > 0.0 { format!("skewed (Zipf s={})", a.skew) } else { "uniform".to_owned() },
+        a.seed,
+        provider,
+        raised.map(|b| format!(", heap raised to {b} bytes")).unwrap_or_default()
+    );
 }
 
 /// SplitMix64 (Steele, Lea, Flood 2014): a seeded, portable generator for
@@ -276,8 +307,11 @@ pub fn check(a: &Args, n: usize) -> Result<()> {
     if a.tokens == 0 || a.hidden == 0 || a.tokens > u32::MAX as usize {
         bail!("-tokens and -hidden must be positive (and tokens < 2^32)");
     }
-    if a.wgs == 0 {
+    if a.wgs == Some(0) {
         bail!("-wgs must be at least 1");
+    }
+    if a.variant == Variant::InterKernel {
+        bail!("-variant inter-kernel is not built for moe (dispatch and combine run inside one kernel); use intra-kernel or cpu");
     }
     if !a.skew.is_finite() || a.skew < 0.0 {
         bail!("-skew {} must be a finite number >= 0", a.skew);
@@ -329,10 +363,10 @@ pub fn run_cpu(pe: &Pe, a: &Args) -> Result<(Timing, u64)> {
     }
     pe.barrier_all()?;
 
-    let team = TeamBarrier::new(a.wgs as usize);
+    let team = TeamBarrier::new(a.wgs() as usize);
     let times = std::sync::Mutex::new(Timing::default());
     let out = std::sync::Mutex::new(vec![0f32; t_n * h]);
-    pe.run_work_groups(a.wgs, |wg: &mut WorkGroup| -> WgResult<()> {
+    pe.run_work_groups(a.wgs(), |wg: &mut WorkGroup| -> WgResult<()> {
         // A failing work-group breaks the team barrier, so that the others
         // stop instead of waiting for it; its error is the one reported.
         let r = work_group(wg, a, &r, l, base, (&team, &times, &out));
@@ -373,7 +407,7 @@ fn work_group(wg: &mut WorkGroup, a: &Args, r: &Routing, l: Layout, base: SymAdd
     let hb = (h * 2) as u64;
     let total = a.warmup + a.iters;
     let w = wg.wg() as usize;
-    let nw = a.wgs as usize;
+    let nw = a.wgs() as usize;
         let (mut disp_sum, mut comb_sum) = (0f64, 0f64);
     let mut buf = vec![0u8; h * 2];
     for it in 0..total {
