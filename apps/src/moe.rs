@@ -329,8 +329,11 @@ pub fn heap_bytes(a: &Args, n: usize) -> u64 {
 pub struct Timing {
     /// Mean µs from an iteration's start to the last dispatch signal seen.
     pub dispatch_us: f64,
-    /// Mean µs from the experts' start to the last combine signal seen.
+    /// Mean µs from the outputs' first put (the experts done) to the last
+    /// combine signal seen.
     pub combine_us: f64,
+    /// Mean µs of the experts (between dispatch and combine, not in either).
+    pub experts_us: f64,
 }
 
 /// Run the workload on CPU work-groups; returns (timing, wrong elements;
@@ -408,7 +411,7 @@ fn work_group(wg: &mut WorkGroup, a: &Args, r: &Routing, l: Layout, base: SymAdd
     let total = a.warmup + a.iters;
     let w = wg.wg() as usize;
     let nw = a.wgs() as usize;
-        let (mut disp_sum, mut comb_sum) = (0f64, 0f64);
+        let (mut disp_sum, mut exp_sum, mut comb_sum) = (0f64, 0f64, 0f64);
     let mut buf = vec![0u8; h * 2];
     for it in 0..total {
         let epoch = it as u64 + 1;
@@ -448,34 +451,49 @@ fn work_group(wg: &mut WorkGroup, a: &Args, r: &Routing, l: Layout, base: SymAdd
             wg.signal_wait_until(at(l.disp_sig + 8 * s as u64), Cmp::Ge, epoch)?;
         }
         let t1 = Instant::now();
-        let mut item = 0usize;
-        for s in 0..n {
-            for e_l in 0..el {
-                let mut cb = [0u8; 8];
-                let ca = at(l.counts + 8 * (s * el + e_l) as u64);
-                wg.heap().read_bytes(ca, &mut cb).map_err(|c| wg_err(wg, ca, c))?;
-                let cnt = u64::from_le_bytes(cb) as usize;
-                for slot in 0..cnt {
-                    item += 1;
-                    if item % nw != w {
-                        continue;
+        // Experts (pass 0: every received slot, round-robin over the
+        // work-groups, the output replacing the input in its slot), a team
+        // barrier, then the combine (pass 1: each output put home). Timed
+        // apart, as DeepEP times its combine without the experts' GEMMs.
+        let mut te = t1;
+        for pass in 0..2 {
+            let mut item = 0usize;
+            for s in 0..n {
+                for e_l in 0..el {
+                    let mut cb = [0u8; 8];
+                    let ca = at(l.counts + 8 * (s * el + e_l) as u64);
+                    wg.heap().read_bytes(ca, &mut cb).map_err(|c| wg_err(wg, ca, c))?;
+                    let cnt = u64::from_le_bytes(cb) as usize;
+                    for slot in 0..cnt {
+                        item += 1;
+                        if item % nw != w {
+                            continue;
+                        }
+                        let idx = ((e_l * n + s) * t_n + slot) as u64;
+                        let slot_at = at(l.recv + idx * hb);
+                        if pass == 0 {
+                            let e = (me as usize) * el + e_l;
+                            wg.heap().read_bytes(slot_at, &mut buf).map_err(|c| wg_err(wg, slot_at, c))?;
+                            for i in 0..h {
+                                let y = expert(e, a.experts, u16::from_le_bytes([buf[2 * i], buf[2 * i + 1]]));
+                                buf[2 * i..][..2].copy_from_slice(&y.to_le_bytes());
+                            }
+                            wg.heap().write_bytes(slot_at, &buf).map_err(|c| wg_err(wg, slot_at, c))?;
+                        } else {
+                            let ma = at(l.meta + 8 * idx);
+                            wg.heap().read_bytes(ma, &mut cb).map_err(|c| wg_err(wg, ma, c))?;
+                            let m = u64::from_le_bytes(cb);
+                            let (t, j) = ((m & 0xffff_ffff) as usize, (m >> 32) as usize);
+                            wg.putmem_nbi(at(l.comb + ((t * k + j) as u64) * hb), slot_at, hb, s as i32)?;
+                        }
                     }
-                    let idx = ((e_l * n + s) * t_n + slot) as u64;
-                    let ma = at(l.meta + 8 * idx);
-                    wg.heap().read_bytes(ma, &mut cb).map_err(|c| wg_err(wg, ma, c))?;
-                    let m = u64::from_le_bytes(cb);
-                    let (t, j) = ((m & 0xffff_ffff) as usize, (m >> 32) as usize);
-                    let e = (me as usize) * el + e_l;
-                    let slot_at = at(l.recv + idx * hb);
-                    wg.heap().read_bytes(slot_at, &mut buf).map_err(|c| wg_err(wg, slot_at, c))?;
-                    for i in 0..h {
-                        let y = expert(e, a.experts, u16::from_le_bytes([buf[2 * i], buf[2 * i + 1]]));
-                        buf[2 * i..][..2].copy_from_slice(&y.to_le_bytes());
-                    }
-                    // The output replaces the input in its slot, then goes home.
-                    wg.heap().write_bytes(slot_at, &buf).map_err(|c| wg_err(wg, slot_at, c))?;
-                    wg.putmem_nbi(at(l.comb + ((t * k + j) as u64) * hb), slot_at, hb, s as i32)?;
                 }
+            }
+            if pass == 0 {
+                if !team.wait() {
+                    return Ok(());
+                }
+                te = Instant::now();
             }
         }
         wg.quiet()?;
@@ -493,7 +511,8 @@ fn work_group(wg: &mut WorkGroup, a: &Args, r: &Routing, l: Layout, base: SymAdd
         let t2 = Instant::now();
         if it >= a.warmup {
             disp_sum += (t1 - t0).as_secs_f64();
-            comb_sum += (t2 - t1).as_secs_f64();
+            exp_sum += (te - t1).as_secs_f64();
+            comb_sum += (t2 - te).as_secs_f64();
         }
         // Combine: out[t] = Σ_j w_j y_j for our tokens.
         if it + 1 == total {
@@ -523,7 +542,7 @@ fn work_group(wg: &mut WorkGroup, a: &Args, r: &Routing, l: Layout, base: SymAdd
     if w == 0 {
         let mut tm = times.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let it = a.iters.max(1) as f64;
-        *tm = Timing { dispatch_us: disp_sum / it * 1e6, combine_us: comb_sum / it * 1e6 };
+        *tm = Timing { dispatch_us: disp_sum / it * 1e6, combine_us: comb_sum / it * 1e6, experts_us: exp_sum / it * 1e6 };
     }
     Ok(())
 }

@@ -499,6 +499,7 @@ fn moe_verified(n: u32, provider: &str, args: &[&str]) -> String {
     assert_eq!(rows.len(), n as usize, "one line per PE:\n{out}");
     for r in &rows {
         assert_eq!(r.split_whitespace().last(), Some("0"), "#wrong must be 0: {r}\n{out}");
+        assert_eq!(r.split_whitespace().count(), 7, "PE, dispatch, combine, two rates, experts, #wrong: {r}");
     }
     assert!(out.contains("# Out of bounds values : 0 OK"), "{out}");
     out

@@ -18,13 +18,13 @@ fn report(a: &Args, me: i32, all: &[Vec<u8>]) {
         return;
     }
     let (db, cb) = bytes_moved(a);
-    println!("#   PE   dispatch_us   combine_us   dispatch_GB/s   combine_GB/s   #wrong");
+    println!("#   PE   dispatch_us   combine_us   dispatch_GB/s   combine_GB/s   experts_us   #wrong");
     let mut total = 0.0;
     for (p, b) in all.iter().enumerate() {
         let f = |i: usize| f64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
-        let (d, c, w) = (f(0), f(1), f(2));
+        let (d, c, w, x) = (f(0), f(1), f(2), f(3));
         total += w;
-        println!("{p:>6} {d:>13.1} {c:>12.1} {:>15.3} {:>14.3} {w:>8}", db as f64 / d / 1e3, cb as f64 / c / 1e3);
+        println!("{p:>6} {d:>13.1} {c:>12.1} {:>15.3} {:>14.3} {x:>12.1} {w:>8}", db as f64 / d / 1e3, cb as f64 / c / 1e3);
     }
     if a.verify {
         println!("# Out of bounds values : {total} {}", if total == 0.0 { "OK" } else { "FAILED" });
@@ -32,7 +32,7 @@ fn report(a: &Args, me: i32, all: &[Vec<u8>]) {
 }
 
 fn row(t: Timing, wrong: u64) -> Vec<u8> {
-    [t.dispatch_us.to_le_bytes(), t.combine_us.to_le_bytes(), (wrong as f64).to_le_bytes()].concat()
+    [t.dispatch_us.to_le_bytes(), t.combine_us.to_le_bytes(), (wrong as f64).to_le_bytes(), t.experts_us.to_le_bytes()].concat()
 }
 
 fn main() -> ExitCode {

@@ -21,6 +21,8 @@ mod moectl {
     pub const DISPATCH_NS: usize = APP;
     /// Combine ns summed over the timed iterations (block 0).
     pub const COMBINE_NS: usize = APP + 1;
+    /// Experts ns summed over the timed iterations (block 0).
+    pub const EXPERTS_NS: usize = APP + 2;
 }
 
 /// The kernel's source with every `#define` it needs.
@@ -29,6 +31,7 @@ pub fn source() -> String {
         ("MOE_THREADS", THREADS.to_string()),
         ("MOE_CTL_DISPATCH_NS", moectl::DISPATCH_NS.to_string()),
         ("MOE_CTL_COMBINE_NS", moectl::COMBINE_NS.to_string()),
+        ("MOE_CTL_EXPERTS_NS", moectl::EXPERTS_NS.to_string()),
         ("MOE_OP_DISPATCH", format!("{}ull", op::MOE_DISPATCH)),
         ("MOE_OP_COMBINE", format!("{}ull", op::MOE_COMBINE)),
     ];
@@ -162,8 +165,9 @@ pub fn run(a: &Args) -> anyhow::Result<(Timing, u64, GpuPe)> {
     let timing = Timing {
         dispatch_us: w[moectl::DISPATCH_NS] as f64 / it / 1e3,
         combine_us: w[moectl::COMBINE_NS] as f64 / it / 1e3,
+        experts_us: w[moectl::EXPERTS_NS] as f64 / it / 1e3,
     };
-    debug_assert!(ctl::WORDS > moectl::COMBINE_NS);
+    debug_assert!(ctl::WORDS > moectl::EXPERTS_NS);
     let mut wrong = 0u64;
     if a.verify {
         let got = s.clone_dtoh(&out).context("copy the output back")?;

@@ -10,11 +10,12 @@
  * work round-robin; grid barriers separate the phases of an iteration:
  *   dispatch puts (every (token, k) pair) -> quiet -> grid barrier ->
  *   counts + dispatch signal per PE -> wait for every source's signal ->
- *   experts on the received slots, outputs put home -> quiet -> grid
- *   barrier -> combine signal per source -> wait for every PE's ->
- *   grid barrier.
- * Block 0's leader sums the dispatch and combine times (%globaltimer) of
- * the timed iterations into MOE_CTL_DISPATCH_NS / MOE_CTL_COMBINE_NS. After
+ *   experts on the received slots -> grid barrier -> outputs put home ->
+ *   quiet -> grid barrier -> combine signal per source -> wait for every
+ *   PE's.
+ * Block 0's leader sums the dispatch, experts and combine times
+ * (%globaltimer) of the timed iterations into MOE_CTL_DISPATCH_NS,
+ * MOE_CTL_EXPERTS_NS and MOE_CTL_COMBINE_NS. After
  * the last iteration every block computes out[t] = sum_j w_j y_j for its
  * tokens, in f32 with j in order and no contraction (__fmul_rn,
  * __fadd_rn), the same operations as the host's reference.
@@ -76,7 +77,7 @@ extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_run(cpnet_handle_t
     const unsigned* route_e = (const unsigned*)p.route_e;
     const float* route_w = (const float*)p.route_w;
     const unsigned* slot = (const unsigned*)p.slot;
-    app_u64 gen = 0, disp_ns = 0, comb_ns = 0;
+    app_u64 gen = 0, disp_ns = 0, exp_ns = 0, comb_ns = 0;
     int fail = 0;
     const app_i64 total = p.warmup + p.iters;
     for (app_i64 it = 0; it < total && fail == 0; ++it) {
@@ -102,25 +103,38 @@ extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_run(cpnet_handle_t
             fail = app_wait_ge(&h, ctl, (const app_u64*)(p.disp_sig + (app_u64)s * 8), epoch, MOE_OP_DISPATCH, it);
         if (fail != 0) break;
         const app_u64 t1 = cpnet_globaltimer_ns();
-        /* Experts: every received slot, round-robin over the blocks; the
-         * output replaces the input in its slot and goes home. */
-        app_u64 item = 0;
-        for (app_i64 s = 0; s < n; ++s) {
-            for (app_i64 el = 0; el < EL; ++el) {
-                const app_u64 cnt = cpnet_ld_acquire_sys_u64((const uint64_t*)(p.counts + (app_u64)(s * EL + el) * 8));
-                for (app_u64 q = 0; q < cnt; ++q, ++item) {
-                    if (item % gridDim.x != blockIdx.x) continue;
-                    const app_u64 idx = (app_u64)((el * n + s) * T) + q;
-                    const app_u64 m = *(volatile const app_u64*)(p.meta + idx * 8);
-                    const app_u64 t = m & 0xffffffffull, j = m >> 32;
-                    unsigned short* y = (unsigned short*)(p.recv + idx * hb);
-                    const app_i64 e = (app_i64)me * EL + el;
-                    for (app_i64 i = threadIdx.x; i < H; i += blockDim.x) y[i] = moe_expert(e, p.experts, y[i]);
-                    __syncthreads();
-                    cpnet_putmem_nbi(&ctx, (void*)(p.comb + (t * (app_u64)K + j) * hb), (const void*)y, hb, (int)s);
+        /* Experts (pass 0: every received slot, round-robin over the
+         * blocks, the output replacing the input in its slot), a grid
+         * barrier, then the combine (pass 1: the same slots, each output
+         * put home). Timed apart, as DeepEP times its combine kernel
+         * without the experts' GEMMs. */
+        app_u64 te = 0;
+        for (int pass = 0; pass < 2; ++pass) {
+            app_u64 item = 0;
+            for (app_i64 s = 0; s < n; ++s) {
+                for (app_i64 el = 0; el < EL; ++el) {
+                    const app_u64 cnt = cpnet_ld_acquire_sys_u64((const uint64_t*)(p.counts + (app_u64)(s * EL + el) * 8));
+                    for (app_u64 q = 0; q < cnt; ++q, ++item) {
+                        if (item % gridDim.x != blockIdx.x) continue;
+                        const app_u64 idx = (app_u64)((el * n + s) * T) + q;
+                        unsigned short* y = (unsigned short*)(p.recv + idx * hb);
+                        if (pass == 0) {
+                            const app_i64 e = (app_i64)me * EL + el;
+                            for (app_i64 i = threadIdx.x; i < H; i += blockDim.x) y[i] = moe_expert(e, p.experts, y[i]);
+                        } else {
+                            const app_u64 m = *(volatile const app_u64*)(p.meta + idx * 8);
+                            const app_u64 t = m & 0xffffffffull, j = m >> 32;
+                            cpnet_putmem_nbi(&ctx, (void*)(p.comb + (t * (app_u64)K + j) * hb), (const void*)y, hb, (int)s);
+                        }
+                    }
                 }
             }
+            if (pass == 0) {
+                if ((fail = app_grid_sync(&h, ctl, ++gen, it)) != 0) break;
+                te = cpnet_globaltimer_ns();
+            }
         }
+        if (fail != 0) break;
         if (moe_failed(p, cpnet_quiet(&ctx), MOE_OP_COMBINE, it, me)) { fail = 1; break; }
         if ((fail = app_grid_sync(&h, ctl, ++gen, it)) != 0) break;
         for (app_i64 s = blockIdx.x; s < n; s += gridDim.x) {
@@ -134,7 +148,8 @@ extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_run(cpnet_handle_t
         const app_u64 t2 = cpnet_globaltimer_ns();
         if (it >= p.warmup) {
             disp_ns += t1 - t0;
-            comb_ns += t2 - t1;
+            exp_ns += te - t1;
+            comb_ns += t2 - te;
         }
         if (it + 1 == total) {
             /* Combine: out[t] = sum_j w_j y_j, no contraction. */
@@ -155,6 +170,7 @@ extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_run(cpnet_handle_t
     if (fail == 0 && blockIdx.x == 0 && threadIdx.x == 0) {
         ctl[MOE_CTL_DISPATCH_NS] = disp_ns;
         ctl[MOE_CTL_COMBINE_NS] = comb_ns;
+        ctl[MOE_CTL_EXPERTS_NS] = exp_ns;
     }
     if (fail == 0) moe_failed(p, cpnet_ctx_destroy(&ctx), APP_OP_QUIET, 0, me);
 }
