@@ -17,14 +17,18 @@
 #![warn(missing_docs)]
 
 pub mod bootstrap;
+mod core;
 pub mod env;
+mod error;
 pub mod gpu;
 pub mod pe;
 mod proxy_threads;
+mod startup;
 pub mod transport_map;
 mod watchdog;
 
 pub use cpnet_device as device;
 pub use cpnet_proxy as proxy;
+pub use error::{Error, GpuError, Result};
 pub use gpu::GpuPe;
 pub use pe::{Pe, WorkGroup};

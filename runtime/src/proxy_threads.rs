@@ -18,7 +18,7 @@ use cpnet_proxy::transport::EndpointFacts;
 
 use crate::bootstrap::Bootstrap;
 use crate::env::Tuning;
-use crate::pe::{Error, Result};
+use crate::error::{Error, Result};
 use crate::watchdog::{Watched, Watchdog};
 
 /// How long finalize lets the proxy finish operations in flight.
