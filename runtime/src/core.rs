@@ -15,7 +15,7 @@ use cpnet_proxy::transport::EndpointFacts;
 use crate::bootstrap::{Bootstrap, PeerFailure};
 use crate::env::{Launch, Tuning};
 use crate::error::{Error, Result};
-use crate::proxy_threads::Proxies;
+use crate::proxy_link::ProxyLink;
 
 /// First-fit allocator over the heap's offsets. Every PE performs the same
 /// sequence of collective calls, so every PE gets the same offsets.
@@ -78,7 +78,7 @@ pub(crate) struct PeCore {
     pub(crate) boot: Option<Bootstrap>,
     alloc: Mutex<SymAlloc>,
     heap_size: u64,
-    proxies: Proxies,
+    proxies: ProxyLink,
     /// The proxy threads were stopped (finalize, or abandon).
     stopped: bool,
 }
@@ -96,32 +96,32 @@ impl PeCore {
         provider: String,
         boot: Bootstrap,
         heap_size: u64,
-        mut proxies: Proxies,
+        mut proxies: ProxyLink,
         abort: impl Fn(ErrorCode) + Send + Sync + 'static,
     ) -> Result<PeCore> {
         let me = launch.pe;
         boot.set_wait_timeout(setup_wait_timeout(&tuning));
         let abort: Arc<dyn Fn(ErrorCode) + Send + Sync> = Arc::new(abort);
-        install_failure_handler(&boot, Arc::clone(&proxies.abandon), me, tuning.abort_grace, Arc::clone(&abort));
+        install_failure_handler(&boot, proxies.abandoner(), me, tuning.abort_grace, Arc::clone(&abort));
         let r = proxies.connect(&boot, me).and_then(|()| boot.barrier().map_err(|cause| Error::Bootstrap { pe: me, cause }));
         // Set up: from here on every host collective waits CPNET_COLLECTIVE_TIMEOUT.
         boot.set_wait_timeout(tuning.collective_timeout);
-        let r = match (r, tuning.proxy_stall_timeout) {
-            (Ok(()), Some(timeout)) => {
-                let (abandon, grace) = (Arc::clone(&proxies.abandon), tuning.abort_grace);
+        let r = match r {
+            Ok(()) => {
+                let (abandon, grace) = (proxies.abandoner(), tuning.abort_grace);
                 proxies.start_watchdog(
                     me,
-                    timeout,
+                    tuning.proxy_stall_timeout,
                     Box::new(move |report: String| {
                         say(&report);
-                        // Release: pairs with the service threads' Acquire in drain.
-                        abandon.store(true, std::sync::atomic::Ordering::Release);
+                        abandon();
                         abort(ErrorCode::Aborted);
-                        exit_after_grace(me, grace, "a proxy thread stalled".to_owned());
+                        let why = if report.contains("lost the proxy daemon") { "the proxy daemon was lost" } else { "a proxy thread stalled" };
+                        exit_after_grace(me, grace, why.to_owned());
                     }),
                 )
             }
-            (r, _) => r,
+            r => r,
         };
         let core = PeCore {
             launch,
@@ -247,7 +247,7 @@ pub(crate) fn check_symmetric(boot: &Bootstrap, me: i32, call: &'static str, arg
 /// within `grace`.
 fn install_failure_handler(
     boot: &Bootstrap,
-    abandon: Arc<AtomicBool>,
+    abandon: Arc<dyn Fn() + Send + Sync>,
     me: i32,
     grace: Duration,
     abort: Arc<dyn Fn(ErrorCode) + Send + Sync>,
@@ -258,8 +258,7 @@ fn install_failure_handler(
             return;
         }
         say(&format!("cpnet: PE {me}: {f}; aborting this PE"));
-        // Release: pairs with the service threads' Acquire in drain.
-        abandon.store(true, std::sync::atomic::Ordering::Release);
+        abandon();
         abort(ErrorCode::PeerDead);
         exit_after_grace(me, grace, f.to_string());
     }));

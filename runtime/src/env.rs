@@ -63,6 +63,12 @@
 //! | `CPNET_ABORT_GRACE` | after learning that a peer died, how long a PE lets its program end on its own before the runtime exits the process with status 1 | seconds (decimal) | `5` |
 //! | `CPNET_CONNECT_TIMEOUT` | how long a PE may take to reach the rendezvous, and all PEs to arrive there | seconds (decimal), > 0 | `60` |
 //! | `CPNET_PROXY_IDLE_SLEEP` | once a proxy thread has had no command to take for 5 ms, sleep this long per polling pass (saves CPU while idle, but the provider's target-side progress, which rxm and shm atomics and delivery-complete writes need, then waits up to a sleep, plus the kernel's timer slack); `0` spins (yielding) forever | microseconds | `0` |
+//! | `CPNET_PROXY` | CPU PEs: who serves the PE's command queues. `inprocess`: service threads in the PE's own process. `daemon`: the node's proxy daemon `cpnet-proxyd` ([`crate::daemon`]): the PE puts its queues and symmetric heap in shared memory (memfd), attaches to the daemon over a Unix socket in `CPNET_PROXYD_DIR`, and the daemon's service threads and fabric endpoints serve it; the PE starts the daemon if none runs. The in-process proxy stays the default: on CPU PEs it is as fast (docs/results.md "The proxy daemon"). GPU PEs use the in-process proxy in this version, whatever is set | `inprocess` or `daemon` | `inprocess` |
+//! | `CPNET_PROXY_IDLE` | how an idle proxy thread waits, in the PE or in the daemon: `spin` (poll, with spin hints and yields; the lowest wake-up latency, a core per thread while idle), `park` (after 5 ms without work, sleep `CPNET_PROXY_IDLE_SLEEP` per pass, default 100 µs here: near 0 % CPU, up to a sleep of added latency on the first operation after the pause). Unset: as `CPNET_PROXY_IDLE_SLEEP` says (0: spin). Measured: docs/results.md "The proxy daemon" | `spin` or `park` | unset |
+//! | `CPNET_PROXYD_DIR` | the directory of the daemon's socket (`proxyd.sock`), election lock (`proxyd.lock`) and log (`proxyd.log`); created with mode 0700, refused if another user owns it or others can open it | path | `$XDG_RUNTIME_DIR/cpnet`, else `/tmp/cpnet-<uid>` |
+//! | `CPNET_PROXYD` | the `cpnet-proxyd` binary a PE or `cpnet-run` starts when no daemon runs | path | `cpnet-proxyd` next to the running program, else on `PATH` |
+//! | `CPNET_PROXYD_LINGER` | `cpnet-proxyd`: how long a daemon with nothing attached stays before it exits (unless `--persistent`); its `--linger` wins | seconds (decimal) | `10` |
+//! | `CPNET_JOB_ID`, `CPNET_JOB_TOKEN` | the job's identity and secret for the daemon: PEs attaching with the same id are one job, and must show the same token (32 hex digits); the daemon refuses a PE of a known job with another token. `cpnet-run` sets both (random); under mpirun/srun PE 0 draws them and shares them through the rendezvous | integer; 32 hex digits | set by `cpnet-run` |
 //! | `CPNET_GPU_IPC` | GPU PEs: reach the heaps of PEs on the same host through CUDA IPC (the proxy's puts, gets and SET signals become peer copies over NVLink or PCIe); `0` sends everything through the staged path | `0` or `1` | `1` |
 //! | `CPNET_GPU_P2P` | GPU PEs: kernels put, get, `p`, `g` and SET-signal to their own heap and to the heaps mapped by `CPNET_GPU_IPC` with their own loads and stores (over NVLink or PCIe peer-to-peer), the work-group copying; AMOs and ADD signals still go through the proxy, so they stay atomic with respect to each other. `0` sends every operation through the command queues and the proxy (the ComP-Net path, for comparison). See docs/gpu-data-paths.md | `0` or `1` | `1` |
 //! | `CPNET_STAGE_CHUNK` | GPU PEs on the staged path: data bytes per message (larger puts and gets are split); each proxy thread keeps `2 x credits x (PEs - 1) + 16` receive buffers and `CPNET_STAGE_BUFS` send buffers of this size plus 64 in pinned memory | bytes (K/M/G) | `256K` |
@@ -144,6 +150,28 @@ pub const PAYLOAD_BYTES: &str = "CPNET_PAYLOAD_BYTES";
 /// Most pinned host memory a GPU PE gives its payload slots (all queues):
 /// [`Tuning::payload_slot_bytes`] halves the slot size until they fit.
 pub const PAYLOAD_BUDGET: usize = 64 << 20;
+/// `CPNET_PROXY`: `inprocess` or `daemon` (CPU PEs).
+pub const PROXY: &str = "CPNET_PROXY";
+/// `CPNET_PROXY_IDLE`: `spin` or `park`.
+pub const PROXY_IDLE: &str = "CPNET_PROXY_IDLE";
+/// `CPNET_PROXYD_DIR`: the daemon's directory (socket, lock, log).
+pub const PROXYD_DIR: &str = "CPNET_PROXYD_DIR";
+/// `CPNET_PROXYD`: the `cpnet-proxyd` binary to start.
+pub const PROXYD: &str = "CPNET_PROXYD";
+/// `CPNET_PROXYD_LINGER`: seconds an idle daemon stays.
+pub const PROXYD_LINGER: &str = "CPNET_PROXYD_LINGER";
+/// `CPNET_JOB_ID`: the job's id at the daemon (set by cpnet-run).
+pub const JOB_ID: &str = "CPNET_JOB_ID";
+/// `CPNET_JOB_TOKEN`: the job's secret at the daemon, 32 hex digits (set by cpnet-run).
+pub const JOB_TOKEN: &str = "CPNET_JOB_TOKEN";
+/// Not a variable: where [`Tuning::proxyd_dir`] goes without
+/// `CPNET_PROXYD_DIR`, `$XDG_RUNTIME_DIR/cpnet`.
+pub const XDG_RUNTIME_DIR: &str = "XDG_RUNTIME_DIR";
+/// The park sleep of `CPNET_PROXY_IDLE=park` when `CPNET_PROXY_IDLE_SLEEP` is unset.
+pub const DEFAULT_PARK_SLEEP: Duration = Duration::from_micros(100);
+/// Default of `CPNET_PROXYD_LINGER`.
+pub const DEFAULT_PROXYD_LINGER: Duration = Duration::from_secs(10);
+
 /// `CPNET_TRANSPORT_MAP`: `1` prints each PE's path to every PE after init
 /// (`cpnet-run --transport-map` sets it).
 pub const TRANSPORT_MAP: &str = "CPNET_TRANSPORT_MAP";
@@ -232,6 +260,54 @@ impl QueuePlacement {
 impl fmt::Display for QueuePlacement {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// Who serves a CPU PE's command queues (`CPNET_PROXY`; DESIGN.md "The
+/// proxy daemon").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum ProxyMode {
+    /// `inprocess`: service threads in the PE's process (the default).
+    #[default]
+    InProcess,
+    /// `daemon`: the host's `cpnet-proxyd` ([`crate::daemon`]).
+    Daemon,
+}
+
+/// A job's identity at the proxy daemon: `CPNET_JOB_ID` and
+/// `CPNET_JOB_TOKEN`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct JobKey {
+    /// The job's id: PEs attaching with the same id are one job.
+    pub id: u64,
+    /// The job's secret (16 bytes; 32 hex digits in the environment).
+    pub token: [u8; 16],
+}
+
+impl fmt::Debug for JobKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print the token.
+        write!(f, "JobKey {{ id: {:#x}, token: <secret> }}", self.id)
+    }
+}
+
+impl JobKey {
+    /// The token in the environment's spelling (32 lowercase hex digits).
+    pub fn token_hex(&self) -> String {
+        self.token.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Parses 32 hex digits; `None` for anything else.
+    pub fn parse_token(s: &str) -> Option<[u8; 16]> {
+        let s = s.trim();
+        if s.len() != 32 || !s.is_ascii() {
+            return None;
+        }
+        let mut t = [0u8; 16];
+        for (i, b) in t.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(t)
     }
 }
 
@@ -496,6 +572,22 @@ pub struct Tuning {
     /// `CPNET_TRANSPORT_MAP`: print the path to every PE after init
     /// ([`crate::transport_map`]).
     pub transport_map: bool,
+    /// `CPNET_PROXY`: who serves a CPU PE's queues.
+    pub proxy: ProxyMode,
+    /// `CPNET_PROXYD_DIR`, else `$XDG_RUNTIME_DIR/cpnet`, else
+    /// `/tmp/cpnet-<uid>`: the daemon's directory.
+    pub proxyd_dir: std::path::PathBuf,
+    /// `CPNET_PROXYD`: the daemon binary to start; `None`: `cpnet-proxyd`
+    /// next to the running program, else on `PATH`.
+    pub proxyd_bin: Option<std::path::PathBuf>,
+    /// `CPNET_PROXYD_LINGER`: how long an idle daemon stays.
+    pub proxyd_linger: Duration,
+    /// `CPNET_JOB_ID` and `CPNET_JOB_TOKEN` (both or neither).
+    pub job: Option<JobKey>,
+    /// Not a variable: set by `cpnet-proxyd` for the services it runs (it
+    /// serves other processes' PEs, so it must not clean up libfabric shm
+    /// regions of its own pid while they run). `false` everywhere else.
+    pub in_daemon: bool,
 }
 
 impl Default for Tuning {
@@ -525,7 +617,22 @@ impl Default for Tuning {
             agent_idle: Duration::from_micros(2000),
             payload_bytes: 4096,
             transport_map: false,
+            proxy: ProxyMode::InProcess,
+            proxyd_dir: default_proxyd_dir(None),
+            proxyd_bin: None,
+            proxyd_linger: DEFAULT_PROXYD_LINGER,
+            job: None,
+            in_daemon: false,
         }
+    }
+}
+
+/// The daemon's directory without `CPNET_PROXYD_DIR`: `$XDG_RUNTIME_DIR/cpnet`
+/// (given `xdg`), else `/tmp/cpnet-<uid>`.
+fn default_proxyd_dir(xdg: Option<String>) -> std::path::PathBuf {
+    match xdg.filter(|x| !x.trim().is_empty()) {
+        Some(x) => std::path::Path::new(x.trim()).join("cpnet"),
+        None => std::path::PathBuf::from(format!("/tmp/cpnet-{}", rustix::process::getuid().as_raw())),
     }
 }
 
@@ -733,6 +840,38 @@ impl Tuning {
                 .map_err(|_| invalid(PROXY_IDLE_SLEEP, &v, "whole microseconds >= 0 (0: never sleep)"))?;
             t.proxy_idle_sleep = (us > 0).then(|| Duration::from_micros(us));
         }
+        match get(PROXY_IDLE).as_deref() {
+            None => {}
+            Some("spin") => t.proxy_idle_sleep = None,
+            Some("park") => t.proxy_idle_sleep = Some(t.proxy_idle_sleep.unwrap_or(DEFAULT_PARK_SLEEP)),
+            Some(v) => return Err(invalid(PROXY_IDLE, v, "spin or park")),
+        }
+        t.proxy = match get(PROXY).as_deref() {
+            None | Some("inprocess") => ProxyMode::InProcess,
+            Some("daemon") => ProxyMode::Daemon,
+            Some(v) => return Err(invalid(PROXY, v, "inprocess or daemon")),
+        };
+        t.proxyd_dir = match get(PROXYD_DIR) {
+            Some(d) => std::path::PathBuf::from(d),
+            None => default_proxyd_dir(lookup(XDG_RUNTIME_DIR)),
+        };
+        t.proxyd_bin = get(PROXYD).map(std::path::PathBuf::from);
+        if let Some(v) = get(PROXYD_LINGER) {
+            t.proxyd_linger = parse_seconds(&v).ok_or_else(|| invalid(PROXYD_LINGER, &v, "seconds >= 0 (e.g. 10 or 0.5)"))?;
+        }
+        t.job = match (get(JOB_ID), get(JOB_TOKEN)) {
+            (None, None) => None,
+            (Some(id), Some(token)) => Some(JobKey {
+                id: id.parse().map_err(|_| invalid(JOB_ID, &id, "an unsigned 64-bit integer"))?,
+                token: JobKey::parse_token(&token).ok_or_else(|| invalid(JOB_TOKEN, "<hidden>", "32 hex digits"))?,
+            }),
+            (Some(_), None) => {
+                return Err(EnvError::Missing { var: JOB_TOKEN, why: format!("{JOB_ID} is set (cpnet-run sets both)") });
+            }
+            (None, Some(_)) => {
+                return Err(EnvError::Missing { var: JOB_ID, why: format!("{JOB_TOKEN} is set (cpnet-run sets both)") });
+            }
+        };
         Ok(t)
     }
 }

@@ -96,6 +96,15 @@ pub enum Error {
         /// expected and found values.
         report: String,
     },
+    /// The proxy daemon (`CPNET_PROXY=daemon`) could not be reached, refused
+    /// this PE, or failed it.
+    #[error("PE {pe}: proxy daemon: {why}")]
+    Daemon {
+        /// This PE.
+        pe: i32,
+        /// What happened, naming the daemon's socket (and pid once known).
+        why: String,
+    },
     /// A service thread died or could not start.
     #[error("PE {pe}: proxy service thread {thread}: {why}")]
     Proxy {

@@ -39,6 +39,7 @@ use crate::error::{Error, Result};
 pub use crate::error::GpuError;
 use crate::startup::{self, PeKind};
 use cpnet_proxy::transport::FabricConfig;
+use crate::proxy_link::ProxyLink;
 use crate::proxy_threads::{Backend, Proxies};
 use cudarc::driver::{result as cu, sys as cusys};
 
@@ -712,8 +713,12 @@ impl PeKind for GpuKind {
         Ok(GpuParts { stream, peers, p2p, queues, heap })
     }
 
-    fn proxy(&mut self, parts: &GpuParts, launch: &Launch, tuning: &Tuning, heap_size: u64, fabric: &FabricConfig) -> Result<Proxies> {
+    fn proxy(&mut self, parts: &mut GpuParts, launch: &Launch, tuning: &Tuning, _boot: &Bootstrap, fabric: &FabricConfig) -> Result<ProxyLink> {
         let me = launch.pe;
+        let heap_size = parts.heap.size;
+        if tuning.proxy == crate::env::ProxyMode::Daemon {
+            tracing::warn!("PE {me}: CPNET_PROXY=daemon: GPU PEs use the in-process proxy in this version");
+        }
         let cfg = StagedConfig {
             fabric: fabric.clone(),
             chunk: tuning.stage_chunk as usize,
@@ -739,7 +744,7 @@ impl PeKind for GpuKind {
             queues: Arc::clone(&parts.queues),
             per_thread: indices,
         });
-        Proxies::spawn(backend, me, per_thread, limits, &fabric.provider, tuning)
+        Proxies::spawn(backend, me, per_thread, limits, &fabric.provider, tuning).map(ProxyLink::from)
     }
 
     fn abort(parts: &GpuParts) -> Box<dyn Fn(ErrorCode) + Send + Sync> {

@@ -41,12 +41,19 @@ use cpnet_device::layout::ErrorCode;
 use cpnet_device::ring::{QueueGeometry, QueuePool};
 use cpnet_proxy::decode::Limits;
 use cpnet_proxy::service::CommandError;
-use cpnet_proxy::transport::{EndpointFacts, FabricConfig, FabricEndpoint, PeerCard, region_len};
+use cpnet_proxy::transport::{EndpointFacts, FabricConfig, region_len};
+
+use std::os::fd::OwnedFd;
+
+use cpnet_device::sync::Words;
 
 use crate::bootstrap::Bootstrap;
 use crate::core::PeCore;
-use crate::env::{Launch, Tuning};
-use crate::proxy_threads::{Backend, Proxies};
+use crate::daemon::{self, DaemonLink, DaemonPaths, shm::SharedMem, wire::Attach};
+use crate::env::{JobKey, Launch, ProxyMode, Tuning};
+use crate::host_backend::HostBackend;
+use crate::proxy_link::ProxyLink;
+use crate::proxy_threads::Proxies;
 use crate::startup::{self, PeKind, default_fabric};
 use crate::transport_map::{self, Route};
 
@@ -68,7 +75,8 @@ pub struct Pe {
     core: PeCore,
     pool: QueuePool,
     heap: HeapView,
-    _region: Arc<HostHeap>,
+    /// Last: the memory of the pool and the heap.
+    _mem: CpuMem,
 }
 
 
@@ -106,9 +114,9 @@ impl Pe {
     /// As [`Pe::init`].
     pub fn init_with(launch: Launch, tuning: Tuning) -> Result<Pe> {
         let (core, parts) = startup::start(launch, tuning, CpuKind)?;
-        let CpuParts { pool, heap, region } = parts;
+        let CpuParts { pool, heap, mem, .. } = parts;
         let me = core.my_pe();
-        let pe = Pe { core, pool, heap, _region: region };
+        let pe = Pe { core, pool, heap, _mem: mem };
         tracing::debug!(pe = me, n_pes = pe.n_pes(), provider = %pe.core.provider, threads = pe.core.endpoint_facts().len(), "cpnet PE up");
         if pe.core.tuning.transport_map {
             transport_map::print(&pe.transport_map());
@@ -301,44 +309,81 @@ impl Pe {
 
 
 /// A CPU PE's steps 3 and 4 of the start-up ([`crate::startup`]): the heap
-/// and queues in host memory, the proxy threads in this process.
+/// and queues in host memory (shared memory with `CPNET_PROXY=daemon`), the
+/// proxy threads in this process or in the daemon.
 struct CpuKind;
+
+/// Where a CPU PE's queues and heap live.
+enum CpuMem {
+    /// Private memory of this process (in-process proxy).
+    Private { _region: Arc<HostHeap> },
+    /// memfds shared with the proxy daemon; the fds until they are passed.
+    Shared { _queues: SharedMem, _region: SharedMem, fds: Option<[OwnedFd; 2]> },
+}
 
 /// A CPU PE's heap and queues.
 struct CpuParts {
     pool: QueuePool,
-    /// The user heap: the first `heap_size` bytes of `region`.
+    /// The user heap: the first `heap_size` bytes of the region.
     heap: HeapView,
-    region: Arc<HostHeap>,
+    /// The whole region (`region_len(heap_size)` bytes), registered with
+    /// libfabric.
+    region: HeapView,
+    mem: CpuMem,
 }
 
 impl PeKind for CpuKind {
     type Parts = CpuParts;
 
     fn heap(&mut self, launch: &Launch, tuning: &Tuning, _boot: &Bootstrap, heap_size: u64) -> Result<CpuParts> {
-        let geom = QueueGeometry::new(tuning.queue_depth).map_err(|cause| Error::Queue { pe: launch.pe, cause })?;
-        let pool = QueuePool::new_host(tuning.queues, geom);
-        let region = Arc::new(HostHeap::new(region_len(heap_size)));
+        let me = launch.pe;
+        let geom = QueueGeometry::new(tuning.queue_depth).map_err(|cause| Error::Queue { pe: me, cause })?;
+        let rlen = region_len(heap_size);
+        let (pool, region, mem) = match tuning.proxy {
+            ProxyMode::InProcess => {
+                let region = Arc::new(HostHeap::new(rlen));
+                (QueuePool::new_host(tuning.queues, geom), region.view(), CpuMem::Private { _region: region })
+            }
+            ProxyMode::Daemon => {
+                let n = tuning.queues;
+                let shm_err = |e: std::io::Error| Error::Daemon { pe: me, why: format!("shared memory for the daemon: {e}") };
+                let (qmem, qfd) = SharedMem::create(&format!("cpnet-queues-pe{me}"), n * geom.bytes()).map_err(shm_err)?;
+                let (rmem, rfd) = SharedMem::create(&format!("cpnet-heap-pe{me}"), rlen as usize).map_err(shm_err)?;
+                // SAFETY: a fresh zeroed mapping of exactly n * geom.bytes()
+                // bytes, page-aligned, kept by `mem` (dropped after the pool,
+                // and after the daemon link detached); the daemon's accesses
+                // to it are atomic, as the PE's.
+                let words = unsafe { Words::from_raw(qmem.base().cast::<u64>(), n * geom.words()) };
+                // SAFETY: the region mapping is `rlen` bytes, kept by `mem` as above.
+                let region = unsafe { HeapView::from_raw(rmem.base(), rlen) };
+                (QueuePool::from_words(words, geom, n), region, CpuMem::Shared { _queues: qmem, _region: rmem, fds: Some([qfd, rfd]) })
+            }
+        };
         // SAFETY: the user heap is the first `heap_size` bytes of the region,
-        // which `_region` keeps allocated as long as the `Pe` (and the service
-        // threads, joined before it is freed).
-        let heap = unsafe { HeapView::from_raw(region.view().base(), heap_size) };
-        Ok(CpuParts { pool, heap, region })
+        // which `mem` keeps as long as the `Pe` (and the service threads,
+        // joined or detached before it is freed).
+        let heap = unsafe { HeapView::from_raw(region.base(), heap_size) };
+        Ok(CpuParts { pool, heap, region, mem })
     }
 
-    fn proxy(&mut self, parts: &CpuParts, launch: &Launch, tuning: &Tuning, heap_size: u64, fabric: &FabricConfig) -> Result<Proxies> {
+    fn proxy(&mut self, parts: &mut CpuParts, launch: &Launch, tuning: &Tuning, boot: &Bootstrap, fabric: &FabricConfig) -> Result<ProxyLink> {
         let me = launch.pe;
+        let heap_size = parts.heap.size();
         let threads = tuning.proxy_threads.min(tuning.queues).max(1);
+        if let CpuMem::Shared { fds, .. } = &mut parts.mem {
+            let fds = fds.take().expect("the memfds are passed once");
+            return attach_to_daemon(parts.pool.geometry(), tuning, boot, me, launch.n_pes, heap_size, threads, fabric, fds);
+        }
         let limits = Limits { n_pes: launch.n_pes, heap_size };
         let queues = (0..threads).map(|t| (t..tuning.queues).step_by(threads).map(|q| parts.pool.queue(q)).collect()).collect();
         let backend = Arc::new(HostBackend {
             fabric: fabric.clone(),
             me,
-            region: parts.region.view(),
+            region: parts.region,
             heap_size,
             epoch: Arc::new(AtomicU64::new(0)),
         });
-        Proxies::spawn(backend, me, queues, limits, &fabric.provider, tuning)
+        Proxies::spawn(backend, me, queues, limits, &fabric.provider, tuning).map(ProxyLink::from)
     }
 
     fn abort(parts: &CpuParts) -> Box<dyn Fn(ErrorCode) + Send + Sync> {
@@ -351,33 +396,51 @@ impl PeKind for CpuKind {
     }
 }
 
-/// The CPU PE's transport: libfabric RMA and atomics on the host heap.
-struct HostBackend {
-    fabric: FabricConfig,
+/// Step 4 with `CPNET_PROXY=daemon`: reach the host's daemon (starting it
+/// if none runs), and attach this PE's queues and heap (`fds`) to it under
+/// the job's key (`CPNET_JOB_ID`/`CPNET_JOB_TOKEN`; without them, PE 0 draws
+/// one and the rendezvous shares it: collective then).
+#[allow(clippy::too_many_arguments)]
+fn attach_to_daemon(
+    geom: QueueGeometry,
+    tuning: &Tuning,
+    boot: &Bootstrap,
     me: i32,
-    region: HeapView,
+    n_pes: i32,
     heap_size: u64,
-    epoch: Arc<AtomicU64>,
-}
-
-impl Backend for HostBackend {
-    type Endpoint = FabricEndpoint;
-    type Transport = cpnet_proxy::transport::FabricTransport;
-    fn open(&self, _t: usize) -> std::result::Result<FabricEndpoint, String> {
-        FabricEndpoint::open(&self.fabric, self.me, self.region, self.heap_size).map_err(|e| e.to_string())
-    }
-    fn card(ep: &FabricEndpoint) -> Vec<u8> {
-        ep.card().to_bytes()
-    }
-    fn connect(&self, ep: FabricEndpoint, cards: Vec<Vec<u8>>) -> std::result::Result<Self::Transport, String> {
-        let mut parsed = Vec::with_capacity(cards.len());
-        for (peer, c) in cards.iter().enumerate() {
-            parsed.push(PeerCard::from_bytes(c).ok_or_else(|| format!("PE {peer} sent a malformed fabric card"))?);
+    threads: usize,
+    fabric: &FabricConfig,
+    fds: [OwnedFd; 2],
+) -> Result<ProxyLink> {
+    let err = |why: String| Error::Daemon { pe: me, why };
+    let key = match &tuning.job {
+        Some(k) => k.clone(),
+        None => {
+            let mine = if me == 0 { daemon::new_job_key().map_err(|e| err(format!("drawing a job token: {e}")))? } else { JobKey { id: 0, token: [0; 16] } };
+            let mut blob = mine.id.to_le_bytes().to_vec();
+            blob.extend_from_slice(&mine.token);
+            let all = boot.allgather(&blob).map_err(|cause| Error::Bootstrap { pe: me, cause })?;
+            let b = all.first().filter(|b| b.len() == 24).ok_or_else(|| err("PE 0 shared a malformed job key".into()))?;
+            JobKey { id: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")), token: b[8..].try_into().expect("16 bytes") }
         }
-        ep.connect(&parsed, Arc::clone(&self.epoch)).map_err(|e| e.to_string())
-    }
-    fn describe(tr: &Self::Transport) -> EndpointFacts {
-        tr.describe()
-    }
+    };
+    let paths = DaemonPaths::in_dir(&tuning.proxyd_dir);
+    let stream = daemon::ensure_running(&paths, tuning.proxyd_bin.as_deref(), tuning.proxyd_linger, tuning.connect_timeout).map_err(err)?;
+    let att = Attach {
+        job: key.id,
+        token: key.token,
+        pe: me,
+        n_pes,
+        heap_size,
+        region_len: region_len(heap_size),
+        queues: tuning.queues as u32,
+        depth: geom.depth(),
+        threads: threads as u32,
+        idle_sleep_us: tuning.proxy_idle_sleep.map_or(0, |d| d.as_micros().max(1) as u64),
+        stall_ms: tuning.proxy_stall_timeout.map_or(0, |d| d.as_millis().max(1) as u64),
+        provider: fabric.provider.clone(),
+        src_node: fabric.src_node.clone().unwrap_or_default(),
+    };
+    let link = DaemonLink::attach(stream, &paths.socket, &att, fds, tuning.connect_timeout)?;
+    Ok(ProxyLink::Daemon(link, tuning.connect_timeout))
 }
-

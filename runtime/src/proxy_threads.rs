@@ -99,7 +99,9 @@ impl Proxies {
         provider: &str,
         tuning: &Tuning,
     ) -> Result<Proxies> {
-        if provider.starts_with("shm") {
+        // Not in the daemon: its own pid's regions belong to the endpoints it
+        // serves for other PEs (it cleans once, at its start).
+        if provider.starts_with("shm") && !tuning.in_daemon {
             clean_stale_shm_regions();
         }
         let (idle_sleep, inject_stall) = (tuning.proxy_idle_sleep, tuning.inject_proxy_stall);
@@ -220,20 +222,38 @@ impl Proxies {
     /// thread the cards of its counterparts and wait until all connected.
     /// **Collective** (an allgather).
     pub(crate) fn connect(&mut self, boot: &Bootstrap, me: i32) -> Result<()> {
-        let threads = self.handles.len();
-        let (Some(card_rx), Some(ready_rx)) = (self.card_rx.take(), self.ready_rx.take()) else {
-            return Ok(());
+        let blob = match self.local_cards(me) {
+            Ok(b) => b,
+            Err(e) => {
+                boot.abort(&format!("fabric setup failed: {e}"));
+                return Err(e);
+            }
         };
+        let all = boot.allgather(&blob).map_err(|cause| Error::Bootstrap { pe: me, cause })?;
+        self.connect_peers(&all, me).inspect_err(|e| {
+            if matches!(e, Error::Proxy { .. }) {
+                boot.abort(&format!("fabric connect failed: {e}"));
+            }
+        })
+    }
+
+    /// The first half of [`Proxies::connect`]: this PE's blob of cards (every
+    /// thread's, in thread order: `threads:u32` then per thread `len:u32
+    /// card`), once every thread opened its endpoint. Local. Empty after the
+    /// first call.
+    ///
+    /// # Errors
+    /// [`Error::Proxy`] naming the thread whose endpoint did not open.
+    pub(crate) fn local_cards(&mut self, me: i32) -> Result<Vec<u8>> {
+        let threads = self.handles.len();
+        let Some(card_rx) = self.card_rx.take() else { return Ok(Vec::new()) };
         let mut mine = vec![Vec::new(); threads];
         for _ in 0..threads {
             let (t, card) =
                 card_rx.recv().map_err(|_| Error::Proxy { pe: me, thread: 0, why: "exited during start-up".into() })?;
             match card {
                 Ok(c) => mine[t] = c,
-                Err(why) => {
-                    boot.abort(&format!("fabric setup failed: {why}"));
-                    return Err(Error::Proxy { pe: me, thread: t, why });
-                }
+                Err(why) => return Err(Error::Proxy { pe: me, thread: t, why }),
             }
         }
         let mut blob = Vec::new();
@@ -242,7 +262,19 @@ impl Proxies {
             blob.extend_from_slice(&(c.len() as u32).to_le_bytes());
             blob.extend_from_slice(c);
         }
-        let all = boot.allgather(&blob).map_err(|cause| Error::Bootstrap { pe: me, cause })?;
+        Ok(blob)
+    }
+
+    /// The second half of [`Proxies::connect`]: given every PE's blob of
+    /// cards (PE order, as [`Proxies::local_cards`] made them), connect every
+    /// thread and wait until all are. Local.
+    ///
+    /// # Errors
+    /// [`Error::NotSymmetric`] (a malformed blob, another thread count),
+    /// [`Error::Proxy`] (a thread failed to connect).
+    pub(crate) fn connect_peers(&mut self, all: &[Vec<u8>], me: i32) -> Result<()> {
+        let threads = self.handles.len();
+        let Some(ready_rx) = self.ready_rx.take() else { return Ok(()) };
         let mut per_thread: Vec<Vec<Vec<u8>>> = vec![Vec::new(); threads];
         for (peer, b) in all.iter().enumerate() {
             let cards = parse_cards(b).ok_or_else(|| Error::NotSymmetric {
@@ -273,10 +305,7 @@ impl Proxies {
                 ready_rx.recv().map_err(|_| Error::Proxy { pe: me, thread: 0, why: "exited during start-up".into() })?;
             match r {
                 Ok(f) => facts[t] = Some(f),
-                Err(why) => {
-                    boot.abort(&format!("fabric connect failed: {why}"));
-                    return Err(Error::Proxy { pe: me, thread: t, why });
-                }
+                Err(why) => return Err(Error::Proxy { pe: me, thread: t, why }),
             }
         }
         self.facts = facts.into_iter().flatten().collect();
@@ -330,7 +359,7 @@ impl Proxies {
 /// job) leaves its regions there; a later process that gets the same pid
 /// then fails in `fi_enable` with `-EBUSY`, and the 16 MiB files pile up.
 /// Call before opening shm endpoints. Returns how many were removed.
-pub(crate) fn clean_stale_shm_regions() -> usize {
+pub fn clean_stale_shm_regions() -> usize {
     let me = std::process::id();
     let Ok(dir) = std::fs::read_dir("/dev/shm") else { return 0 };
     let mut removed = 0;

@@ -7,12 +7,15 @@
 //! 2. **rendezvous**: join the job's TCP rendezvous ([`Bootstrap::connect`]);
 //! 3. **heap**: the symmetric heap and the command queues of the PE's kind
 //!    ([`PeKind::heap`]; a GPU PE also exchanges its CUDA IPC handles here);
-//! 4. **proxy**: start the service threads in this process ([`PeKind::proxy`]);
+//! 4. **proxy**: start the service threads in this process, or attach to the
+//!    host's proxy daemon (`CPNET_PROXY=daemon`, [`crate::daemon`]) ([`PeKind::proxy`]);
 //! 5. **connect and watchdog**: exchange the endpoints' cards with every PE,
-//!    meet at a barrier, start the proxy watchdog ([`PeCore::start`]).
+//!    meet at a barrier, start the proxy watchdog, or the daemon link's
+//!    watch over the daemon ([`PeCore::start`]).
 //!
 //! Modules depend one way: `pe` and `gpu` -> `startup` -> `core` ->
-//! `proxy_threads` -> `bootstrap`, `env`, `error`, `watchdog`.
+//! `proxy_link` -> `proxy_threads`, `daemon` -> `bootstrap`, `env`, `error`,
+//! `watchdog`.
 
 use cpnet_device::layout::ErrorCode;
 use cpnet_proxy::transport::FabricConfig;
@@ -21,7 +24,7 @@ use crate::bootstrap::Bootstrap;
 use crate::core::{PeCore, SHMALLOC_ALIGN, setup_wait_timeout};
 use crate::env::{Launch, Tuning};
 use crate::error::{Error, Result};
-use crate::proxy_threads::Proxies;
+use crate::proxy_link::ProxyLink;
 
 /// A kind of PE (CPU or GPU): its steps 3 and 4 of the start-up.
 pub(crate) trait PeKind {
@@ -31,8 +34,10 @@ pub(crate) trait PeKind {
     /// multiple of [`SHMALLOC_ALIGN`]) and the queues. May exchange through
     /// `boot` (collective then).
     fn heap(&mut self, launch: &Launch, tuning: &Tuning, boot: &Bootstrap, heap_size: u64) -> Result<Self::Parts>;
-    /// Step 4: the proxy serving `parts`' queues over `fabric`.
-    fn proxy(&mut self, parts: &Self::Parts, launch: &Launch, tuning: &Tuning, heap_size: u64, fabric: &FabricConfig) -> Result<Proxies>;
+    /// Step 4: the proxy serving `parts`' queues over `fabric`: service
+    /// threads in this process, or an attachment to the proxy daemon
+    /// (`CPNET_PROXY`). May use `boot` (collective then).
+    fn proxy(&mut self, parts: &mut Self::Parts, launch: &Launch, tuning: &Tuning, boot: &Bootstrap, fabric: &FabricConfig) -> Result<ProxyLink>;
     /// What aborting the PE does to its queues (waits in work-groups or
     /// kernels return `code` at once).
     fn abort(parts: &Self::Parts) -> Box<dyn Fn(ErrorCode) + Send + Sync>;
@@ -55,10 +60,10 @@ pub(crate) fn start<K: PeKind>(launch: Launch, tuning: Tuning, mut kind: K) -> R
     boot.set_wait_timeout(setup_wait_timeout(&tuning));
     // 3. heap and queues
     let heap_size = tuning.heap_size.next_multiple_of(SHMALLOC_ALIGN);
-    let parts = kind.heap(&launch, &tuning, &boot, heap_size)?;
+    let mut parts = kind.heap(&launch, &tuning, &boot, heap_size)?;
     // 4. proxy
     let fabric = default_fabric(&launch, &tuning, boot.local_ip());
-    let proxies = kind.proxy(&parts, &launch, &tuning, heap_size, &fabric)?;
+    let proxies = kind.proxy(&mut parts, &launch, &tuning, &boot, &fabric)?;
     // 5. connect to every PE, barrier, watchdog
     let core = PeCore::start(launch, tuning, fabric.provider, boot, heap_size, proxies, K::abort(&parts))?;
     Ok((core, parts))
