@@ -584,9 +584,11 @@ pub struct Tuning {
     pub proxyd_linger: Duration,
     /// `CPNET_JOB_ID` and `CPNET_JOB_TOKEN` (both or neither).
     pub job: Option<JobKey>,
-    /// Not a variable: set by `cpnet-proxyd` for the services it runs (it
+    /// Not a variable: set by `cpnet-proxyd` for the services it runs: it
     /// serves other processes' PEs, so it must not clean up libfabric shm
-    /// regions of its own pid while they run). `false` everywhere else.
+    /// regions of its own pid while they run, and their threads hold their
+    /// endpoints open after they stop until the daemon releases them
+    /// (`Proxies::release`). `false` everywhere else.
     pub in_daemon: bool,
 }
 

@@ -45,6 +45,16 @@ pub(crate) struct Proxies {
     watchdog: Option<Watchdog>,
     /// Per thread, once connected: what its transport reports about itself.
     facts: Vec<EndpointFacts>,
+    /// In the daemon (`Tuning::in_daemon`): the threads, once out of their
+    /// loops and drained, hold their endpoints open until this is set
+    /// ([`Proxies::release`]): the daemon closes a job's endpoints only
+    /// when none of the job's threads polls any more, since libfabric's shm
+    /// provider maps an endpoint's region once per process, and closing one
+    /// while a peer endpoint of the same process still reaches it crashes
+    /// the daemon (seen with a PE killed mid-run).
+    hold: Option<Arc<(Mutex<bool>, std::sync::Condvar)>>,
+    /// One message per thread once it drained (or gave up draining).
+    drained_rx: Option<mpsc::Receiver<usize>>,
 }
 
 /// What a transport needs from the runtime to start: opened on the service
@@ -112,6 +122,8 @@ impl Proxies {
         let (ready_tx, ready_rx) = mpsc::channel::<ReadyResult>();
         let mut peer_txs = Vec::new();
         let mut handles = Vec::new();
+        let hold = tuning.in_daemon.then(|| Arc::new((Mutex::new(false), std::sync::Condvar::new())));
+        let (drained_tx, drained_rx) = mpsc::channel::<usize>();
         let mut watched = Vec::new();
         for (t, queues) in queues.into_iter().enumerate() {
             let heartbeat = Arc::new(Heartbeat::default());
@@ -119,6 +131,7 @@ impl Proxies {
             let stall = inject_stall.filter(|&(thread, _, pe)| thread == t && pe.is_none_or(|p| p == me)).map(|(_, n, _)| n);
             let (peer_tx, peer_rx) = mpsc::channel::<Vec<Vec<u8>>>();
             peer_txs.push(peer_tx);
+            let (hold, drained_tx) = (hold.clone(), drained_tx.clone());
             let (card_tx, ready_tx, stop, abandon, errors, backend) = (
                 card_tx.clone(),
                 ready_tx.clone(),
@@ -186,6 +199,14 @@ impl Proxies {
                             st.passes, st.slot_pulls, st.rereads, st.torn, st.producer_pulls, st.pushes, st.waits
                         );
                     }
+                    let _ = drained_tx.send(t);
+                    if let Some(h) = hold {
+                        let mut released = h.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        while !*released {
+                            released = h.1.wait(released).unwrap_or_else(std::sync::PoisonError::into_inner);
+                        }
+                    }
+                    // Only now the service and its transport (the endpoint) are dropped.
                 })
                 .map_err(|e| Error::Proxy { pe: me, thread: t, why: format!("spawn: {e}") })?;
             handles.push(handle);
@@ -201,6 +222,8 @@ impl Proxies {
             watched,
             watchdog: None,
             facts: Vec::new(),
+            hold,
+            drained_rx: Some(drained_rx),
         })
     }
 
@@ -323,12 +346,37 @@ impl Proxies {
         self.errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
-    /// Stop the services (they drain unless abandoned) and join them.
+    /// Make the services leave their loops (they drain unless abandoned)
+    /// and wait up to `limit` until every thread drained, without joining
+    /// them: in the daemon they hold their endpoints open until
+    /// [`Proxies::release`]. Returns whether all drained in time.
+    pub(crate) fn stop_without_join(&mut self, limit: Duration) -> bool {
+        // Release: pairs with the service threads' Acquire load of `stop`.
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        // Unblock threads still waiting for cards (start-up failed).
+        self.peer_txs.clear();
+        let Some(rx) = self.drained_rx.take() else { return true };
+        let until = Instant::now() + limit;
+        (0..self.handles.len()).all(|_| rx.recv_timeout(until.saturating_duration_since(Instant::now())).is_ok())
+    }
+
+    /// Let threads that hold their endpoints ([`Proxies::stop_without_join`]
+    /// in the daemon) close them and end.
+    pub(crate) fn release(&self) {
+        if let Some(h) = &self.hold {
+            *h.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+            h.1.notify_all();
+        }
+    }
+
+    /// Stop the services (they drain unless abandoned), release them, and
+    /// join them.
     pub(crate) fn stop(&mut self, me: i32) -> Result<()> {
         // Release: pairs with the service threads' Acquire load of `stop`.
         self.stop.store(true, std::sync::atomic::Ordering::Release);
         // Unblock threads still waiting for cards (start-up failed).
         self.peer_txs.clear();
+        self.release();
         let mut first = Ok(());
         for (t, h) in self.handles.drain(..).enumerate() {
             if h.join().is_err() && first.is_ok() {

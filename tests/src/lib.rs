@@ -12,6 +12,7 @@
 
 pub mod chaos;
 pub mod gpu;
+pub mod isolation;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};

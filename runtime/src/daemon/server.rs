@@ -33,6 +33,9 @@ use crate::proxy_threads::Proxies;
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the accept loop looks at the stop flag and the linger clock.
 const TICK: Duration = Duration::from_millis(20);
+/// How long a detach waits for the PE's services to drain (theirs is bounded
+/// at 5 s).
+const DRAIN_WAIT: Duration = Duration::from_secs(10);
 /// The largest heap a PE may ask the daemon to map, bytes.
 const MAX_HEAP: u64 = 1 << 40;
 
@@ -60,6 +63,11 @@ struct Job {
     token: [u8; 16],
     n_pes: i32,
     attached: HashSet<i32>,
+    /// Sessions of PEs that left (detached or went away): their threads
+    /// are out of their loops but hold their endpoints open until the
+    /// job's last PE leaves (`Proxies::release`): a peer endpoint in this
+    /// process may still reach them until then.
+    parked: Vec<Session>,
 }
 
 /// What the accept loop and the sessions share.
@@ -231,14 +239,17 @@ fn serve_conn(stream: &UnixStream, st: &State) {
         return;
     }
     let fds: [OwnedFd; 2] = frame.fds.try_into().expect("checked: two fds");
-    match Session::start(&att, fds) {
+    let parked = match Session::start(&att, fds) {
         Ok(session) => {
             let _ = stream.set_read_timeout(None);
-            run_session(stream, st, &att, &who, session);
+            Some(run_session(stream, st, &att, &who, session))
         }
-        Err(reason) => refuse(stream, &who, &reason),
-    }
-    leave_job(st, &att);
+        Err(reason) => {
+            refuse(stream, &who, &reason);
+            None
+        }
+    };
+    leave_job(st, &att, parked);
 }
 
 /// The attach message's own consistency.
@@ -272,7 +283,7 @@ fn check_attach(a: &Attach, fds: &[OwnedFd]) -> Result<(), String> {
 /// the token must match the job's, the size too, and the PE be free.
 fn join_job(st: &State, a: &Attach) -> Result<(), String> {
     let mut jobs = st.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let job = jobs.entry(a.job).or_insert_with(|| Job { token: a.token, n_pes: a.n_pes, attached: HashSet::new() });
+    let job = jobs.entry(a.job).or_insert_with(|| Job { token: a.token, n_pes: a.n_pes, attached: HashSet::new(), parked: Vec::new() });
     if !same_token(&job.token, &a.token) {
         return Err(format!("wrong token for job {:#x}", a.job));
     }
@@ -285,14 +296,31 @@ fn join_job(st: &State, a: &Attach) -> Result<(), String> {
     Ok(())
 }
 
-fn leave_job(st: &State, a: &Attach) {
-    let mut jobs = st.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(job) = jobs.get_mut(&a.job)
-        && same_token(&job.token, &a.token)
-    {
-        job.attached.remove(&a.pe);
-        if job.attached.is_empty() {
-            jobs.remove(&a.job);
+/// The PE leaves its job; its session (if it had one) is parked until the
+/// job's last PE leaves, then every parked session of the job is released
+/// and dropped (threads joined, endpoints closed, memory unmapped).
+fn leave_job(st: &State, a: &Attach, session: Option<Session>) {
+    let done = {
+        let mut jobs = st.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match jobs.get_mut(&a.job) {
+            Some(job) if same_token(&job.token, &a.token) => {
+                job.attached.remove(&a.pe);
+                job.parked.extend(session);
+                if job.attached.is_empty() { jobs.remove(&a.job).map(|j| j.parked) } else { None }
+            }
+            // Not registered (refused before): nothing is parked for it.
+            _ => session.map(|s| vec![s]),
+        }
+    };
+    // Outside the lock: joining threads takes a while.
+    if let Some(sessions) = done {
+        let n = sessions.len();
+        for s in &sessions {
+            s.proxies.release();
+        }
+        drop(sessions);
+        if n > 0 {
+            tracing::info!("job {:#x}: its last PE left: {n} PE(s)' endpoints closed, memory unmapped", a.job);
         }
     }
 }
@@ -360,14 +388,15 @@ impl Drop for Session {
 }
 
 /// An attached PE's conversation: cards, Ready, then requests until Detach
-/// or the end of the connection.
-fn run_session(stream: &UnixStream, st: &State, a: &Attach, who: &str, mut session: Session) {
+/// or the end of the connection. Returns the session, its threads stopped
+/// (holding their endpoints), to be parked.
+fn run_session(stream: &UnixStream, st: &State, a: &Attach, who: &str, mut session: Session) -> Session {
     let pe = a.pe;
     let writer = match stream.try_clone() {
         Ok(w) => Arc::new(Mutex::new(w)),
         Err(e) => {
             refuse(stream, who, &format!("cannot clone the socket: {e}"));
-            return;
+            return session;
         }
     };
     let send = |m: ToPe| -> std::io::Result<()> {
@@ -378,12 +407,12 @@ fn run_session(stream: &UnixStream, st: &State, a: &Attach, who: &str, mut sessi
         Ok(c) => c,
         Err(e) => {
             refuse(stream, who, &format!("fabric setup failed: {e}"));
-            return;
+            return session;
         }
     };
     if send(ToPe::Accepted { daemon_pid: st.pid, cards }).is_err() {
         tracing::warn!("{who} went away while attaching");
-        return;
+        return session;
     }
     tracing::info!("{who} attached: {} queue(s) x {} slots, heap {} bytes, {} thread(s) over {}", a.queues, a.depth, a.heap_size, a.threads, a.provider);
     let mut detached = false;
@@ -429,9 +458,8 @@ fn run_session(stream: &UnixStream, st: &State, a: &Attach, who: &str, mut sessi
                 session.proxies.abandon();
             }
             Ok(ToDaemon::Detach) => {
-                let r = session.proxies.stop(pe);
-                if let Err(e) = &r {
-                    tracing::warn!("{who}: stopping its services: {e}");
+                if !session.proxies.stop_without_join(DRAIN_WAIT) {
+                    tracing::warn!("{who}: its services did not drain within {} s", DRAIN_WAIT.as_secs());
                 }
                 let _ = send(ToPe::Detached(session.proxies.command_errors()));
                 detached = true;
@@ -450,7 +478,9 @@ fn run_session(stream: &UnixStream, st: &State, a: &Attach, who: &str, mut sessi
     if detached {
         tracing::info!("{who} detached");
     } else {
-        tracing::warn!("{who} went away without detaching ({why}): its services stop without draining, its endpoints close, its memory is unmapped");
+        tracing::warn!("{who} went away without detaching ({why}): its services stop without draining; its endpoints close and its memory is unmapped when its job's last PE has left");
+        session.proxies.abandon();
+        session.proxies.stop_without_join(DRAIN_WAIT);
     }
-    drop(session);
+    session
 }
