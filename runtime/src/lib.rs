@@ -28,6 +28,7 @@ pub mod gpu;
 pub mod pe;
 mod proxy_link;
 mod proxy_threads;
+pub mod signals;
 mod startup;
 pub mod transport_map;
 mod watchdog;

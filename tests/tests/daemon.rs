@@ -158,21 +158,8 @@ fn spawn_job(n: u32, args: &[&str], env: &[(String, String)]) -> (Child, Instant
 
 /// Waits for a job (at most `limit`): its status, output and wall time.
 fn finish((child, t): (Child, Instant), limit: Duration) -> (ExitStatus, String, Duration) {
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(limit) {
-        Ok(r) => r.expect("wait for cpnet-run"),
-        Err(_) => {
-            // SAFETY: kill(2) on the launcher this test started.
-            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-            panic!("the job did not finish within {limit:?}");
-        }
-    };
-    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    (out.status, all, t.elapsed())
+    let j = cpnet_tests::launch::finish(child, t, limit, "the job");
+    (j.status, j.all, j.elapsed)
 }
 
 fn assert_ok(n: u32, (status, all, _): &(ExitStatus, String, Duration), what: &str) {
@@ -372,7 +359,7 @@ fn a_killed_pe_is_cleaned_up_its_peers_fail_and_another_job_finishes() {
     assert_ok(2, &finish(other, Duration::from_secs(300)), "the other job on the same daemon");
     let log = wait_log(&d, "went away without detaching", 1);
     assert!(log.contains("PE 1 of job"), "{log}");
-    wait_log(&d, "its last PE left: 3 PE(s)", 1);
+    wait_log(&d, "left: 3 PE(s)' endpoints closed", 1);
     wait_log(&d, " detached", 2);
     let t = Instant::now();
     while d.memfd_maps() > 0 && t.elapsed() < Duration::from_secs(20) {
@@ -437,14 +424,14 @@ fn attach_and_detach_1000_times_leaks_no_fd_and_no_memory() {
     for i in 0..5 {
         cycle(i);
     }
-    wait_log(&d, "its last PE left", 5);
+    wait_log(&d, "endpoints closed", 5);
     std::thread::sleep(Duration::from_millis(200));
     let (fd0, shm0) = (d.fds(), shm_count());
     let t = Instant::now();
     for i in 5..1005 {
         cycle(i);
     }
-    wait_log(&d, "its last PE left", 1005);
+    wait_log(&d, "endpoints closed", 1005);
     std::thread::sleep(Duration::from_millis(200));
     let (fd1, shm1, maps) = (d.fds(), shm_count(), d.memfd_maps());
     println!("1000 attach/detach cycles in {:.1} s: daemon fds {fd0} -> {fd1}, /dev/shm entries {shm0} -> {shm1}, memfd mappings left {maps}", t.elapsed().as_secs_f64());

@@ -133,25 +133,6 @@ extern "C" fn on_signal(sig: libc::c_int) {
     SIGNAL.store(sig, Ordering::Relaxed);
 }
 
-/// Installs [`on_signal`] for SIGINT and SIGTERM.
-fn install_signal_handlers() -> io::Result<()> {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: `libc::sigaction` is a plain C struct for which all-zero
-        // bytes is a valid value (no handler, no flags, empty mask).
-        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
-        sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        sa.sa_flags = libc::SA_RESTART;
-        // SAFETY: `sa.sa_mask` is a valid, writable sigset_t.
-        unsafe { libc::sigemptyset(&mut sa.sa_mask) };
-        // SAFETY: `sa` is initialised; the handler only does an atomic store,
-        // which is async-signal-safe; a null old-action pointer is allowed.
-        if unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
 /// One started PE.
 struct Proc {
     pe: i32,
@@ -184,7 +165,7 @@ impl Proc {
 
 fn run(args: &Args) -> Result<u8, String> {
     let tuning = env::Tuning::from_env().map_err(|e| e.to_string())?;
-    install_signal_handlers().map_err(|e| format!("installing signal handlers: {e}"))?;
+    cpnet::signals::on_sigint_sigterm(on_signal).map_err(|e| format!("installing signal handlers: {e}"))?;
 
     let n = args.n;
     let server = Server::bind("127.0.0.1:0")

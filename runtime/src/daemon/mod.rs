@@ -46,7 +46,10 @@
 //! # Faults
 //!
 //! * A PE that goes away without detaching (killed): the daemon abandons its
-//!   services (no drain), closes its endpoints and unmaps its memory; the
+//!   services (no drain), and closes its endpoints and unmaps its memory
+//!   once every PE of its init cycle has left (a peer endpoint in the same
+//!   process may reach them until then: libfabric's shm provider maps a
+//!   region once per process); the
 //!   PE's job learns of the death through the rendezvous, as without a
 //!   daemon; other jobs are not touched.
 //! * The daemon dies: every attached PE's link reader sees the connection

@@ -63,11 +63,15 @@ struct Job {
     token: [u8; 16],
     n_pes: i32,
     attached: HashSet<i32>,
-    /// Sessions of PEs that left (detached or went away): their threads
-    /// are out of their loops but hold their endpoints open until the
-    /// job's last PE leaves (`Proxies::release`): a peer endpoint in this
-    /// process may still reach them until then.
-    parked: Vec<Session>,
+    /// Per PE, how many times it attached: its session's init cycle
+    /// (repeated init: every PE inits as often as the others).
+    cycles: HashMap<i32, u64>,
+    /// Sessions of PEs that left (detached or went away), with their init
+    /// cycle: their threads are out of their loops but hold their endpoints
+    /// open (`Proxies::release`) until every PE of that cycle has left, or
+    /// the job's last PE: a peer endpoint in this process may reach them
+    /// until then.
+    parked: Vec<(u64, Session)>,
 }
 
 /// What the accept loop and the sessions share.
@@ -100,7 +104,7 @@ pub fn serve(opts: DaemonOptions) -> Result<(), String> {
     let listener = UnixListener::bind(&paths.socket).map_err(|e| format!("cannot bind {}: {e}", paths.socket.display()))?;
     let _ = std::fs::set_permissions(&paths.socket, std::fs::Permissions::from_mode(0o600));
     listener.set_nonblocking(true).map_err(|e| format!("listener: {e}"))?;
-    install_signal_handlers().map_err(|e| format!("installing signal handlers: {e}"))?;
+    crate::signals::on_sigint_sigterm(on_signal).map_err(|e| format!("installing signal handlers: {e}"))?;
     // No endpoint is open yet, so regions named with our pid are a dead
     // predecessor's too.
     crate::proxy_threads::clean_stale_shm_regions();
@@ -160,24 +164,6 @@ pub fn serve(opts: DaemonOptions) -> Result<(), String> {
         }
     }
     let _ = std::fs::remove_file(&paths.socket);
-    Ok(())
-}
-
-fn install_signal_handlers() -> std::io::Result<()> {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: `libc::sigaction` is a plain C struct for which all-zero
-        // bytes is a valid value (no handler, no flags, empty mask).
-        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
-        sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        sa.sa_flags = libc::SA_RESTART;
-        // SAFETY: `sa.sa_mask` is a valid, writable sigset_t.
-        unsafe { libc::sigemptyset(&mut sa.sa_mask) };
-        // SAFETY: `sa` is initialised; the handler only does an atomic store,
-        // which is async-signal-safe; a null old-action pointer is allowed.
-        if unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
     Ok(())
 }
 
@@ -283,7 +269,7 @@ fn check_attach(a: &Attach, fds: &[OwnedFd]) -> Result<(), String> {
 /// the token must match the job's, the size too, and the PE be free.
 fn join_job(st: &State, a: &Attach) -> Result<(), String> {
     let mut jobs = st.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let job = jobs.entry(a.job).or_insert_with(|| Job { token: a.token, n_pes: a.n_pes, attached: HashSet::new(), parked: Vec::new() });
+    let job = jobs.entry(a.job).or_insert_with(|| Job { token: a.token, n_pes: a.n_pes, attached: HashSet::new(), cycles: HashMap::new(), parked: Vec::new() });
     if !same_token(&job.token, &a.token) {
         return Err(format!("wrong token for job {:#x}", a.job));
     }
@@ -293,20 +279,31 @@ fn join_job(st: &State, a: &Attach) -> Result<(), String> {
     if !job.attached.insert(a.pe) {
         return Err(format!("PE {} of job {:#x} is attached already", a.pe, a.job));
     }
+    *job.cycles.entry(a.pe).or_insert(0) += 1;
     Ok(())
 }
 
-/// The PE leaves its job; its session (if it had one) is parked until the
-/// job's last PE leaves, then every parked session of the job is released
-/// and dropped (threads joined, endpoints closed, memory unmapped).
+/// The PE leaves its job; its session (if it had one) is parked until every
+/// PE of its init cycle, or the job's last PE, has left; then those parked
+/// sessions are released and dropped (threads joined, endpoints closed,
+/// memory unmapped).
 fn leave_job(st: &State, a: &Attach, session: Option<Session>) {
-    let done = {
+    let done: Option<Vec<Session>> = {
         let mut jobs = st.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         match jobs.get_mut(&a.job) {
             Some(job) if same_token(&job.token, &a.token) => {
                 job.attached.remove(&a.pe);
-                job.parked.extend(session);
-                if job.attached.is_empty() { jobs.remove(&a.job).map(|j| j.parked) } else { None }
+                let cycle = job.cycles.get(&a.pe).copied().unwrap_or(0);
+                job.parked.extend(session.map(|s| (cycle, s)));
+                if job.attached.is_empty() {
+                    jobs.remove(&a.job).map(|j| j.parked.into_iter().map(|(_, s)| s).collect())
+                } else if job.parked.iter().filter(|(c, _)| *c == cycle).count() == job.n_pes as usize {
+                    let (done, keep) = std::mem::take(&mut job.parked).into_iter().partition(|(c, _)| *c == cycle);
+                    job.parked = keep;
+                    Some(done.into_iter().map(|(_, s): (u64, Session)| s).collect())
+                } else {
+                    None
+                }
             }
             // Not registered (refused before): nothing is parked for it.
             _ => session.map(|s| vec![s]),
@@ -320,7 +317,7 @@ fn leave_job(st: &State, a: &Attach, session: Option<Session>) {
         }
         drop(sessions);
         if n > 0 {
-            tracing::info!("job {:#x}: its last PE left: {n} PE(s)' endpoints closed, memory unmapped", a.job);
+            tracing::info!("job {:#x}: every PE of an init cycle, or its last PE, left: {n} PE(s)' endpoints closed, memory unmapped", a.job);
         }
     }
 }

@@ -585,6 +585,8 @@ mod tests {
         assert_eq!((f.kind, f.body.len(), f.fds.len()), (kind::DETACH, 0, 1));
         (&a).write_all(b"GET / HTTP/1.1\r\n").unwrap();
         assert!(matches!(recv(&b), Err(RecvError::Malformed(m)) if m.contains("bad magic")));
+        // (The daemon closes a connection after a bad frame; a fresh one.)
+        let (a, b) = UnixStream::pair().unwrap();
         let mut hdr = ToDaemon::Errors.encode();
         hdr[8..12].copy_from_slice(&100u32.to_le_bytes());
         (&a).write_all(&hdr).unwrap();
