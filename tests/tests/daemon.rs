@@ -405,7 +405,14 @@ fn a_killed_daemon_fails_every_attached_pe_and_leaves_nothing() {
 fn attach_and_detach_1000_times_leaks_no_fd_and_no_memory() {
     let _one = serial();
     let d = Daemon::start("cycles", None);
-    let shm_count = || std::fs::read_dir("/dev/shm").map(|d| d.count()).unwrap_or(0);
+    // The daemon's libfabric shm regions (`<pid>:<n>:<m>`); /dev/shm is
+    // shared with every other process of the machine.
+    let prefix = format!("{}:", d.pid);
+    let shm_count = || {
+        std::fs::read_dir("/dev/shm")
+            .map(|dir| dir.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&prefix)).count())
+            .unwrap_or(0)
+    };
     let cycle = |i: u64| {
         let (att, fds, _mem) = attach_msg(1000 + i, 5, 0, 1);
         let (s, reply) = raw(&d, &ToDaemon::Attach(att).encode(), &[fds[0].as_fd(), fds[1].as_fd()]);
@@ -434,7 +441,7 @@ fn attach_and_detach_1000_times_leaks_no_fd_and_no_memory() {
     wait_log(&d, "endpoints closed", 1005);
     std::thread::sleep(Duration::from_millis(200));
     let (fd1, shm1, maps) = (d.fds(), shm_count(), d.memfd_maps());
-    println!("1000 attach/detach cycles in {:.1} s: daemon fds {fd0} -> {fd1}, /dev/shm entries {shm0} -> {shm1}, memfd mappings left {maps}", t.elapsed().as_secs_f64());
+    println!("1000 attach/detach cycles in {:.1} s: daemon fds {fd0} -> {fd1}, daemon's /dev/shm regions {shm0} -> {shm1}, memfd mappings left {maps}", t.elapsed().as_secs_f64());
     assert!(fd1 <= fd0, "the daemon's fds: {fd0} before, {fd1} after");
     assert!(shm1 <= shm0, "/dev/shm: {shm0} before, {shm1} after");
     assert_eq!(maps, 0, "memfd mappings left in the daemon");
