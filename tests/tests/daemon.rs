@@ -246,8 +246,8 @@ fn two_jobs_at_once_on_one_daemon_see_only_their_own_memory() {
     let _one = serial();
     let d = Daemon::start("isolation", None);
     let env = d.env();
-    let a = spawn_job(2, &["isolation", "--tag", "11", "--hold", "3"], &env);
-    let b = spawn_job(2, &["isolation", "--tag", "22", "--hold", "3"], &env);
+    let a = spawn_job(2, &["isolation", "--tag", "11", "--hold", "5"], &env);
+    let b = spawn_job(2, &["isolation", "--tag", "22", "--hold", "5"], &env);
     let (ra, rb) = (finish(a, Duration::from_secs(300)), finish(b, Duration::from_secs(300)));
     assert_ok(2, &ra, "job A");
     assert_ok(2, &rb, "job B");
