@@ -148,8 +148,13 @@ impl Drop for Daemon {
 
 /// A running job: `cpnet-run -n N -- cpnet-check args` with `env`.
 fn spawn_job(n: u32, args: &[&str], env: &[(String, String)]) -> (Child, Instant) {
+    spawn_program(CHECK, n, args, env)
+}
+
+/// A running job: `cpnet-run -n N -- program args` with `env`.
+fn spawn_program(program: &str, n: u32, args: &[&str], env: &[(String, String)]) -> (Child, Instant) {
     let mut cmd = Command::new(sibling("cpnet-run"));
-    cmd.args(["-n", &n.to_string(), "--grace", "25", "--"]).arg(CHECK).args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.args(["-n", &n.to_string(), "--grace", "25", "--"]).arg(program).args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -239,6 +244,19 @@ fn ops_and_stress_pass_through_the_daemon() {
     let log = d.log();
     assert_eq!(log.matches(" detached").count(), 6, "every PE attached and detached:\n{log}");
     assert!(d.alive());
+}
+
+#[test]
+fn repeated_init_attaches_again_and_each_cycle_is_released() {
+    let _one = serial();
+    let d = Daemon::start("reinit", None);
+    let r = finish(spawn_program(env!("CARGO_BIN_EXE_cpnet-cycles"), 2, &["--cycles", "12"], &d.env()), Duration::from_secs(300));
+    assert!(r.0.success(), "cpnet-cycles through the daemon:\n{}", r.1);
+    assert!(r.1.contains("PE 0: OK (12 cycles") && r.1.contains("PE 1: OK (12 cycles"), "{}", r.1);
+    // Every cycle's sessions were closed when both PEs of that cycle had
+    // left, not all at the end.
+    wait_log(&d, "endpoints closed", 12);
+    assert_eq!(d.memfd_maps(), 0);
 }
 
 #[test]
