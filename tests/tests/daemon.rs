@@ -260,6 +260,54 @@ fn repeated_init_attaches_again_and_each_cycle_is_released() {
 }
 
 #[test]
+fn under_mpirun_the_pes_start_one_daemon_and_share_a_job_key() {
+    let _one = serial();
+    // No cpnet-run: Open MPI's variables, PE 0 hosts the rendezvous, no job
+    // key in the environment, no daemon running.
+    let dir = PathBuf::from(format!("/tmp/cpnet-test-mpi-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let port = 20000 + (std::process::id() % 20000);
+    let pes: Vec<Child> = (0..2)
+        .map(|r: u32| {
+            Command::new(CHECK)
+                .arg("ops")
+                .env("OMPI_COMM_WORLD_RANK", r.to_string())
+                .env("OMPI_COMM_WORLD_SIZE", "2")
+                .env("OMPI_COMM_WORLD_LOCAL_RANK", r.to_string())
+                .env("OMPI_COMM_WORLD_LOCAL_SIZE", "2")
+                .env("CPNET_BOOTSTRAP_ADDR", format!("127.0.0.1:{port}"))
+                .env("CPNET_PROXY", "daemon")
+                .env("CPNET_PROXYD_DIR", &dir)
+                .env("CPNET_PROXYD_LINGER", "1")
+                .env("CPNET_PROVIDER", "shm")
+                .env_remove("CPNET_JOB_ID")
+                .env_remove("CPNET_JOB_TOKEN")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start a PE")
+        })
+        .collect();
+    let t = Instant::now();
+    for (r, pe) in pes.into_iter().enumerate() {
+        let j = cpnet_tests::launch::finish(pe, t, Duration::from_secs(120), &format!("PE {r}"));
+        assert!(j.status.success() && j.all.contains(&format!("PE {r}: OK")), "PE {r}:\n{}", j.all);
+    }
+    let log = std::fs::read_to_string(dir.join("proxyd.log")).unwrap_or_default();
+    let jobs: std::collections::HashSet<&str> =
+        log.lines().filter(|l| l.contains(" attached: ")).filter_map(|l| l.split(" of job ").nth(1)?.split(' ').next()).collect();
+    assert_eq!(jobs.len(), 1, "both PEs in one job (PE 0's key):\n{log}");
+    assert_eq!(log.matches("serving").count(), 1, "one daemon served:\n{log}");
+    // It lingers out by itself.
+    let t = Instant::now();
+    while dir.join("proxyd.sock").exists() {
+        assert!(t.elapsed() < Duration::from_secs(20), "the daemon did not linger out:\n{log}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn two_jobs_at_once_on_one_daemon_see_only_their_own_memory() {
     let _one = serial();
     let d = Daemon::start("isolation", None);
