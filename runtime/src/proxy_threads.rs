@@ -357,7 +357,12 @@ impl Proxies {
         self.peer_txs.clear();
         let Some(rx) = self.drained_rx.take() else { return true };
         let until = Instant::now() + limit;
-        (0..self.handles.len()).all(|_| rx.recv_timeout(until.saturating_duration_since(Instant::now())).is_ok())
+        let drained = (0..self.handles.len()).all(|_| rx.recv_timeout(until.saturating_duration_since(Instant::now())).is_ok());
+        // Held threads stand still by design: nothing more to watch.
+        if let Some(mut dog) = self.watchdog.take() {
+            dog.stop();
+        }
+        drained
     }
 
     /// Let threads that hold their endpoints ([`Proxies::stop_without_join`]
