@@ -3,7 +3,9 @@
 # what is missing, then runs every test that needs no GPU:
 #   1. the whole workspace's tests (unit, multi-threaded, integration; the
 #      device headers compiled with NVRTC for sm_90, which MUST run here:
-#      CPNET_REQUIRE_NVRTC=1 turns a missing libnvrtc into a failure);
+#      CPNET_REQUIRE_NVRTC=1 turns a missing libnvrtc into a failure; the
+#      proxy daemon's isolation and fault tests, tests/tests/daemon.rs,
+#      run one as root and skip it with a line otherwise: another uid);
 #   2. the loom model of the queue protocol (`--cfg loom`);
 #   3. scripts/twohost.sh: a two-host job between two network namespaces
 #      over tcp;ofi_rxm, with the debug binaries step 1 built (it skips

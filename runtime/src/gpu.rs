@@ -34,36 +34,14 @@ use cudarc::driver::{CudaContext, CudaModule, CudaStream, DeviceRepr, DriverErro
 
 use crate::bootstrap::Bootstrap;
 use crate::env::{Launch, QueuePlacement, Tuning};
-use crate::pe::{self, Error, PeCore, SHMALLOC_ALIGN};
+use crate::core::{PeCore, SHMALLOC_ALIGN};
+use crate::error::{Error, Result};
+pub use crate::error::GpuError;
+use crate::startup::{self, PeKind};
+use cpnet_proxy::transport::FabricConfig;
+use crate::proxy_link::ProxyLink;
 use crate::proxy_threads::{Backend, Proxies};
 use cudarc::driver::{result as cu, sys as cusys};
-
-/// Why the GPU path is unavailable or failed.
-#[derive(Debug, thiserror::Error)]
-pub enum GpuError {
-    /// No CUDA driver library on this machine.
-    #[error("no GPU: libcuda (the CUDA driver) was not found")]
-    NoDriver,
-    /// The driver is there but no device can be used.
-    #[error("no GPU: {what}: {source:?}")]
-    NoDevice {
-        /// What was tried.
-        what: String,
-        /// The driver's answer.
-        source: DriverError,
-    },
-    /// A CUDA call failed.
-    #[error("{what}: {source:?}")]
-    Cuda {
-        /// The call and its purpose.
-        what: &'static str,
-        /// The driver's answer.
-        source: DriverError,
-    },
-    /// Kernel compilation failed (the log is in the message).
-    #[error(transparent)]
-    Nvrtc(#[from] nvrtc::NvrtcError),
-}
 
 /// Whether the CUDA driver library can be loaded (without loading CUDA).
 pub fn driver_present() -> bool {
@@ -77,7 +55,7 @@ pub fn driver_present() -> bool {
 ///
 /// # Errors
 /// [`GpuError::NoDriver`], [`GpuError::NoDevice`].
-pub fn open_device(local_pe: i32) -> Result<Arc<CudaContext>, GpuError> {
+pub fn open_device(local_pe: i32) -> std::result::Result<Arc<CudaContext>, GpuError> {
     if !driver_present() {
         return Err(GpuError::NoDriver);
     }
@@ -116,7 +94,7 @@ impl MappedHost {
     ///
     /// # Errors
     /// [`GpuError::Cuda`] from `cuMemHostAlloc` / `cuMemHostGetDevicePointer`.
-    pub fn new(bytes: usize) -> Result<MappedHost, GpuError> {
+    pub fn new(bytes: usize) -> std::result::Result<MappedHost, GpuError> {
         let bytes = bytes.max(64);
         // SAFETY: a context is current (caller); the memory is zeroed below
         // before anyone reads it.
@@ -224,7 +202,7 @@ struct ClaimWords {
 }
 
 impl ClaimWords {
-    fn new(cuda: &Arc<CudaContext>, n: usize) -> Result<ClaimWords, GpuError> {
+    fn new(cuda: &Arc<CudaContext>, n: usize) -> std::result::Result<ClaimWords, GpuError> {
         let stream = cuda
             .new_stream()
             .map_err(|source| GpuError::Cuda { what: "cuStreamCreate (abort mirror)", source })?;
@@ -279,7 +257,7 @@ impl GpuQueues {
     ///
     /// # Errors
     /// As [`MappedHost::new`]; `cuMemAlloc` of the claim words.
-    pub fn new(cuda: &Arc<CudaContext>, n: usize, geom: QueueGeometry) -> Result<GpuQueues, GpuError> {
+    pub fn new(cuda: &Arc<CudaContext>, n: usize, geom: QueueGeometry) -> std::result::Result<GpuQueues, GpuError> {
         GpuQueues::with_placement(cuda, n, geom, QueuePlacement::Host)
     }
 
@@ -297,7 +275,7 @@ impl GpuQueues {
         n: usize,
         geom: QueueGeometry,
         placement: QueuePlacement,
-    ) -> Result<GpuQueues, GpuError> {
+    ) -> std::result::Result<GpuQueues, GpuError> {
         let claims = ClaimWords::new(cuda, n)?;
         let pool = match placement {
             QueuePlacement::Host => Pool::Mapped(MappedHost::new(n * geom.bytes())?),
@@ -326,7 +304,7 @@ impl GpuQueues {
     ///
     /// # Panics
     /// If `slot_bytes` is not 0 or a power of two of at least 16.
-    pub fn set_payload(&mut self, slot_bytes: u32) -> Result<(), GpuError> {
+    pub fn set_payload(&mut self, slot_bytes: u32) -> std::result::Result<(), GpuError> {
         assert!(slot_bytes == 0 || (slot_bytes >= 16 && slot_bytes.is_power_of_two()), "payload slot size {slot_bytes}");
         self.payload = None;
         if slot_bytes != 0 && matches!(self.pool, Pool::Mapped(_)) {
@@ -382,7 +360,7 @@ impl GpuQueues {
     ///
     /// # Panics
     /// If an index is out of range.
-    pub fn mirror(self: &Arc<Self>, cuda: &Arc<CudaContext>, indices: &[usize]) -> Result<Option<QueueMirror>, GpuError> {
+    pub fn mirror(self: &Arc<Self>, cuda: &Arc<CudaContext>, indices: &[usize]) -> std::result::Result<Option<QueueMirror>, GpuError> {
         let Pool::Device { dev, shadow } = &self.pool else { return Ok(None) };
         let bytes = self.geom.bytes();
         let queues = indices
@@ -534,7 +512,7 @@ unsafe impl DeviceRepr for KernelHandle {}
 /// # Errors
 /// [`GpuError::Nvrtc`] with the compiler log; [`GpuError::Cuda`] when the
 /// module does not load.
-pub fn build_module(ctx: &Arc<CudaContext>, name: &str, source: &str) -> Result<Arc<CudaModule>, GpuError> {
+pub fn build_module(ctx: &Arc<CudaContext>, name: &str, source: &str) -> std::result::Result<Arc<CudaModule>, GpuError> {
     let (major, minor) =
         ctx.compute_capability().map_err(|source| GpuError::Cuda { what: "cuDeviceGetAttribute (capability)", source })?;
     let opts = BuildOptions { name: name.into(), ..BuildOptions::for_compute_capability(major as u32, minor as u32) };
@@ -545,7 +523,7 @@ pub fn build_module(ctx: &Arc<CudaContext>, name: &str, source: &str) -> Result<
 /// The landing agent (`cpnet/agent.cuh`), compiled with NVRTC for this
 /// PE's GPU and loaded in its context once; every proxy thread launches it
 /// on its own landing ring (cmd.h, THE LANDING AGENT).
-fn landing_agent(cuda: &Arc<CudaContext>, tuning: &Tuning) -> Result<AgentKernel, GpuError> {
+fn landing_agent(cuda: &Arc<CudaContext>, tuning: &Tuning) -> std::result::Result<AgentKernel, GpuError> {
     let module = build_module(cuda, "cpnet_agent.cu", nvrtc::AGENT_SOURCE)?;
     let function = module
         .load_function(nvrtc::AGENT_KERNEL)
@@ -570,7 +548,7 @@ struct DeviceMem {
 impl DeviceMem {
     /// `size` zeroed bytes of `cuda`'s memory; `alloc` and `zero` name the
     /// two calls in errors.
-    fn new(cuda: &Arc<CudaContext>, size: u64, alloc: &'static str, zero: &'static str) -> Result<DeviceMem, GpuError> {
+    fn new(cuda: &Arc<CudaContext>, size: u64, alloc: &'static str, zero: &'static str) -> std::result::Result<DeviceMem, GpuError> {
         cuda.bind_to_thread().map_err(|source| GpuError::Cuda { what: "cuCtxSetCurrent", source })?;
         // SAFETY: the context is current; the allocation is owned by the
         // returned value and freed once, in Drop.
@@ -615,7 +593,7 @@ impl PeerHeaps {
     /// Exchange IPC handles of every PE's heap (**collective**, an
     /// allgather) and open those of the other PEs on this host. A handle
     /// that does not open leaves that PE on the staged path (logged).
-    fn exchange(boot: &Bootstrap, me: i32, heap: &DeviceMem, enabled: bool) -> pe::Result<PeerHeaps> {
+    fn exchange(boot: &Bootstrap, me: i32, heap: &DeviceMem, enabled: bool) -> Result<PeerHeaps> {
         let mut card = Vec::new();
         let id = host_id();
         let mut handle = cusys::CUipcMemHandle_st { reserved: [0; 64] };
@@ -671,7 +649,7 @@ impl PeerHeaps {
 /// `u64` words in GPU memory, word `i` the address at which this PE's
 /// kernels reach PE `i`'s heap with their own loads and stores (the own
 /// heap, or a [`PeerHeaps`] mapping), 0 where they cannot.
-fn p2p_table(cuda: &Arc<CudaContext>, me: i32, heap: &DeviceMem, peers: &PeerHeaps) -> Result<DeviceMem, GpuError> {
+fn p2p_table(cuda: &Arc<CudaContext>, me: i32, heap: &DeviceMem, peers: &PeerHeaps) -> std::result::Result<DeviceMem, GpuError> {
     let words: Vec<u64> =
         peers.bases.iter().enumerate().map(|(i, b)| if i as i32 == me { heap.base } else { b.unwrap_or(0) }).collect();
     let table = DeviceMem::new(
@@ -700,6 +678,82 @@ impl Drop for PeerHeaps {
 
 /// The GPU PE's transport: the staged path (DESIGN.md "Data paths"); and,
 /// for queues in GPU memory, each thread's queue mirror.
+/// A GPU PE's steps 3 and 4 of the start-up ([`crate::startup`]): the heap
+/// in GPU memory, the queues, the CUDA IPC exchange; the staged proxy threads.
+struct GpuKind {
+    cuda: Arc<CudaContext>,
+}
+
+/// A GPU PE's heap, queues and peer mappings.
+struct GpuParts {
+    stream: Arc<CudaStream>,
+    peers: PeerHeaps,
+    p2p: Option<DeviceMem>,
+    queues: Arc<GpuQueues>,
+    heap: DeviceMem,
+}
+
+impl PeKind for GpuKind {
+    type Parts = GpuParts;
+
+    fn heap(&mut self, launch: &Launch, tuning: &Tuning, boot: &Bootstrap, heap_size: u64) -> Result<GpuParts> {
+        let (cuda, me) = (&self.cuda, launch.pe);
+        let geom = QueueGeometry::new(tuning.queue_depth).map_err(|cause| Error::Queue { pe: me, cause })?;
+        let heap = DeviceMem::new(
+            cuda,
+            heap_size,
+            "cuMemAlloc (symmetric heap; lower CPNET_HEAP_SIZE?)",
+            "cuMemsetD8 (zero the symmetric heap)",
+        )?;
+        let mut queues = GpuQueues::with_placement(cuda, tuning.queues, geom, tuning.queue_mem)?;
+        queues.set_payload(tuning.payload_slot_bytes())?;
+        let queues = Arc::new(queues);
+        let peers = PeerHeaps::exchange(boot, me, &heap, tuning.gpu_ipc)?;
+        let p2p = if tuning.gpu_p2p { Some(p2p_table(cuda, me, &heap, &peers)?) } else { None };
+        let stream = cuda.new_stream().map_err(|source| GpuError::Cuda { what: "cuStreamCreate (application stream)", source })?;
+        Ok(GpuParts { stream, peers, p2p, queues, heap })
+    }
+
+    fn proxy(&mut self, parts: &mut GpuParts, launch: &Launch, tuning: &Tuning, _boot: &Bootstrap, fabric: &FabricConfig) -> Result<ProxyLink> {
+        let me = launch.pe;
+        let heap_size = parts.heap.size;
+        if tuning.proxy == crate::env::ProxyMode::Daemon {
+            tracing::warn!("PE {me}: CPNET_PROXY=daemon: GPU PEs use the in-process proxy in this version");
+        }
+        let cfg = StagedConfig {
+            fabric: fabric.clone(),
+            chunk: tuning.stage_chunk as usize,
+            credits: tuning.stage_credits,
+            send_bufs: tuning.stage_bufs,
+        };
+        let threads = tuning.gpu_proxy_threads.min(tuning.queues).max(1);
+        let limits = Limits { n_pes: launch.n_pes, heap_size };
+        let agent = landing_agent(&self.cuda, tuning)?;
+        let indices: Vec<Vec<usize>> = (0..threads).map(|t| (t..tuning.queues).step_by(threads).collect()).collect();
+        // The proxy's views: the queues, or (CPNET_QUEUE_MEM=device) the host
+        // shadows that the threads' mirrors keep. The watchdog reads them.
+        let per_thread: Vec<Vec<QueueMem>> = indices.iter().map(|qs| qs.iter().map(|&q| parts.queues.queue(q)).collect()).collect();
+        let backend = Arc::new(GpuBackend {
+            cfg,
+            cuda: Arc::clone(&self.cuda),
+            me,
+            n_pes: launch.n_pes,
+            heap: GpuHeap { base: parts.heap.base, size: heap_size },
+            shared: Arc::new(PeShared::default()),
+            peer_heaps: parts.peers.bases.clone(),
+            agent,
+            queues: Arc::clone(&parts.queues),
+            per_thread: indices,
+        });
+        Proxies::spawn(backend, me, per_thread, limits, &fabric.provider, tuning).map(ProxyLink::from)
+    }
+
+    fn abort(parts: &GpuParts) -> Box<dyn Fn(ErrorCode) + Send + Sync> {
+        let q = Arc::clone(&parts.queues);
+        Box::new(move |code| q.abort(code))
+    }
+}
+
 struct GpuBackend {
     cfg: StagedConfig,
     cuda: Arc<CudaContext>,
@@ -717,7 +771,7 @@ struct GpuBackend {
 impl Backend for GpuBackend {
     type Endpoint = StagedEndpoint;
     type Transport = StagedTransport;
-    fn open(&self, _t: usize) -> Result<StagedEndpoint, String> {
+    fn open(&self, _t: usize) -> std::result::Result<StagedEndpoint, String> {
         StagedEndpoint::open(
             &self.cfg,
             Arc::clone(&self.cuda),
@@ -733,7 +787,7 @@ impl Backend for GpuBackend {
     fn card(ep: &StagedEndpoint) -> Vec<u8> {
         ep.card()
     }
-    fn connect(&self, ep: StagedEndpoint, cards: Vec<Vec<u8>>) -> Result<StagedTransport, String> {
+    fn connect(&self, ep: StagedEndpoint, cards: Vec<Vec<u8>>) -> std::result::Result<StagedTransport, String> {
         ep.connect(&cards).map_err(|e| e.to_string())
     }
     fn describe(tr: &StagedTransport) -> EndpointFacts {
@@ -746,7 +800,7 @@ impl Backend for GpuBackend {
             peer_addrs: Vec::new(),
         }
     }
-    fn mirror(&self, t: usize) -> Option<Result<QueueMirror, String>> {
+    fn mirror(&self, t: usize) -> Option<std::result::Result<QueueMirror, String>> {
         self.queues.mirror(&self.cuda, &self.per_thread[t]).map_err(|e| e.to_string()).transpose()
     }
     fn configure(&self, t: usize, service: &mut Service<StagedTransport>) {
@@ -762,7 +816,7 @@ impl Backend for GpuBackend {
 /// staged transport.
 ///
 /// ```no_run
-/// # fn main() -> Result<(), cpnet::pe::Error> {
+/// # fn main() -> std::result::Result<(), cpnet::pe::Error> {
 /// use cudarc::driver::{LaunchConfig, PushKernelArg};
 /// let pe = cpnet::GpuPe::init()?;                       // collective
 /// let buf = pe.shmalloc(4096)?;                         // collective
@@ -823,7 +877,7 @@ impl GpuPe {
     /// [`Error::Gpu`] (no driver, no device, allocation failed),
     /// [`Error::Env`], [`Error::Bootstrap`], [`Error::Proxy`] (provider
     /// missing or lacking messages), [`Error::Queue`].
-    pub fn init() -> pe::Result<GpuPe> {
+    pub fn init() -> Result<GpuPe> {
         let launch = Launch::from_env()?;
         let tuning = Tuning::from_env()?;
         GpuPe::init_with(launch, tuning)
@@ -833,58 +887,15 @@ impl GpuPe {
     ///
     /// # Errors
     /// As [`GpuPe::init`].
-    pub fn init_with(launch: Launch, tuning: Tuning) -> pe::Result<GpuPe> {
-        pe::init_logging();
-        let me = launch.pe;
-        // The device first: a machine without a GPU says so before any
-        // rendezvous is attempted.
+    pub fn init_with(launch: Launch, tuning: Tuning) -> Result<GpuPe> {
+        // Step 1 of the start-up (crate::startup): the device first, so that a
+        // machine without a GPU says so before any rendezvous is attempted.
+        startup::init_logging();
         let cuda = open_device(launch.local_pe)?;
-        let boot = Bootstrap::connect(&launch, tuning.connect_timeout).map_err(|cause| Error::Bootstrap { pe: me, cause })?;
-        // Before the IPC exchange below; `PeCore::start` sets the same.
-        boot.set_wait_timeout(pe::setup_wait_timeout(&tuning));
-        let geom = QueueGeometry::new(tuning.queue_depth).map_err(|cause| Error::Queue { pe: me, cause })?;
-        let heap_size = tuning.heap_size.next_multiple_of(SHMALLOC_ALIGN);
-        let heap = DeviceMem::new(
-            &cuda,
-            heap_size,
-            "cuMemAlloc (symmetric heap; lower CPNET_HEAP_SIZE?)",
-            "cuMemsetD8 (zero the symmetric heap)",
-        )?;
-        let mut queues = GpuQueues::with_placement(&cuda, tuning.queues, geom, tuning.queue_mem)?;
-        queues.set_payload(tuning.payload_slot_bytes())?;
-        let queues = Arc::new(queues);
-        let peers = PeerHeaps::exchange(&boot, me, &heap, tuning.gpu_ipc)?;
-        let p2p = if tuning.gpu_p2p { Some(p2p_table(&cuda, me, &heap, &peers)?) } else { None };
-        let stream = cuda.new_stream().map_err(|source| GpuError::Cuda { what: "cuStreamCreate (application stream)", source })?;
-        let fabric = pe::default_fabric(&launch, &tuning, boot.local_ip());
-        let cfg = StagedConfig {
-            fabric: fabric.clone(),
-            chunk: tuning.stage_chunk as usize,
-            credits: tuning.stage_credits,
-            send_bufs: tuning.stage_bufs,
-        };
         let threads = tuning.gpu_proxy_threads.min(tuning.queues).max(1);
-        let limits = Limits { n_pes: launch.n_pes, heap_size };
-        let agent = landing_agent(&cuda, &tuning)?;
-        let indices: Vec<Vec<usize>> = (0..threads).map(|t| (t..tuning.queues).step_by(threads).collect()).collect();
-        // The proxy's views: the queues, or (CPNET_QUEUE_MEM=device) the host
-        // shadows that the threads' mirrors keep. The watchdog reads them.
-        let per_thread: Vec<Vec<QueueMem>> = indices.iter().map(|qs| qs.iter().map(|&q| queues.queue(q)).collect()).collect();
-        let backend = Arc::new(GpuBackend {
-            cfg,
-            cuda: Arc::clone(&cuda),
-            me,
-            n_pes: launch.n_pes,
-            heap: GpuHeap { base: heap.base, size: heap_size },
-            shared: Arc::new(PeShared::default()),
-            peer_heaps: peers.bases.clone(),
-            agent,
-            queues: Arc::clone(&queues),
-            per_thread: indices,
-        });
-        let proxies = Proxies::spawn(backend, me, per_thread, limits, &fabric.provider, &tuning)?;
-        let q = Arc::clone(&queues);
-        let core = PeCore::start(launch, tuning, fabric.provider, boot, heap_size, proxies, move |code| q.abort(code))?;
+        let (core, parts) = startup::start(launch, tuning, GpuKind { cuda: Arc::clone(&cuda) })?;
+        let GpuParts { stream, peers, p2p, queues, heap } = parts;
+        let me = core.my_pe();
         let pe = GpuPe { core, stream, peers, p2p, queues, heap, cuda };
         tracing::debug!(pe = me, n_pes = pe.n_pes(), device = pe.cuda.ordinal(), provider = %pe.core.provider, threads, queue_mem = %pe.queues.placement(), "cpnet GPU PE up");
         if pe.core.tuning.transport_map {
@@ -942,7 +953,7 @@ impl GpuPe {
     ///
     /// # Errors
     /// [`Error::Gpu`] with the compiler log, or the load failure.
-    pub fn build_module(&self, name: &str, source: &str) -> pe::Result<Arc<CudaModule>> {
+    pub fn build_module(&self, name: &str, source: &str) -> Result<Arc<CudaModule>> {
         Ok(build_module(&self.cuda, name, source)?)
     }
 
@@ -962,7 +973,7 @@ impl GpuPe {
     /// # Errors
     /// [`Error::NotSymmetric`], [`Error::OutOfHeap`], [`Error::Bootstrap`],
     /// [`Error::Gpu`] (the clearing copy failed).
-    pub fn shmalloc(&self, bytes: u64) -> pe::Result<SymAddr> {
+    pub fn shmalloc(&self, bytes: u64) -> Result<SymAddr> {
         let off = self.core.shmalloc(bytes)?;
         let len = bytes.max(1).next_multiple_of(SHMALLOC_ALIGN);
         self.bind()?;
@@ -978,7 +989,7 @@ impl GpuPe {
     ///
     /// # Errors
     /// [`Error::NotSymmetric`], [`Error::BadFree`], [`Error::Bootstrap`].
-    pub fn shfree(&self, addr: SymAddr) -> pe::Result<()> {
+    pub fn shfree(&self, addr: SymAddr) -> Result<()> {
         self.core.shfree(addr)
     }
 
@@ -993,12 +1004,12 @@ impl GpuPe {
     }
 
     /// Make this PE's context current on the calling thread.
-    fn bind(&self) -> pe::Result<()> {
+    fn bind(&self) -> Result<()> {
         self.cuda.bind_to_thread().map_err(|source| GpuError::Cuda { what: "cuCtxSetCurrent", source })?;
         Ok(())
     }
 
-    fn check_range(&self, a: SymAddr, len: usize) -> pe::Result<()> {
+    fn check_range(&self, a: SymAddr, len: usize) -> Result<()> {
         if a.0.checked_add(len as u64).is_some_and(|e| e <= self.heap.size) {
             Ok(())
         } else {
@@ -1011,7 +1022,7 @@ impl GpuPe {
     ///
     /// # Errors
     /// A range outside the heap; [`Error::Gpu`].
-    pub fn write_heap(&self, a: SymAddr, data: &[u8]) -> pe::Result<()> {
+    pub fn write_heap(&self, a: SymAddr, data: &[u8]) -> Result<()> {
         self.check_range(a, data.len())?;
         self.bind()?;
         // SAFETY: the destination range is inside the heap (checked); the
@@ -1027,7 +1038,7 @@ impl GpuPe {
     ///
     /// # Errors
     /// A range outside the heap; [`Error::Gpu`].
-    pub fn read_heap(&self, a: SymAddr, out: &mut [u8]) -> pe::Result<()> {
+    pub fn read_heap(&self, a: SymAddr, out: &mut [u8]) -> Result<()> {
         self.check_range(a, out.len())?;
         self.bind()?;
         // SAFETY: the source range is inside the heap (checked); `out`
@@ -1045,7 +1056,7 @@ impl GpuPe {
     /// [`Error::Gpu`] (a kernel faulted); [`Error::Device`] when a kernel
     /// reported a device-side error (a wait that timed out, an abort),
     /// naming the work-group, PE, heap address, expected and found values.
-    pub fn synchronize(&self) -> pe::Result<()> {
+    pub fn synchronize(&self) -> Result<()> {
         self.stream.synchronize().map_err(|source| GpuError::Cuda { what: "cuStreamSynchronize (kernel)", source })?;
         self.check_status()
     }
@@ -1054,7 +1065,7 @@ impl GpuPe {
     ///
     /// # Errors
     /// As said.
-    pub fn check_status(&self) -> pe::Result<()> {
+    pub fn check_status(&self) -> Result<()> {
         let s = self.queues.status();
         match ErrorCode::from_i32(s.dev_error as i32) {
             None => Ok(()),
@@ -1081,7 +1092,7 @@ impl GpuPe {
     ///
     /// # Errors
     /// [`Error::Bootstrap`].
-    pub fn barrier_all(&self) -> pe::Result<()> {
+    pub fn barrier_all(&self) -> Result<()> {
         self.core.barrier_all()
     }
 
@@ -1089,7 +1100,7 @@ impl GpuPe {
     ///
     /// # Errors
     /// [`Error::Bootstrap`].
-    pub fn allgather_bytes(&self, data: &[u8]) -> pe::Result<Vec<Vec<u8>>> {
+    pub fn allgather_bytes(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         self.core.allgather_bytes(data)
     }
 
@@ -1110,7 +1121,7 @@ impl GpuPe {
     ///
     /// # Errors
     /// [`Error::Gpu`], [`Error::Bootstrap`], [`Error::Proxy`].
-    pub fn finalize(mut self) -> pe::Result<()> {
+    pub fn finalize(mut self) -> Result<()> {
         self.stream.synchronize().map_err(|source| GpuError::Cuda { what: "cuStreamSynchronize (finalize)", source })?;
         self.core.finalize()
     }

@@ -34,178 +34,36 @@
 //! `CPNET_ABORT_GRACE` seconds, exits the process with status 1.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::time::Duration;
+use std::sync::atomic::AtomicU64;
 
 use cpnet_device::cpu::{CpuCtx, HeapView, HostHeap, PeInfo, SymAddr};
 use cpnet_device::layout::ErrorCode;
-use cpnet_device::ring::{QueueGeometry, QueuePool, RingError};
+use cpnet_device::ring::{QueueGeometry, QueuePool};
 use cpnet_proxy::decode::Limits;
 use cpnet_proxy::service::CommandError;
-use cpnet_proxy::transport::{EndpointFacts, FabricConfig, FabricEndpoint, PeerCard, region_len};
+use cpnet_proxy::transport::{EndpointFacts, FabricConfig, region_len};
 
-use crate::proxy_threads::{Backend, Proxies};
-use std::sync::Mutex;
+use std::os::fd::OwnedFd;
 
-use crate::bootstrap::{Bootstrap, BootstrapError, PeerFailure};
-use crate::env::{EnvError, Launch, Tuning};
+use cpnet_device::sync::Words;
+
+use crate::bootstrap::Bootstrap;
+use crate::core::PeCore;
+use crate::daemon::{self, DaemonLink, DaemonPaths, shm::SharedMem, wire::Attach};
+use crate::env::{JobKey, Launch, ProxyMode, Tuning};
+use crate::host_backend::HostBackend;
+use crate::proxy_link::ProxyLink;
+use crate::proxy_threads::Proxies;
+use crate::startup::{self, PeKind, default_fabric};
 use crate::transport_map::{self, Route};
+
+pub use crate::core::SHMALLOC_ALIGN;
+pub use crate::error::{Error, Result};
 
 /// A CPU work-group's context: the same device API as a GPU work-group
 /// (`cpnet_ctx_t`), in Rust. See [`CpuCtx`].
 pub type WorkGroup = CpuCtx;
 
-/// Errors of the host API.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A `CPNET_*` (or launcher) variable is malformed.
-    #[error(transparent)]
-    Env(#[from] EnvError),
-    /// The rendezvous failed, or a peer failed during a collective.
-    // The cause is in the message and deliberately not a `source()`, so a
-    // printed error chain does not repeat it (likewise for Queue).
-    #[error("PE {pe}: bootstrap: {cause}")]
-    Bootstrap {
-        /// This PE.
-        pe: i32,
-        /// What failed.
-        cause: BootstrapError,
-    },
-    /// The fabric could not be opened or connected.
-    #[error(transparent)]
-    Transport(#[from] cpnet_proxy::transport::TransportError),
-    /// A queue pool geometry is invalid (`CPNET_QUEUE_DEPTH`).
-    #[error("PE {pe}: queue geometry: {cause}")]
-    Queue {
-        /// This PE.
-        pe: i32,
-        /// Why.
-        cause: RingError,
-    },
-    /// A work-group's operation failed; names PE, work-group, op, address.
-    #[error(transparent)]
-    WorkGroup(#[from] cpnet_device::cpu::Error),
-    /// `shmalloc` could not fit the request.
-    #[error(
-        "PE {pe}: shmalloc({requested} bytes): the symmetric heap has no free block that large \
-         ({free} bytes free of {heap} in total; raise CPNET_HEAP_SIZE)"
-    )]
-    OutOfHeap {
-        /// This PE.
-        pe: i32,
-        /// Bytes asked for.
-        requested: u64,
-        /// Bytes free (maybe fragmented).
-        free: u64,
-        /// Heap size.
-        heap: u64,
-    },
-    /// PEs called a collective with different arguments.
-    #[error("PE {pe}: {call} is collective and must get the same arguments on every PE: {detail}")]
-    NotSymmetric {
-        /// This PE.
-        pe: i32,
-        /// The call.
-        call: &'static str,
-        /// What differed.
-        detail: String,
-    },
-    /// `shfree` of an address `shmalloc` did not return.
-    #[error("PE {pe}: shfree(heap+{addr:#x}): not a block returned by shmalloc")]
-    BadFree {
-        /// This PE.
-        pe: i32,
-        /// The address.
-        addr: u64,
-    },
-    /// A host access to the heap falls outside it.
-    #[error("PE {pe}: heap+{addr:#x} ({size} bytes) is outside the symmetric heap ({heap} bytes)")]
-    OutsideHeap {
-        /// This PE.
-        pe: i32,
-        /// Heap offset.
-        addr: u64,
-        /// Bytes.
-        size: u64,
-        /// Heap size.
-        heap: u64,
-    },
-    /// No usable GPU, or a CUDA call of the GPU backend failed.
-    #[error(transparent)]
-    Gpu(#[from] crate::gpu::GpuError),
-    /// A kernel reported a device-side error in the PE's status block (a
-    /// wait that timed out, an operation that failed inside a kernel).
-    #[error("PE {pe}: device-side error: {report}")]
-    Device {
-        /// This PE.
-        pe: i32,
-        /// What the status block says: code, work-group, PE, address,
-        /// expected and found values.
-        report: String,
-    },
-    /// A service thread died or could not start.
-    #[error("PE {pe}: proxy service thread {thread}: {why}")]
-    Proxy {
-        /// This PE.
-        pe: i32,
-        /// Thread index.
-        thread: usize,
-        /// Why.
-        why: String,
-    },
-}
-
-/// The host API's result type.
-pub type Result<T> = std::result::Result<T, Error>;
-
-/// First-fit allocator over the heap's offsets. Every PE performs the same
-/// sequence of collective calls, so every PE gets the same offsets.
-#[derive(Debug)]
-pub(crate) struct SymAlloc {
-    /// Free blocks (offset, bytes), sorted by offset, coalesced.
-    free: Vec<(u64, u64)>,
-    /// Live blocks: offset -> bytes.
-    live: std::collections::BTreeMap<u64, u64>,
-}
-
-/// Alignment of every symmetric allocation (a cache line).
-pub const SHMALLOC_ALIGN: u64 = 64;
-
-impl SymAlloc {
-    pub(crate) fn new(size: u64) -> SymAlloc {
-        SymAlloc { free: vec![(0, size)], live: Default::default() }
-    }
-    pub(crate) fn alloc(&mut self, bytes: u64) -> Option<u64> {
-        let want = bytes.max(1).next_multiple_of(SHMALLOC_ALIGN);
-        let i = self.free.iter().position(|&(_, len)| len >= want)?;
-        let (off, len) = self.free[i];
-        if len == want {
-            self.free.remove(i);
-        } else {
-            self.free[i] = (off + want, len - want);
-        }
-        self.live.insert(off, want);
-        Some(off)
-    }
-    pub(crate) fn release(&mut self, off: u64) -> bool {
-        let Some(len) = self.live.remove(&off) else { return false };
-        let i = self.free.partition_point(|&(o, _)| o < off);
-        self.free.insert(i, (off, len));
-        // Coalesce with the next, then the previous block.
-        if i + 1 < self.free.len() && self.free[i].0 + self.free[i].1 == self.free[i + 1].0 {
-            self.free[i].1 += self.free[i + 1].1;
-            self.free.remove(i + 1);
-        }
-        if i > 0 && self.free[i - 1].0 + self.free[i - 1].1 == self.free[i].0 {
-            self.free[i - 1].1 += self.free[i].1;
-            self.free.remove(i);
-        }
-        true
-    }
-    pub(crate) fn free_bytes(&self) -> u64 {
-        self.free.iter().map(|&(_, l)| l).sum()
-    }
-}
 
 /// This process's PE: bootstrap, symmetric heap, queues and proxy threads.
 /// Created by the collective [`Pe::init`], ended by the collective
@@ -217,173 +75,10 @@ pub struct Pe {
     core: PeCore,
     pool: QueuePool,
     heap: HeapView,
-    _region: Arc<HostHeap>,
+    /// Last: the memory of the pool and the heap.
+    _mem: CpuMem,
 }
 
-/// What every kind of PE has, CPU or GPU: launch facts, tuning, the
-/// bootstrap, the symmetric allocator and the proxy threads, with the
-/// collectives and the teardown they share. [`Pe`] and
-/// [`GpuPe`](crate::gpu::GpuPe) wrap it with their own heap and queues.
-pub(crate) struct PeCore {
-    pub(crate) launch: Launch,
-    pub(crate) tuning: Tuning,
-    pub(crate) provider: String,
-    /// `None` only after finalize has handed it back.
-    boot: Option<Bootstrap>,
-    alloc: Mutex<SymAlloc>,
-    heap_size: u64,
-    proxies: Proxies,
-    /// The proxy threads were stopped (finalize, or abandon).
-    stopped: bool,
-}
-
-impl PeCore {
-    /// Bring up a PE whose proxy threads were spawned: install the failure
-    /// handler (`abort` aborts the PE's queues), exchange the endpoints'
-    /// cards and meet every PE at a barrier. **Collective.**
-    ///
-    /// # Errors
-    /// [`Error::Bootstrap`], [`Error::Proxy`], [`Error::NotSymmetric`].
-    pub(crate) fn start(
-        launch: Launch,
-        tuning: Tuning,
-        provider: String,
-        boot: Bootstrap,
-        heap_size: u64,
-        mut proxies: Proxies,
-        abort: impl Fn(ErrorCode) + Send + Sync + 'static,
-    ) -> Result<PeCore> {
-        let me = launch.pe;
-        boot.set_wait_timeout(setup_wait_timeout(&tuning));
-        let abort: Arc<dyn Fn(ErrorCode) + Send + Sync> = Arc::new(abort);
-        install_failure_handler(&boot, Arc::clone(&proxies.abandon), me, tuning.abort_grace, Arc::clone(&abort));
-        let r = proxies.connect(&boot, me).and_then(|()| boot.barrier().map_err(|cause| Error::Bootstrap { pe: me, cause }));
-        // Set up: from here on every host collective waits CPNET_COLLECTIVE_TIMEOUT.
-        boot.set_wait_timeout(tuning.collective_timeout);
-        // The watchdog runs also with stall detection off: it ends the PE
-        // on a transport's fatal report (a peer the fabric cannot reach).
-        let r = match r {
-            Ok(()) => {
-                let (abandon, grace) = (Arc::clone(&proxies.abandon), tuning.abort_grace);
-                proxies.start_watchdog(
-                    me,
-                    tuning.proxy_stall_timeout,
-                    Box::new(move |report: String| {
-                        say(&report);
-                        // Release: pairs with the service threads' Acquire in drain.
-                        abandon.store(true, std::sync::atomic::Ordering::Release);
-                        abort(ErrorCode::Aborted);
-                        exit_after_grace(me, grace, "a proxy thread stalled, or a peer is unreachable".to_owned());
-                    }),
-                )
-            }
-            r => r,
-        };
-        let core = PeCore {
-            launch,
-            tuning,
-            provider,
-            boot: Some(boot),
-            alloc: Mutex::new(SymAlloc::new(heap_size)),
-            heap_size,
-            proxies,
-            stopped: false,
-        };
-        // On failure, dropping `core` stops the proxy threads.
-        r.map(|()| core)
-    }
-
-    pub(crate) fn boot(&self) -> &Bootstrap {
-        self.boot.as_ref().expect("the bootstrap lives until finalize")
-    }
-
-    pub(crate) fn my_pe(&self) -> i32 {
-        self.launch.pe
-    }
-
-    pub(crate) fn n_pes(&self) -> i32 {
-        self.launch.n_pes
-    }
-
-    /// The symmetric allocation of `bytes` (collective, checked alike on
-    /// every PE): its heap offset.
-    pub(crate) fn shmalloc(&self, bytes: u64) -> Result<u64> {
-        check_symmetric(self.boot(), self.my_pe(), "shmalloc", bytes)?;
-        let mut a = self.alloc.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        a.alloc(bytes).ok_or(Error::OutOfHeap {
-            pe: self.my_pe(),
-            requested: bytes,
-            free: a.free_bytes(),
-            heap: self.heap_size,
-        })
-    }
-
-    pub(crate) fn shfree(&self, addr: SymAddr) -> Result<()> {
-        check_symmetric(self.boot(), self.my_pe(), "shfree", addr.0)?;
-        if self.alloc.lock().unwrap_or_else(std::sync::PoisonError::into_inner).release(addr.0) {
-            Ok(())
-        } else {
-            Err(Error::BadFree { pe: self.my_pe(), addr: addr.0 })
-        }
-    }
-
-    pub(crate) fn barrier_all(&self) -> Result<()> {
-        self.boot().barrier().map_err(|cause| Error::Bootstrap { pe: self.my_pe(), cause })
-    }
-
-    pub(crate) fn allgather_bytes(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
-        self.boot().allgather(data).map_err(|cause| Error::Bootstrap { pe: self.my_pe(), cause })
-    }
-
-    pub(crate) fn command_errors(&self) -> Vec<CommandError> {
-        self.proxies.command_errors()
-    }
-
-    /// Per proxy thread, what its transport reports about itself (set at
-    /// start: the threads are connected then).
-    pub(crate) fn endpoint_facts(&self) -> &[EndpointFacts] {
-        self.proxies.facts()
-    }
-
-    /// Barrier, stop the proxy after it has drained, leave the rendezvous.
-    /// **Collective.**
-    pub(crate) fn finalize(&mut self) -> Result<()> {
-        let me = self.my_pe();
-        self.barrier_all()?;
-        self.proxies.stop(me)?;
-        self.stopped = true;
-        let n = self.proxies.command_errors().len();
-        if n > 0 {
-            tracing::warn!("PE {me}: {n} command(s) failed during the run (each reported to its work-group)");
-        }
-        match self.boot.take() {
-            Some(b) => {
-                // The PEs tear down their proxies (draining, closing
-                // endpoints) at their own pace before they meet again.
-                b.set_wait_timeout(setup_wait_timeout(&self.tuning));
-                b.finalize().map_err(|cause| Error::Bootstrap { pe: me, cause })
-            }
-            None => Ok(()),
-        }
-    }
-
-    /// Unless stopped already: stop the proxy threads without draining. Runs in
-    /// `Drop`; owners call it earlier when something must happen between
-    /// (a GPU PE aborts its queues first), and hold the core before their
-    /// heap and queues so the threads end before those are freed.
-    pub(crate) fn abandon(&mut self) {
-        if !self.stopped {
-            self.proxies.abandon();
-            let _ = self.proxies.stop(self.launch.pe);
-            self.stopped = true;
-        }
-    }
-
-    /// Whether the proxy threads were stopped (finalize, or abandon).
-    pub(crate) fn stopped(&self) -> bool {
-        self.stopped
-    }
-}
 
 impl std::fmt::Debug for Pe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -396,57 +91,6 @@ impl std::fmt::Debug for Pe {
     }
 }
 
-/// The wait timeout of the host collectives of init (after the PE joined the
-/// rendezvous) and of finalize's last one: the larger of
-/// `CPNET_COLLECTIVE_TIMEOUT` and `CPNET_CONNECT_TIMEOUT` (`None`, forever,
-/// if the collective timeout is), since PEs set up and tear down their
-/// fabric, heaps and GPU at their own pace, as they start at their own
-/// pace; every other host collective waits `CPNET_COLLECTIVE_TIMEOUT`. See
-/// [`Bootstrap::set_wait_timeout`].
-pub(crate) fn setup_wait_timeout(tuning: &Tuning) -> Option<Duration> {
-    tuning.collective_timeout.map(|t| t.max(tuning.connect_timeout))
-}
-
-/// Sets up `tracing` output on stderr once per process (`RUST_LOG`, default
-/// `warn`), unless the program installed a subscriber already.
-pub(crate) fn init_logging() {
-    // Once, not at every init: each subscriber built only for `try_init`
-    // to refuse it (one is set) left ~120 B allocated in tracing-core
-    // (heaptrack: 4.7 KiB over 40 init/finalize cycles).
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
-    });
-}
-
-/// The provider and where it binds. The provider: `CPNET_PROVIDER`, else
-/// `shm` when every PE is on this host, `tcp;ofi_rxm` otherwise. Where an IP
-/// provider binds: `CPNET_FABRIC_NODE`; else `rendezvous_ip`, the local
-/// address of this PE's connection to the rendezvous
-/// ([`Bootstrap::local_ip`]), i.e. the interface this host reaches PE 0's
-/// host through (`127.0.0.1` under cpnet-run, whose rendezvous is there);
-/// else (a single PE) `127.0.0.1`. Left to itself, libfabric's tcp provider
-/// takes the first interface it lists, which can be the loopback one: a PE
-/// then publishes `127.0.0.1` and no other host reaches it (seen between two
-/// network namespaces, scripts/twohost.sh). Nor is "every PE on this host"
-/// a safe reason for `127.0.0.1`: it is only assumed where the launcher says
-/// nothing of hosts (PMI without `MPI_LOCAL*`).
-pub(crate) fn default_fabric(launch: &Launch, tuning: &Tuning, rendezvous_ip: Option<std::net::IpAddr>) -> FabricConfig {
-    let all_local = launch.local_size == launch.n_pes;
-    let provider = tuning
-        .provider
-        .clone()
-        .unwrap_or_else(|| if all_local { "shm".to_owned() } else { "tcp;ofi_rxm".to_owned() });
-    let ip = !provider.starts_with("shm");
-    let src_node = tuning
-        .fabric_node
-        .clone()
-        .or_else(|| rendezvous_ip.map(|a| a.to_string()))
-        .or_else(|| all_local.then(|| "127.0.0.1".to_owned()));
-    FabricConfig { provider, src_node: if ip { src_node } else { None }, reach_timeout: tuning.reach_timeout }
-}
 
 impl Pe {
     /// Start this PE (`shmem_init`, §9.2.1). **Collective**: every PE of the
@@ -469,39 +113,11 @@ impl Pe {
     /// # Errors
     /// As [`Pe::init`].
     pub fn init_with(launch: Launch, tuning: Tuning) -> Result<Pe> {
-        init_logging();
-        let me = launch.pe;
-        let boot_err = |source| Error::Bootstrap { pe: me, cause: source };
-        let boot = Bootstrap::connect(&launch, tuning.connect_timeout).map_err(boot_err)?;
-        let geom = QueueGeometry::new(tuning.queue_depth).map_err(|source| Error::Queue { pe: me, cause: source })?;
-        let pool = QueuePool::new_host(tuning.queues, geom);
-        let heap_size = tuning.heap_size.next_multiple_of(SHMALLOC_ALIGN);
-        let region = Arc::new(HostHeap::new(region_len(heap_size)));
-        let region_view = region.view();
-        // SAFETY: the user heap is the first `heap_size` bytes of the region,
-        // which `_region` keeps allocated as long as `self` (and the service
-        // threads, joined before it is freed).
-        let heap = unsafe { HeapView::from_raw(region_view.base(), heap_size) };
-        let fabric = default_fabric(&launch, &tuning, boot.local_ip());
-        let threads = tuning.proxy_threads.min(tuning.queues).max(1);
-        let limits = Limits { n_pes: launch.n_pes, heap_size };
-        let queues = (0..threads).map(|t| (t..tuning.queues).step_by(threads).map(|q| pool.queue(q)).collect()).collect();
-        let backend = Arc::new(HostBackend {
-            fabric: fabric.clone(),
-            me,
-            region: region_view,
-            heap_size,
-            epoch: Arc::new(AtomicU64::new(0)),
-        });
-        let proxies = Proxies::spawn(backend, me, queues, limits, &fabric.provider, &tuning)?;
-        let aborted: Vec<_> = (0..pool.len()).map(|q| pool.queue(q)).collect();
-        let core = PeCore::start(launch, tuning, fabric.provider, boot, heap_size, proxies, move |code| {
-            for q in &aborted {
-                q.set_abort(code);
-            }
-        })?;
-        let pe = Pe { core, pool, heap, _region: region };
-        tracing::debug!(pe = me, n_pes = pe.n_pes(), provider = %pe.core.provider, threads, "cpnet PE up");
+        let (core, parts) = startup::start(launch, tuning, CpuKind)?;
+        let CpuParts { pool, heap, mem, .. } = parts;
+        let me = core.my_pe();
+        let pe = Pe { core, pool, heap, _mem: mem };
+        tracing::debug!(pe = me, n_pes = pe.n_pes(), provider = %pe.core.provider, threads = pe.core.endpoint_facts().len(), "cpnet PE up");
         if pe.core.tuning.transport_map {
             transport_map::print(&pe.transport_map());
         }
@@ -691,151 +307,140 @@ impl Pe {
     }
 }
 
-/// Allgather `arg` and check every PE passed the same value (also the
-/// collective's barrier). **Collective.**
-pub(crate) fn check_symmetric(boot: &Bootstrap, me: i32, call: &'static str, arg: u64) -> Result<()> {
-    let all = boot.allgather(&arg.to_le_bytes()).map_err(|source| Error::Bootstrap { pe: me, cause: source })?;
-    for (peer, b) in all.iter().enumerate() {
-        if b.as_slice() != arg.to_le_bytes() {
-            return Err(Error::NotSymmetric { pe: me, call, detail: format!("this PE passed {arg}, PE {peer} passed {:?}", b) });
-        }
-    }
-    Ok(())
+
+/// A CPU PE's steps 3 and 4 of the start-up ([`crate::startup`]): the heap
+/// and queues in host memory (shared memory with `CPNET_PROXY=daemon`), the
+/// proxy threads in this process or in the daemon.
+struct CpuKind;
+
+/// Where a CPU PE's queues and heap live.
+enum CpuMem {
+    /// Private memory of this process (in-process proxy).
+    Private { _region: Arc<HostHeap> },
+    /// memfds shared with the proxy daemon; the fds until they are passed.
+    Shared { _queues: SharedMem, _region: SharedMem, fds: Option<[OwnedFd; 2]> },
 }
 
-/// On a peer failure reported by the bootstrap: log it, let the proxy stop
-/// without draining, `abort` the PE's queues (waits return `PEER_DEAD` at
-/// once), and exit the process with status 1 if the program has not ended
-/// within `grace`.
-fn install_failure_handler(
-    boot: &Bootstrap,
-    abandon: Arc<AtomicBool>,
-    me: i32,
-    grace: Duration,
-    abort: Arc<dyn Fn(ErrorCode) + Send + Sync>,
-) {
-    let fired = AtomicBool::new(false);
-    boot.set_failure_handler(Box::new(move |f: &PeerFailure| {
-        if fired.swap(true, std::sync::atomic::Ordering::AcqRel) {
-            return;
-        }
-        say(&format!("cpnet: PE {me}: {f}; aborting this PE"));
-        // Release: pairs with the service threads' Acquire in drain.
-        abandon.store(true, std::sync::atomic::Ordering::Release);
-        abort(ErrorCode::PeerDead);
-        exit_after_grace(me, grace, f.to_string());
-    }));
-}
-
-/// Exit the process with status 1 unless the program ends within `grace`
-/// (a thread sleeps it out): the last step of aborting a PE, after a peer
-/// failure or a stalled proxy thread (`why`).
-fn exit_after_grace(me: i32, grace: Duration, why: String) {
-    let _ = std::thread::Builder::new().name("cpnet-abort".into()).spawn(move || {
-        std::thread::sleep(grace);
-        say(&format!(
-            "cpnet: PE {me}: the program did not end within {:.1} s of the failure ({why}); exiting with status 1",
-            grace.as_secs_f64()
-        ));
-        // _exit, not exit: other threads may be inside libfabric
-        // (holding its locks) or blocked on a dead peer; running
-        // atexit handlers and library destructors under them can
-        // hang the exit itself.
-        // SAFETY: _exit(2) ends the process at once; nothing after
-        // it runs, and stderr is unbuffered (the line above is out).
-        unsafe { libc::_exit(1) };
-    });
-}
-
-/// The CPU PE's transport: libfabric RMA and atomics on the host heap.
-struct HostBackend {
-    fabric: FabricConfig,
-    me: i32,
+/// A CPU PE's heap and queues.
+struct CpuParts {
+    pool: QueuePool,
+    /// The user heap: the first `heap_size` bytes of the region.
+    heap: HeapView,
+    /// The whole region (`region_len(heap_size)` bytes), registered with
+    /// libfabric.
     region: HeapView,
-    heap_size: u64,
-    epoch: Arc<AtomicU64>,
+    mem: CpuMem,
 }
 
-impl Backend for HostBackend {
-    type Endpoint = FabricEndpoint;
-    type Transport = cpnet_proxy::transport::FabricTransport;
-    fn open(&self, _t: usize) -> std::result::Result<FabricEndpoint, String> {
-        FabricEndpoint::open(&self.fabric, self.me, self.region, self.heap_size).map_err(|e| e.to_string())
+impl PeKind for CpuKind {
+    type Parts = CpuParts;
+
+    fn heap(&mut self, launch: &Launch, tuning: &Tuning, _boot: &Bootstrap, heap_size: u64) -> Result<CpuParts> {
+        let me = launch.pe;
+        let geom = QueueGeometry::new(tuning.queue_depth).map_err(|cause| Error::Queue { pe: me, cause })?;
+        let rlen = region_len(heap_size);
+        let (pool, region, mem) = match tuning.proxy {
+            ProxyMode::InProcess => {
+                let region = Arc::new(HostHeap::new(rlen));
+                (QueuePool::new_host(tuning.queues, geom), region.view(), CpuMem::Private { _region: region })
+            }
+            ProxyMode::Daemon => {
+                let n = tuning.queues;
+                let shm_err = |e: std::io::Error| Error::Daemon { pe: me, why: format!("shared memory for the daemon: {e}") };
+                let (qmem, qfd) = SharedMem::create(&format!("cpnet-queues-pe{me}"), n * geom.bytes()).map_err(shm_err)?;
+                let (rmem, rfd) = SharedMem::create(&format!("cpnet-heap-pe{me}"), rlen as usize).map_err(shm_err)?;
+                // SAFETY: a fresh zeroed mapping of exactly n * geom.bytes()
+                // bytes, page-aligned, kept by `mem` (dropped after the pool,
+                // and after the daemon link detached); the daemon's accesses
+                // to it are atomic, as the PE's.
+                let words = unsafe { Words::from_raw(qmem.base().cast::<u64>(), n * geom.words()) };
+                // SAFETY: the region mapping is `rlen` bytes, kept by `mem` as above.
+                let region = unsafe { HeapView::from_raw(rmem.base(), rlen) };
+                (QueuePool::from_words(words, geom, n), region, CpuMem::Shared { _queues: qmem, _region: rmem, fds: Some([qfd, rfd]) })
+            }
+        };
+        // SAFETY: the user heap is the first `heap_size` bytes of the region,
+        // which `mem` keeps as long as the `Pe` (and the service threads,
+        // joined or detached before it is freed).
+        let heap = unsafe { HeapView::from_raw(region.base(), heap_size) };
+        Ok(CpuParts { pool, heap, region, mem })
     }
-    fn card(ep: &FabricEndpoint) -> Vec<u8> {
-        ep.card().to_bytes()
-    }
-    fn connect(&self, ep: FabricEndpoint, cards: Vec<Vec<u8>>) -> std::result::Result<Self::Transport, String> {
-        let mut parsed = Vec::with_capacity(cards.len());
-        for (peer, c) in cards.iter().enumerate() {
-            parsed.push(PeerCard::from_bytes(c).ok_or_else(|| format!("PE {peer} sent a malformed fabric card"))?);
+
+    fn proxy(&mut self, parts: &mut CpuParts, launch: &Launch, tuning: &Tuning, boot: &Bootstrap, fabric: &FabricConfig) -> Result<ProxyLink> {
+        let me = launch.pe;
+        let heap_size = parts.heap.size();
+        let threads = tuning.proxy_threads.min(tuning.queues).max(1);
+        if let CpuMem::Shared { fds, .. } = &mut parts.mem {
+            let fds = fds.take().expect("the memfds are passed once");
+            return attach_to_daemon(parts.pool.geometry(), tuning, boot, me, launch.n_pes, heap_size, threads, fabric, fds);
         }
-        ep.connect(&parsed, Arc::clone(&self.epoch)).map_err(|e| e.to_string())
+        let limits = Limits { n_pes: launch.n_pes, heap_size };
+        let queues = (0..threads).map(|t| (t..tuning.queues).step_by(threads).map(|q| parts.pool.queue(q)).collect()).collect();
+        let backend = Arc::new(HostBackend {
+            fabric: fabric.clone(),
+            me,
+            region: parts.region,
+            heap_size,
+            epoch: Arc::new(AtomicU64::new(0)),
+        });
+        Proxies::spawn(backend, me, queues, limits, &fabric.provider, tuning).map(ProxyLink::from)
     }
-    fn describe(tr: &Self::Transport) -> EndpointFacts {
-        tr.describe()
+
+    fn abort(parts: &CpuParts) -> Box<dyn Fn(ErrorCode) + Send + Sync> {
+        let queues: Vec<_> = (0..parts.pool.len()).map(|q| parts.pool.queue(q)).collect();
+        Box::new(move |code| {
+            for q in &queues {
+                q.set_abort(code);
+            }
+        })
     }
 }
 
-/// One line to stderr in a single write, so lines of several PEs sharing
-/// the terminal do not interleave.
-fn say(line: &str) {
-    use std::io::Write;
-    let _ = std::io::stderr().lock().write_all(format!("{line}\n").as_bytes());
-}
-
-impl Drop for PeCore {
-    fn drop(&mut self) {
-        self.abandon();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fabric_binds_the_rendezvous_route_and_loopback_only_without_one() {
-        use crate::env::Launcher;
-        let ip: std::net::IpAddr = "10.213.7.2".parse().unwrap();
-        let lo: std::net::IpAddr = "127.0.0.1".parse().unwrap();
-        let one_host = Launch { pe: 1, n_pes: 2, local_pe: 1, local_size: 2, bootstrap: Some("h:1".into()), launcher: Launcher::Mpi };
-        let two_hosts = Launch { local_pe: 0, local_size: 1, ..one_host.clone() };
-        let tcp = Tuning { provider: Some("tcp;ofi_rxm".into()), ..Tuning::default() };
-
-        let f = default_fabric(&one_host, &Tuning::default(), Some(ip));
-        assert_eq!((f.provider.as_str(), f.src_node), ("shm", None), "one host: shm, which binds nothing");
-        let f = default_fabric(&one_host, &tcp, Some(lo));
-        assert_eq!(f.src_node.as_deref(), Some("127.0.0.1"), "cpnet-run over tcp: its rendezvous is on loopback");
-        let f = default_fabric(&one_host, &tcp, None);
-        assert_eq!(f.src_node.as_deref(), Some("127.0.0.1"), "one host, no connection: loopback");
-        // PMI without MPI_LOCAL*: "one host" is only assumed; the route decides.
-        let f = default_fabric(&one_host, &tcp, Some(ip));
-        assert_eq!(f.src_node.as_deref(), Some("10.213.7.2"), "assumed one host over tcp: the route to PE 0");
-
-        let f = default_fabric(&two_hosts, &Tuning::default(), Some(ip));
-        assert_eq!((f.provider.as_str(), f.src_node.as_deref()), ("tcp;ofi_rxm", Some("10.213.7.2")), "the route to PE 0");
-        let f = default_fabric(&two_hosts, &Tuning::default(), None);
-        assert_eq!(f.src_node, None, "no connection: the provider's choice");
-        let node = Tuning { fabric_node: Some("10.9.9.9".into()), ..tcp.clone() };
-        let f = default_fabric(&two_hosts, &node, Some(ip));
-        assert_eq!(f.src_node.as_deref(), Some("10.9.9.9"), "CPNET_FABRIC_NODE wins");
-        let shm = Tuning { provider: Some("shm".into()), ..Tuning::default() };
-        assert_eq!(default_fabric(&two_hosts, &shm, Some(ip)).src_node, None, "shm binds no address");
-    }
-
-    #[test]
-    fn symmetric_allocator_is_first_fit_and_coalesces() {
-        let mut a = SymAlloc::new(1024);
-        let x = a.alloc(1).unwrap();
-        let y = a.alloc(100).unwrap();
-        let z = a.alloc(64).unwrap();
-        assert_eq!((x, y, z), (0, 64, 192));
-        assert!(a.alloc(1024).is_none());
-        assert!(a.release(y));
-        assert!(!a.release(y), "double free is refused");
-        assert_eq!(a.alloc(128), Some(64), "the hole is reused");
-        assert!(a.release(64) && a.release(x) && a.release(z));
-        assert_eq!(a.free, vec![(0, 1024)], "everything coalesces back");
-    }
+/// Step 4 with `CPNET_PROXY=daemon`: reach the host's daemon (starting it
+/// if none runs), and attach this PE's queues and heap (`fds`) to it under
+/// the job's key (`CPNET_JOB_ID`/`CPNET_JOB_TOKEN`; without them, PE 0 draws
+/// one and the rendezvous shares it: collective then).
+#[allow(clippy::too_many_arguments)]
+fn attach_to_daemon(
+    geom: QueueGeometry,
+    tuning: &Tuning,
+    boot: &Bootstrap,
+    me: i32,
+    n_pes: i32,
+    heap_size: u64,
+    threads: usize,
+    fabric: &FabricConfig,
+    fds: [OwnedFd; 2],
+) -> Result<ProxyLink> {
+    let err = |why: String| Error::Daemon { pe: me, why };
+    let key = match &tuning.job {
+        Some(k) => k.clone(),
+        None => {
+            let mine = if me == 0 { daemon::new_job_key().map_err(|e| err(format!("drawing a job token: {e}")))? } else { JobKey { id: 0, token: [0; 16] } };
+            let mut blob = mine.id.to_le_bytes().to_vec();
+            blob.extend_from_slice(&mine.token);
+            let all = boot.allgather(&blob).map_err(|cause| Error::Bootstrap { pe: me, cause })?;
+            let b = all.first().filter(|b| b.len() == 24).ok_or_else(|| err("PE 0 shared a malformed job key".into()))?;
+            JobKey { id: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")), token: b[8..].try_into().expect("16 bytes") }
+        }
+    };
+    let paths = DaemonPaths::in_dir(&tuning.proxyd_dir);
+    let stream = daemon::ensure_running(&paths, tuning.proxyd_bin.as_deref(), tuning.proxyd_linger, tuning.connect_timeout).map_err(err)?;
+    let att = Attach {
+        job: key.id,
+        token: key.token,
+        pe: me,
+        n_pes,
+        heap_size,
+        region_len: region_len(heap_size),
+        queues: tuning.queues as u32,
+        depth: geom.depth(),
+        threads: threads as u32,
+        idle_sleep_us: tuning.proxy_idle_sleep.map_or(0, |d| d.as_micros().max(1) as u64),
+        stall_ms: tuning.proxy_stall_timeout.map_or(0, |d| d.as_millis().max(1) as u64),
+        provider: fabric.provider.clone(),
+        src_node: fabric.src_node.clone().unwrap_or_default(),
+    };
+    let link = DaemonLink::attach(stream, &paths.socket, &att, fds, tuning.connect_timeout)?;
+    Ok(ProxyLink::Daemon(link, tuning.connect_timeout))
 }

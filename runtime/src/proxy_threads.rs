@@ -18,7 +18,7 @@ use cpnet_proxy::transport::EndpointFacts;
 
 use crate::bootstrap::Bootstrap;
 use crate::env::Tuning;
-use crate::pe::{Error, Result};
+use crate::error::{Error, Result};
 use crate::watchdog::{Watched, Watchdog};
 
 /// How long finalize lets the proxy finish operations in flight.
@@ -45,6 +45,16 @@ pub(crate) struct Proxies {
     watchdog: Option<Watchdog>,
     /// Per thread, once connected: what its transport reports about itself.
     facts: Vec<EndpointFacts>,
+    /// In the daemon (`Tuning::in_daemon`): the threads, once out of their
+    /// loops and drained, hold their endpoints open until this is set
+    /// ([`Proxies::release`]): the daemon closes a job's endpoints only
+    /// when none of the job's threads polls any more, since libfabric's shm
+    /// provider maps an endpoint's region once per process, and closing one
+    /// while a peer endpoint of the same process still reaches it crashes
+    /// the daemon (seen with a PE killed mid-run).
+    hold: Option<Arc<(Mutex<bool>, std::sync::Condvar)>>,
+    /// One message per thread once it drained (or gave up draining).
+    drained_rx: Option<mpsc::Receiver<usize>>,
 }
 
 /// What a transport needs from the runtime to start: opened on the service
@@ -99,7 +109,9 @@ impl Proxies {
         provider: &str,
         tuning: &Tuning,
     ) -> Result<Proxies> {
-        if provider.starts_with("shm") {
+        // Not in the daemon: its own pid's regions belong to the endpoints it
+        // serves for other PEs (it cleans once, at its start).
+        if provider.starts_with("shm") && !tuning.in_daemon {
             clean_stale_shm_regions();
         }
         let (idle_sleep, inject_stall) = (tuning.proxy_idle_sleep, tuning.inject_proxy_stall);
@@ -110,6 +122,8 @@ impl Proxies {
         let (ready_tx, ready_rx) = mpsc::channel::<ReadyResult>();
         let mut peer_txs = Vec::new();
         let mut handles = Vec::new();
+        let hold = tuning.in_daemon.then(|| Arc::new((Mutex::new(false), std::sync::Condvar::new())));
+        let (drained_tx, drained_rx) = mpsc::channel::<usize>();
         let mut watched = Vec::new();
         for (t, queues) in queues.into_iter().enumerate() {
             let heartbeat = Arc::new(Heartbeat::default());
@@ -117,6 +131,7 @@ impl Proxies {
             let stall = inject_stall.filter(|&(thread, _, pe)| thread == t && pe.is_none_or(|p| p == me)).map(|(_, n, _)| n);
             let (peer_tx, peer_rx) = mpsc::channel::<Vec<Vec<u8>>>();
             peer_txs.push(peer_tx);
+            let (hold, drained_tx) = (hold.clone(), drained_tx.clone());
             let (card_tx, ready_tx, stop, abandon, errors, backend) = (
                 card_tx.clone(),
                 ready_tx.clone(),
@@ -184,6 +199,14 @@ impl Proxies {
                             st.passes, st.slot_pulls, st.rereads, st.torn, st.producer_pulls, st.pushes, st.waits
                         );
                     }
+                    let _ = drained_tx.send(t);
+                    if let Some(h) = hold {
+                        let mut released = h.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        while !*released {
+                            released = h.1.wait(released).unwrap_or_else(std::sync::PoisonError::into_inner);
+                        }
+                    }
+                    // Only now the service and its transport (the endpoint) are dropped.
                 })
                 .map_err(|e| Error::Proxy { pe: me, thread: t, why: format!("spawn: {e}") })?;
             handles.push(handle);
@@ -199,6 +222,8 @@ impl Proxies {
             watched,
             watchdog: None,
             facts: Vec::new(),
+            hold,
+            drained_rx: Some(drained_rx),
         })
     }
 
@@ -220,20 +245,38 @@ impl Proxies {
     /// thread the cards of its counterparts and wait until all connected.
     /// **Collective** (an allgather).
     pub(crate) fn connect(&mut self, boot: &Bootstrap, me: i32) -> Result<()> {
-        let threads = self.handles.len();
-        let (Some(card_rx), Some(ready_rx)) = (self.card_rx.take(), self.ready_rx.take()) else {
-            return Ok(());
+        let blob = match self.local_cards(me) {
+            Ok(b) => b,
+            Err(e) => {
+                boot.abort(&format!("fabric setup failed: {e}"));
+                return Err(e);
+            }
         };
+        let all = boot.allgather(&blob).map_err(|cause| Error::Bootstrap { pe: me, cause })?;
+        self.connect_peers(&all, me).inspect_err(|e| {
+            if matches!(e, Error::Proxy { .. }) {
+                boot.abort(&format!("fabric connect failed: {e}"));
+            }
+        })
+    }
+
+    /// The first half of [`Proxies::connect`]: this PE's blob of cards (every
+    /// thread's, in thread order: `threads:u32` then per thread `len:u32
+    /// card`), once every thread opened its endpoint. Local. Empty after the
+    /// first call.
+    ///
+    /// # Errors
+    /// [`Error::Proxy`] naming the thread whose endpoint did not open.
+    pub(crate) fn local_cards(&mut self, me: i32) -> Result<Vec<u8>> {
+        let threads = self.handles.len();
+        let Some(card_rx) = self.card_rx.take() else { return Ok(Vec::new()) };
         let mut mine = vec![Vec::new(); threads];
         for _ in 0..threads {
             let (t, card) =
                 card_rx.recv().map_err(|_| Error::Proxy { pe: me, thread: 0, why: "exited during start-up".into() })?;
             match card {
                 Ok(c) => mine[t] = c,
-                Err(why) => {
-                    boot.abort(&format!("fabric setup failed: {why}"));
-                    return Err(Error::Proxy { pe: me, thread: t, why });
-                }
+                Err(why) => return Err(Error::Proxy { pe: me, thread: t, why }),
             }
         }
         let mut blob = Vec::new();
@@ -242,7 +285,19 @@ impl Proxies {
             blob.extend_from_slice(&(c.len() as u32).to_le_bytes());
             blob.extend_from_slice(c);
         }
-        let all = boot.allgather(&blob).map_err(|cause| Error::Bootstrap { pe: me, cause })?;
+        Ok(blob)
+    }
+
+    /// The second half of [`Proxies::connect`]: given every PE's blob of
+    /// cards (PE order, as [`Proxies::local_cards`] made them), connect every
+    /// thread and wait until all are. Local.
+    ///
+    /// # Errors
+    /// [`Error::NotSymmetric`] (a malformed blob, another thread count),
+    /// [`Error::Proxy`] (a thread failed to connect).
+    pub(crate) fn connect_peers(&mut self, all: &[Vec<u8>], me: i32) -> Result<()> {
+        let threads = self.handles.len();
+        let Some(ready_rx) = self.ready_rx.take() else { return Ok(()) };
         let mut per_thread: Vec<Vec<Vec<u8>>> = vec![Vec::new(); threads];
         for (peer, b) in all.iter().enumerate() {
             let cards = parse_cards(b).ok_or_else(|| Error::NotSymmetric {
@@ -273,10 +328,7 @@ impl Proxies {
                 ready_rx.recv().map_err(|_| Error::Proxy { pe: me, thread: 0, why: "exited during start-up".into() })?;
             match r {
                 Ok(f) => facts[t] = Some(f),
-                Err(why) => {
-                    boot.abort(&format!("fabric connect failed: {why}"));
-                    return Err(Error::Proxy { pe: me, thread: t, why });
-                }
+                Err(why) => return Err(Error::Proxy { pe: me, thread: t, why }),
             }
         }
         self.facts = facts.into_iter().flatten().collect();
@@ -294,12 +346,42 @@ impl Proxies {
         self.errors.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
-    /// Stop the services (they drain unless abandoned) and join them.
+    /// Make the services leave their loops (they drain unless abandoned)
+    /// and wait up to `limit` until every thread drained, without joining
+    /// them: in the daemon they hold their endpoints open until
+    /// [`Proxies::release`]. Returns whether all drained in time.
+    pub(crate) fn stop_without_join(&mut self, limit: Duration) -> bool {
+        // Release: pairs with the service threads' Acquire load of `stop`.
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        // Unblock threads still waiting for cards (start-up failed).
+        self.peer_txs.clear();
+        let Some(rx) = self.drained_rx.take() else { return true };
+        let until = Instant::now() + limit;
+        let drained = (0..self.handles.len()).all(|_| rx.recv_timeout(until.saturating_duration_since(Instant::now())).is_ok());
+        // Held threads stand still by design: nothing more to watch.
+        if let Some(mut dog) = self.watchdog.take() {
+            dog.stop();
+        }
+        drained
+    }
+
+    /// Let threads that hold their endpoints ([`Proxies::stop_without_join`]
+    /// in the daemon) close them and end.
+    pub(crate) fn release(&self) {
+        if let Some(h) = &self.hold {
+            *h.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+            h.1.notify_all();
+        }
+    }
+
+    /// Stop the services (they drain unless abandoned), release them, and
+    /// join them.
     pub(crate) fn stop(&mut self, me: i32) -> Result<()> {
         // Release: pairs with the service threads' Acquire load of `stop`.
         self.stop.store(true, std::sync::atomic::Ordering::Release);
         // Unblock threads still waiting for cards (start-up failed).
         self.peer_txs.clear();
+        self.release();
         let mut first = Ok(());
         for (t, h) in self.handles.drain(..).enumerate() {
             if h.join().is_err() && first.is_ok() {
@@ -330,7 +412,7 @@ impl Proxies {
 /// job) leaves its regions there; a later process that gets the same pid
 /// then fails in `fi_enable` with `-EBUSY`, and the 16 MiB files pile up.
 /// Call before opening shm endpoints. Returns how many were removed.
-pub(crate) fn clean_stale_shm_regions() -> usize {
+pub fn clean_stale_shm_regions() -> usize {
     let me = std::process::id();
     let Ok(dir) = std::fs::read_dir("/dev/shm") else { return 0 };
     let mut removed = 0;

@@ -12,6 +12,7 @@
 
 pub mod chaos;
 pub mod gpu;
+pub mod isolation;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -156,6 +157,17 @@ pub mod launch {
         }
         let t = Instant::now();
         let child = cmd.spawn().expect("start cpnet-run");
+        let what = || format!("cpnet-run -n {n} {} {args:?} over {provider}", program.display());
+        finish(child, t, limit, &what())
+    }
+
+    /// Waits for a started launcher (`child`, its output piped, started at
+    /// `t`) for at most `limit` from now: what it printed and how it ended.
+    ///
+    /// # Panics
+    /// After SIGTERM to the launcher (which kills its PEs), if it outlives
+    /// `limit`; `what` names it in the message.
+    pub fn finish(child: std::process::Child, t: Instant, limit: Duration, what: &str) -> Job {
         let pid = child.id();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -167,7 +179,7 @@ pub mod launch {
                 // SAFETY: kill(2) on the launcher we started; it kills its
                 // PEs when it gets SIGTERM.
                 unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-                panic!("cpnet-run -n {n} {} {args:?} over {provider} did not finish within {limit:?}", program.display());
+                panic!("{what} did not finish within {limit:?}");
             }
         };
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

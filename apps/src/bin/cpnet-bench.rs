@@ -54,6 +54,18 @@ struct Cli {
     /// Print CSV instead of a table.
     #[arg(long)]
     csv: bool,
+    /// Wake-up test: 8-byte blocking puts, each after this many
+    /// milliseconds without any operation (long enough for the proxies to
+    /// go idle and, with `CPNET_PROXY_IDLE=park`, to sleep: they do after
+    /// 5 ms); 0 (the default) skips it.
+    #[arg(long, default_value_t = 0)]
+    wake_gap_ms: u64,
+    /// Puts of the wake-up test.
+    #[arg(long, default_value_t = 200)]
+    wake_iters: u64,
+    /// Only the wake-up test (with --wake-gap-ms).
+    #[arg(long)]
+    wake_only: bool,
 }
 
 fn stats(mut v: Vec<Duration>) -> (f64, f64) {
@@ -95,7 +107,25 @@ fn main() -> Result<()> {
                 "size(B)", "put med(us)", "put avg(us)", "get med(us)", "get avg(us)", "put MB/s"
             );
         }
-        let mut size = cli.min.max(1);
+        if cli.wake_gap_ms > 0 {
+            let gap = Duration::from_millis(cli.wake_gap_ms);
+            let lat = pe.with_ctx(0, |wg| {
+                let mut v = Vec::with_capacity(cli.wake_iters as usize);
+                for _ in 0..cli.wake_iters {
+                    std::thread::sleep(gap);
+                    let t = Instant::now();
+                    wg.putmem(dst, buf, 8, 1)?;
+                    v.push(t.elapsed());
+                }
+                Ok(v)
+            })?;
+            let (med, mean) = stats(lat);
+            println!(
+                "# wake-up: 8-byte blocking put after {} ms idle: {med:.2} us median, {mean:.2} us mean ({} puts)",
+                cli.wake_gap_ms, cli.wake_iters
+            );
+        }
+        let mut size = if cli.wake_only { max + 1 } else { cli.min.max(1) };
         while size <= max {
             let iters = cli.iters.min((256 << 20) / size).max(20);
             let warm = (iters / 10).max(2);
@@ -137,6 +167,11 @@ fn main() -> Result<()> {
                 println!("{size:>10} {pm:>14.2} {pa:>12.2} {gm:>14.2} {ga:>12.2} {bw:>12.1}");
             }
             size *= 2;
+        }
+        if cli.wake_only {
+            pe.barrier_all()?;
+            pe.finalize()?;
+            return Ok(());
         }
         // AMO latency.
         let amo = pe.with_ctx(0, |wg| {

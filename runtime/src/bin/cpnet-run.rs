@@ -31,6 +31,12 @@
 //!   start another cycle fails the job (see "Repeated init" in
 //!   [`cpnet::bootstrap`]).
 //!
+//! * With `CPNET_PROXY=daemon` it makes sure the host's proxy daemon runs
+//!   (starting `cpnet-proxyd` unless one answers, [`cpnet::daemon`]) and
+//!   gives the PEs the job's key for it (`CPNET_JOB_ID`, `CPNET_JOB_TOKEN`,
+//!   drawn at random unless set); after the job it removes what a daemon
+//!   that died left behind (its socket file, libfabric shm regions).
+//!
 //! When a PE failed (or cpnet-run was interrupted), the last line is
 //! `cpnet-run: PE exit statuses: PE 0 exited with status 1; PE 1 killed by
 //! signal 9 (SIGKILL); ...`, every PE in order.
@@ -127,25 +133,6 @@ extern "C" fn on_signal(sig: libc::c_int) {
     SIGNAL.store(sig, Ordering::Relaxed);
 }
 
-/// Installs [`on_signal`] for SIGINT and SIGTERM.
-fn install_signal_handlers() -> io::Result<()> {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: `libc::sigaction` is a plain C struct for which all-zero
-        // bytes is a valid value (no handler, no flags, empty mask).
-        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
-        sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        sa.sa_flags = libc::SA_RESTART;
-        // SAFETY: `sa.sa_mask` is a valid, writable sigset_t.
-        unsafe { libc::sigemptyset(&mut sa.sa_mask) };
-        // SAFETY: `sa` is initialised; the handler only does an atomic store,
-        // which is async-signal-safe; a null old-action pointer is allowed.
-        if unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
 /// One started PE.
 struct Proc {
     pe: i32,
@@ -178,7 +165,7 @@ impl Proc {
 
 fn run(args: &Args) -> Result<u8, String> {
     let tuning = env::Tuning::from_env().map_err(|e| e.to_string())?;
-    install_signal_handlers().map_err(|e| format!("installing signal handlers: {e}"))?;
+    cpnet::signals::on_sigint_sigterm(on_signal).map_err(|e| format!("installing signal handlers: {e}"))?;
 
     let n = args.n;
     let server = Server::bind("127.0.0.1:0")
@@ -191,10 +178,25 @@ fn run(args: &Args) -> Result<u8, String> {
         .map_err(|e| format!("cannot start the rendezvous: {e}"))?;
     let addr = server.local_addr().to_string();
 
+    // CPNET_PROXY=daemon: one daemon per host, started here unless one
+    // runs; the job's key for it, unless the environment has one.
+    let daemon = if tuning.proxy == env::ProxyMode::Daemon {
+        let paths = cpnet::daemon::DaemonPaths::in_dir(&tuning.proxyd_dir);
+        drop(cpnet::daemon::ensure_running(&paths, tuning.proxyd_bin.as_deref(), tuning.proxyd_linger, tuning.connect_timeout)?);
+        let key = match &tuning.job {
+            Some(k) => k.clone(),
+            None => cpnet::daemon::new_job_key().map_err(|e| format!("drawing the job's token: {e}"))?,
+        };
+        Some((paths, key))
+    } else {
+        None
+    };
+    let job = daemon.as_ref().map(|(_, k)| k);
+
     let (program, rest) = args.command.split_first().ok_or("no program given")?;
     let mut procs: Vec<Proc> = Vec::with_capacity(n as usize);
     for pe in 0..n {
-        match spawn_pe(program, rest, pe, n, &addr, args.transport_map) {
+        match spawn_pe(program, rest, pe, n, &addr, args.transport_map, job) {
             Ok(child) => {
                 let pid = child.id();
                 tracing::debug!(pe, pid, "started");
@@ -221,7 +223,15 @@ fn run(args: &Args) -> Result<u8, String> {
             }
         }
     }
-    Ok(supervise(procs, &server, args.grace))
+    let code = supervise(procs, &server, args.grace);
+    // A daemon that died during the job left its socket file and libfabric
+    // shm regions: remove them (nothing, if it lives).
+    if let Some((paths, _)) = &daemon
+        && paths.clean_up_after_dead_daemon()
+    {
+        tracing::debug!("removed what a dead cpnet-proxyd left in {}", paths.dir.display());
+    }
+    Ok(code)
 }
 
 fn spawn_pe(
@@ -231,10 +241,14 @@ fn spawn_pe(
     n: i32,
     addr: &str,
     transport_map: bool,
+    job: Option<&env::JobKey>,
 ) -> io::Result<Child> {
     let mut cmd = Command::new(program);
     if transport_map {
         cmd.env(env::TRANSPORT_MAP, "1");
+    }
+    if let Some(k) = job {
+        cmd.env(env::JOB_ID, k.id.to_string()).env(env::JOB_TOKEN, k.token_hex());
     }
     cmd.args(rest)
         .env(env::PE, pe.to_string())

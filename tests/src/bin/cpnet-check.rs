@@ -126,6 +126,17 @@ enum Scenario {
         #[arg(long, default_value_t = 3.0)]
         sleep: f64,
     },
+    /// With several jobs on one proxy daemon: PEs past this job and memory
+    /// past the heap are refused, and each PE's buffer holds only its own
+    /// job's data ([`cpnet_tests::isolation`]).
+    Isolation {
+        /// This job's tag (each job of a test its own).
+        #[arg(long, default_value_t = 1)]
+        tag: u64,
+        /// Seconds to keep writing (while the other job runs).
+        #[arg(long, default_value_t = 2.0)]
+        hold: f64,
+    },
     /// PE `victim` kills itself mid-run; the others must notice.
     PeerDeath {
         /// The PE that dies.
@@ -163,6 +174,7 @@ fn main() -> ExitCode {
         Scenario::BadInput => bad_input(&pe, cli.wgs),
         Scenario::StuckWait => stuck_wait(&pe),
         Scenario::StuckBarrier { late, sleep } => stuck_barrier(&pe, late, sleep),
+        Scenario::Isolation { tag, hold } => cpnet_tests::isolation::isolation(&pe, tag, hold),
         Scenario::PeerDeath { victim } => peer_death(&pe, victim),
     };
     match r.and_then(|()| pe.finalize().context("finalize")) {

@@ -64,6 +64,12 @@
 //! | `CPNET_ABORT_GRACE` | after learning that a peer died, how long a PE lets its program end on its own before the runtime exits the process with status 1 | seconds (decimal) | `5` |
 //! | `CPNET_CONNECT_TIMEOUT` | how long a PE may take to reach the rendezvous, and all PEs to arrive there | seconds (decimal), > 0 | `60` |
 //! | `CPNET_PROXY_IDLE_SLEEP` | once a proxy thread has had no command to take for 5 ms, sleep this long per polling pass (saves CPU while idle, but the provider's target-side progress, which rxm and shm atomics and delivery-complete writes need, then waits up to a sleep, plus the kernel's timer slack); `0` spins (yielding) forever | microseconds | `0` |
+//! | `CPNET_PROXY` | CPU PEs: who serves the PE's command queues. `inprocess`: service threads in the PE's own process. `daemon`: the node's proxy daemon `cpnet-proxyd` ([`crate::daemon`]): the PE puts its queues and symmetric heap in shared memory (memfd), attaches to the daemon over a Unix socket in `CPNET_PROXYD_DIR`, and the daemon's service threads and fabric endpoints serve it; the PE starts the daemon if none runs. The in-process proxy stays the default: on CPU PEs it is as fast (docs/results.md "The proxy daemon"). GPU PEs use the in-process proxy in this version, whatever is set | `inprocess` or `daemon` | `inprocess` |
+//! | `CPNET_PROXY_IDLE` | how an idle proxy thread waits, in the PE or in the daemon: `spin` (poll, with spin hints and yields; the lowest wake-up latency, a core per thread while idle), `park` (after 5 ms without work, sleep `CPNET_PROXY_IDLE_SLEEP` per pass, default 100 µs here: near 0 % CPU, up to a sleep of added latency on the first operation after the pause). Unset: as `CPNET_PROXY_IDLE_SLEEP` says (0: spin). Measured: docs/results.md "The proxy daemon" | `spin` or `park` | unset |
+//! | `CPNET_PROXYD_DIR` | the directory of the daemon's socket (`proxyd.sock`), election lock (`proxyd.lock`) and log (`proxyd.log`); created with mode 0700, refused if another user owns it or others can open it | path | `$XDG_RUNTIME_DIR/cpnet`, else `/tmp/cpnet-<uid>` |
+//! | `CPNET_PROXYD` | the `cpnet-proxyd` binary a PE or `cpnet-run` starts when no daemon runs | path | `cpnet-proxyd` next to the running program, else on `PATH` |
+//! | `CPNET_PROXYD_LINGER` | `cpnet-proxyd`: how long a daemon with nothing attached stays before it exits (unless `--persistent`); its `--linger` wins | seconds (decimal) | `10` |
+//! | `CPNET_JOB_ID`, `CPNET_JOB_TOKEN` | the job's identity and secret for the daemon: PEs attaching with the same id are one job, and must show the same token (32 hex digits); the daemon refuses a PE of a known job with another token. `cpnet-run` sets both (random); under mpirun/srun PE 0 draws them and shares them through the rendezvous | integer; 32 hex digits | set by `cpnet-run` |
 //! | `CPNET_GPU_IPC` | GPU PEs: reach the heaps of PEs on the same host through CUDA IPC (the proxy's puts, gets and SET signals become peer copies over NVLink or PCIe); `0` sends everything through the staged path | `0` or `1` | `1` |
 //! | `CPNET_GPU_P2P` | GPU PEs: kernels put, get, `p`, `g` and SET-signal to their own heap and to the heaps mapped by `CPNET_GPU_IPC` with their own loads and stores (over NVLink or PCIe peer-to-peer), the work-group copying; AMOs and ADD signals still go through the proxy, so they stay atomic with respect to each other. `0` sends every operation through the command queues and the proxy (the ComP-Net path, for comparison). See docs/gpu-data-paths.md | `0` or `1` | `1` |
 //! | `CPNET_STAGE_CHUNK` | GPU PEs on the staged path: data bytes per message (larger puts and gets are split); each proxy thread keeps `2 x credits x (PEs - 1) + 16` receive buffers and `CPNET_STAGE_BUFS` send buffers of this size plus 64 in pinned memory | bytes (K/M/G) | `256K` |
@@ -86,6 +92,12 @@
 
 use std::fmt;
 use std::time::Duration;
+
+mod launch;
+#[cfg(test)]
+mod tests;
+
+pub use launch::{Launch, Launcher};
 
 /// `CPNET_PE`: this process's PE number (set by `cpnet-run`).
 pub const PE: &str = "CPNET_PE";
@@ -150,6 +162,28 @@ pub const PAYLOAD_BYTES: &str = "CPNET_PAYLOAD_BYTES";
 /// Most pinned host memory a GPU PE gives its payload slots (all queues):
 /// [`Tuning::payload_slot_bytes`] halves the slot size until they fit.
 pub const PAYLOAD_BUDGET: usize = 64 << 20;
+/// `CPNET_PROXY`: `inprocess` or `daemon` (CPU PEs).
+pub const PROXY: &str = "CPNET_PROXY";
+/// `CPNET_PROXY_IDLE`: `spin` or `park`.
+pub const PROXY_IDLE: &str = "CPNET_PROXY_IDLE";
+/// `CPNET_PROXYD_DIR`: the daemon's directory (socket, lock, log).
+pub const PROXYD_DIR: &str = "CPNET_PROXYD_DIR";
+/// `CPNET_PROXYD`: the `cpnet-proxyd` binary to start.
+pub const PROXYD: &str = "CPNET_PROXYD";
+/// `CPNET_PROXYD_LINGER`: seconds an idle daemon stays.
+pub const PROXYD_LINGER: &str = "CPNET_PROXYD_LINGER";
+/// `CPNET_JOB_ID`: the job's id at the daemon (set by cpnet-run).
+pub const JOB_ID: &str = "CPNET_JOB_ID";
+/// `CPNET_JOB_TOKEN`: the job's secret at the daemon, 32 hex digits (set by cpnet-run).
+pub const JOB_TOKEN: &str = "CPNET_JOB_TOKEN";
+/// Not a variable: where [`Tuning::proxyd_dir`] goes without
+/// `CPNET_PROXYD_DIR`, `$XDG_RUNTIME_DIR/cpnet`.
+pub const XDG_RUNTIME_DIR: &str = "XDG_RUNTIME_DIR";
+/// The park sleep of `CPNET_PROXY_IDLE=park` when `CPNET_PROXY_IDLE_SLEEP` is unset.
+pub const DEFAULT_PARK_SLEEP: Duration = Duration::from_micros(100);
+/// Default of `CPNET_PROXYD_LINGER`.
+pub const DEFAULT_PROXYD_LINGER: Duration = Duration::from_secs(10);
+
 /// `CPNET_TRANSPORT_MAP`: `1` prints each PE's path to every PE after init
 /// (`cpnet-run --transport-map` sets it).
 pub const TRANSPORT_MAP: &str = "CPNET_TRANSPORT_MAP";
@@ -244,6 +278,54 @@ impl fmt::Display for QueuePlacement {
     }
 }
 
+/// Who serves a CPU PE's command queues (`CPNET_PROXY`; DESIGN.md "The
+/// proxy daemon").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum ProxyMode {
+    /// `inprocess`: service threads in the PE's process (the default).
+    #[default]
+    InProcess,
+    /// `daemon`: the host's `cpnet-proxyd` ([`crate::daemon`]).
+    Daemon,
+}
+
+/// A job's identity at the proxy daemon: `CPNET_JOB_ID` and
+/// `CPNET_JOB_TOKEN`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct JobKey {
+    /// The job's id: PEs attaching with the same id are one job.
+    pub id: u64,
+    /// The job's secret (16 bytes; 32 hex digits in the environment).
+    pub token: [u8; 16],
+}
+
+impl fmt::Debug for JobKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print the token.
+        write!(f, "JobKey {{ id: {:#x}, token: <secret> }}", self.id)
+    }
+}
+
+impl JobKey {
+    /// The token in the environment's spelling (32 lowercase hex digits).
+    pub fn token_hex(&self) -> String {
+        self.token.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Parses 32 hex digits; `None` for anything else.
+    pub fn parse_token(s: &str) -> Option<[u8; 16]> {
+        let s = s.trim();
+        if s.len() != 32 || !s.is_ascii() {
+            return None;
+        }
+        let mut t = [0u8; 16];
+        for (i, b) in t.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(t)
+    }
+}
+
 /// A variable that is set but cannot be used, or one that is missing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EnvError {
@@ -265,179 +347,6 @@ pub enum EnvError {
         /// Why it is needed and what to set it to.
         why: String,
     },
-}
-
-/// Who started this process, i.e. where [`Launch`] found its numbers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Launcher {
-    /// Nobody: a single PE (no launch variable set).
-    Single,
-    /// `cpnet-run` (`CPNET_PE` ...); it runs the rendezvous server itself.
-    CpnetRun,
-    /// Open MPI's `mpirun` (`OMPI_COMM_WORLD_*`).
-    Mpi,
-    /// A PMI launcher, e.g. MPICH's or Intel MPI's `mpiexec` (`PMI_*`).
-    Pmi,
-    /// Slurm's `srun` (`SLURM_*`).
-    Slurm,
-}
-
-impl fmt::Display for Launcher {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Launcher::Single => "no launcher (single PE)",
-            Launcher::CpnetRun => "cpnet-run",
-            Launcher::Mpi => "mpirun (Open MPI)",
-            Launcher::Pmi => "a PMI launcher (mpiexec)",
-            Launcher::Slurm => "srun (Slurm)",
-        })
-    }
-}
-
-/// This process's place in the job, from the launcher's variables.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Launch {
-    /// This PE's number, `0..n_pes`.
-    pub pe: i32,
-    /// Number of PEs in the job, >= 1.
-    pub n_pes: i32,
-    /// Rank among the PEs on this host, `0..local_size`.
-    pub local_pe: i32,
-    /// Number of PEs on this host, `1..=n_pes`.
-    pub local_size: i32,
-    /// `host:port` of the rendezvous (`CPNET_BOOTSTRAP_ADDR`); always `Some`
-    /// when `n_pes > 1`. Kept as text: a host name is resolved when
-    /// connecting, not when the environment is read.
-    pub bootstrap: Option<String>,
-    /// Where the numbers came from.
-    pub launcher: Launcher,
-}
-
-impl Launch {
-    /// A single PE: PE 0 of 1, no rendezvous.
-    pub fn single() -> Launch {
-        Launch {
-            pe: 0,
-            n_pes: 1,
-            local_pe: 0,
-            local_size: 1,
-            bootstrap: None,
-            launcher: Launcher::Single,
-        }
-    }
-
-    /// Reads the launch variables of the process environment (see the
-    /// [module docs](self)).
-    pub fn from_env() -> Result<Launch, EnvError> {
-        Launch::from_lookup(process_env)
-    }
-
-    /// Reads the launch variables through `lookup` (name → value; `None` when
-    /// unset). Pure: this is what [`Launch::from_env`] calls.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Launch, EnvError> {
-        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
-        let (launcher, pe, n_pes, local_pe, local_size);
-        if let Some(v) = get(PE) {
-            launcher = Launcher::CpnetRun;
-            let n = required(&get, N_PES, PE, Launcher::CpnetRun)?;
-            n_pes = parse_count(N_PES, &n)?;
-            pe = parse_rank(PE, &v, n_pes, N_PES)?;
-            (local_pe, local_size) = local_pair(&get, (LOCAL_PE, LOCAL_SIZE), pe, n_pes, launcher)?;
-        } else if let Some(v) = get(OMPI_RANK) {
-            launcher = Launcher::Mpi;
-            let n = required(&get, OMPI_SIZE, OMPI_RANK, launcher)?;
-            n_pes = parse_count(OMPI_SIZE, &n)?;
-            pe = parse_rank(OMPI_RANK, &v, n_pes, OMPI_SIZE)?;
-            (local_pe, local_size) = local_pair(
-                &get,
-                (OMPI_LOCAL_RANK, OMPI_LOCAL_SIZE),
-                pe,
-                n_pes,
-                launcher,
-            )?;
-        } else if let Some(v) = get(PMI_RANK) {
-            launcher = Launcher::Pmi;
-            let n = required(&get, PMI_SIZE, PMI_RANK, launcher)?;
-            n_pes = parse_count(PMI_SIZE, &n)?;
-            pe = parse_rank(PMI_RANK, &v, n_pes, PMI_SIZE)?;
-            (local_pe, local_size) = local_pair(
-                &get,
-                (MPI_LOCALRANKID, MPI_LOCALNRANKS),
-                pe,
-                n_pes,
-                launcher,
-            )?;
-        } else if let Some(v) = get(SLURM_PROCID) {
-            launcher = Launcher::Slurm;
-            let n = required(&get, SLURM_NTASKS, SLURM_PROCID, launcher)?;
-            n_pes = parse_count(SLURM_NTASKS, &n)?;
-            pe = parse_rank(SLURM_PROCID, &v, n_pes, SLURM_NTASKS)?;
-            // SLURM_NTASKS_PER_NODE is "4" when uniform, "2(x3),1" when not;
-            // only the plain form tells us this node's count.
-            let per_node = get(SLURM_NTASKS_PER_NODE)
-                .and_then(|s| s.trim().parse::<i32>().ok())
-                .filter(|&k| (1..=n_pes).contains(&k));
-            match (get(SLURM_LOCALID), per_node) {
-                (Some(l), Some(k)) => {
-                    local_size = k;
-                    local_pe = parse_rank(SLURM_LOCALID, &l, k, SLURM_NTASKS_PER_NODE)?;
-                }
-                (Some(l), None) => {
-                    local_size = n_pes;
-                    local_pe = parse_rank(SLURM_LOCALID, &l, n_pes, SLURM_NTASKS)?;
-                }
-                (None, _) => {
-                    local_size = n_pes;
-                    local_pe = pe;
-                }
-            }
-        } else {
-            let mut single = Launch::single();
-            single.bootstrap = get(BOOTSTRAP_ADDR).map(|s| s.trim().to_owned());
-            if let Some(addr) = &single.bootstrap {
-                check_host_port(addr)?;
-            }
-            return Ok(single);
-        }
-
-        let bootstrap = match get(BOOTSTRAP_ADDR) {
-            Some(addr) => {
-                let addr = addr.trim().to_owned();
-                check_host_port(&addr)?;
-                Some(addr)
-            }
-            None if n_pes > 1 => {
-                let why = if launcher == Launcher::CpnetRun {
-                    format!(
-                        "this job has {n_pes} PEs ({PE} is set); cpnet-run sets it, so this \
-                         process was probably not started by cpnet-run: start it with \
-                         `cpnet-run -n {n_pes} ...`, or set {BOOTSTRAP_ADDR}=host:port"
-                    )
-                } else {
-                    format!(
-                        "this job has {n_pes} PEs (started by {launcher}); set it to a \
-                         host:port that PE 0's host can bind and every PE can reach, e.g. \
-                         {BOOTSTRAP_ADDR}=$(hostname):29500 exported to all ranks (PE 0 runs \
-                         the rendezvous there)"
-                    )
-                };
-                return Err(EnvError::Missing {
-                    var: BOOTSTRAP_ADDR,
-                    why,
-                });
-            }
-            None => None,
-        };
-
-        Ok(Launch {
-            pe,
-            n_pes,
-            local_pe,
-            local_size,
-            bootstrap,
-            launcher,
-        })
-    }
 }
 
 /// Sizes and timeouts of the runtime, from the `CPNET_*` tuning variables.
@@ -511,6 +420,24 @@ pub struct Tuning {
     /// `CPNET_TRANSPORT_MAP`: print the path to every PE after init
     /// ([`crate::transport_map`]).
     pub transport_map: bool,
+    /// `CPNET_PROXY`: who serves a CPU PE's queues.
+    pub proxy: ProxyMode,
+    /// `CPNET_PROXYD_DIR`, else `$XDG_RUNTIME_DIR/cpnet`, else
+    /// `/tmp/cpnet-<uid>`: the daemon's directory.
+    pub proxyd_dir: std::path::PathBuf,
+    /// `CPNET_PROXYD`: the daemon binary to start; `None`: `cpnet-proxyd`
+    /// next to the running program, else on `PATH`.
+    pub proxyd_bin: Option<std::path::PathBuf>,
+    /// `CPNET_PROXYD_LINGER`: how long an idle daemon stays.
+    pub proxyd_linger: Duration,
+    /// `CPNET_JOB_ID` and `CPNET_JOB_TOKEN` (both or neither).
+    pub job: Option<JobKey>,
+    /// Not a variable: set by `cpnet-proxyd` for the services it runs: it
+    /// serves other processes' PEs, so it must not clean up libfabric shm
+    /// regions of its own pid while they run, and their threads hold their
+    /// endpoints open after they stop until the daemon releases them
+    /// (`Proxies::release`). `false` everywhere else.
+    pub in_daemon: bool,
 }
 
 impl Default for Tuning {
@@ -542,7 +469,22 @@ impl Default for Tuning {
             agent_lanes: 4,
             payload_bytes: 4096,
             transport_map: false,
+            proxy: ProxyMode::InProcess,
+            proxyd_dir: default_proxyd_dir(None),
+            proxyd_bin: None,
+            proxyd_linger: DEFAULT_PROXYD_LINGER,
+            job: None,
+            in_daemon: false,
         }
+    }
+}
+
+/// The daemon's directory without `CPNET_PROXYD_DIR`: `$XDG_RUNTIME_DIR/cpnet`
+/// (given `xdg`), else `/tmp/cpnet-<uid>`.
+fn default_proxyd_dir(xdg: Option<String>) -> std::path::PathBuf {
+    match xdg.filter(|x| !x.trim().is_empty()) {
+        Some(x) => std::path::Path::new(x.trim()).join("cpnet"),
+        None => std::path::PathBuf::from(format!("/tmp/cpnet-{}", rustix::process::getuid().as_raw())),
     }
 }
 
@@ -766,6 +708,38 @@ impl Tuning {
                 .map_err(|_| invalid(PROXY_IDLE_SLEEP, &v, "whole microseconds >= 0 (0: never sleep)"))?;
             t.proxy_idle_sleep = (us > 0).then(|| Duration::from_micros(us));
         }
+        match get(PROXY_IDLE).as_deref() {
+            None => {}
+            Some("spin") => t.proxy_idle_sleep = None,
+            Some("park") => t.proxy_idle_sleep = Some(t.proxy_idle_sleep.unwrap_or(DEFAULT_PARK_SLEEP)),
+            Some(v) => return Err(invalid(PROXY_IDLE, v, "spin or park")),
+        }
+        t.proxy = match get(PROXY).as_deref() {
+            None | Some("inprocess") => ProxyMode::InProcess,
+            Some("daemon") => ProxyMode::Daemon,
+            Some(v) => return Err(invalid(PROXY, v, "inprocess or daemon")),
+        };
+        t.proxyd_dir = match get(PROXYD_DIR) {
+            Some(d) => std::path::PathBuf::from(d),
+            None => default_proxyd_dir(lookup(XDG_RUNTIME_DIR)),
+        };
+        t.proxyd_bin = get(PROXYD).map(std::path::PathBuf::from);
+        if let Some(v) = get(PROXYD_LINGER) {
+            t.proxyd_linger = parse_seconds(&v).ok_or_else(|| invalid(PROXYD_LINGER, &v, "seconds >= 0 (e.g. 10 or 0.5)"))?;
+        }
+        t.job = match (get(JOB_ID), get(JOB_TOKEN)) {
+            (None, None) => None,
+            (Some(id), Some(token)) => Some(JobKey {
+                id: id.parse().map_err(|_| invalid(JOB_ID, &id, "an unsigned 64-bit integer"))?,
+                token: JobKey::parse_token(&token).ok_or_else(|| invalid(JOB_TOKEN, "<hidden>", "32 hex digits"))?,
+            }),
+            (Some(_), None) => {
+                return Err(EnvError::Missing { var: JOB_TOKEN, why: format!("{JOB_ID} is set (cpnet-run sets both)") });
+            }
+            (None, Some(_)) => {
+                return Err(EnvError::Missing { var: JOB_ID, why: format!("{JOB_TOKEN} is set (cpnet-run sets both)") });
+            }
+        };
         Ok(t)
     }
 }
@@ -799,7 +773,7 @@ pub fn parse_bytes(s: &str) -> Option<u64> {
 }
 
 /// Parses a non-negative, finite number of seconds (`5`, `2.5`, `0.01`).
-fn parse_seconds(s: &str) -> Option<Duration> {
+pub(super) fn parse_seconds(s: &str) -> Option<Duration> {
     let secs: f64 = s.trim().parse().ok()?;
     if !secs.is_finite() || secs < 0.0 {
         return None;
@@ -809,12 +783,12 @@ fn parse_seconds(s: &str) -> Option<Duration> {
 
 /// The real environment; a value that is not UTF-8 is passed on lossily so
 /// that it fails to parse (and is reported) rather than counting as unset.
-fn process_env(name: &str) -> Option<String> {
+pub(super) fn process_env(name: &str) -> Option<String> {
     std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
 }
 
 /// An on/off variable: `1` or `0`.
-fn switch(var: &'static str, value: &str) -> Result<bool, EnvError> {
+pub(super) fn switch(var: &'static str, value: &str) -> Result<bool, EnvError> {
     match value {
         "1" => Ok(true),
         "0" => Ok(false),
@@ -822,498 +796,10 @@ fn switch(var: &'static str, value: &str) -> Result<bool, EnvError> {
     }
 }
 
-fn invalid(var: &'static str, value: &str, expected: &str) -> EnvError {
+pub(super) fn invalid(var: &'static str, value: &str, expected: &str) -> EnvError {
     EnvError::Invalid {
         var,
         value: value.to_owned(),
         expected: expected.to_owned(),
-    }
-}
-
-/// `var` must be set because `because` is (both belong to `launcher`).
-fn required(
-    get: &impl Fn(&str) -> Option<String>,
-    var: &'static str,
-    because: &'static str,
-    launcher: Launcher,
-) -> Result<String, EnvError> {
-    get(var).ok_or_else(|| EnvError::Missing {
-        var,
-        why: format!("{because} is set (looks like {launcher}); both are needed"),
-    })
-}
-
-/// A job size: an integer >= 1.
-fn parse_count(var: &'static str, v: &str) -> Result<i32, EnvError> {
-    v.trim()
-        .parse::<i32>()
-        .ok()
-        .filter(|&n| n >= 1)
-        .ok_or_else(|| invalid(var, v, "an integer >= 1"))
-}
-
-/// A rank: an integer in `0..n`, where `n` came from `n_var`.
-fn parse_rank(var: &'static str, v: &str, n: i32, n_var: &'static str) -> Result<i32, EnvError> {
-    v.trim()
-        .parse::<i32>()
-        .ok()
-        .filter(|r| (0..n).contains(r))
-        .ok_or_else(|| invalid(var, v, &format!("an integer in 0..{n} ({n_var}={n})")))
-}
-
-/// The local rank and size from the pair `(rank_var, size_var)`; when the
-/// launcher does not set them, every PE is taken to be on this host.
-fn local_pair(
-    get: &impl Fn(&str) -> Option<String>,
-    (rank_var, size_var): (&'static str, &'static str),
-    pe: i32,
-    n_pes: i32,
-    launcher: Launcher,
-) -> Result<(i32, i32), EnvError> {
-    match (get(rank_var), get(size_var)) {
-        (None, None) => Ok((pe, n_pes)),
-        (Some(r), Some(s)) => {
-            let size = s
-                .trim()
-                .parse::<i32>()
-                .ok()
-                .filter(|k| (1..=n_pes).contains(k))
-                .ok_or_else(|| {
-                    invalid(
-                        size_var,
-                        &s,
-                        &format!("an integer in 1..={n_pes} (the job size)"),
-                    )
-                })?;
-            let rank = parse_rank(rank_var, &r, size, size_var)?;
-            Ok((rank, size))
-        }
-        (Some(_), None) => Err(EnvError::Missing {
-            var: size_var,
-            why: format!("{rank_var} is set (looks like {launcher}); both are needed"),
-        }),
-        (None, Some(_)) => Err(EnvError::Missing {
-            var: rank_var,
-            why: format!("{size_var} is set (looks like {launcher}); both are needed"),
-        }),
-    }
-}
-
-/// Checks that `addr` has the form `host:port` (or `[v6]:port`) with a
-/// numeric port; the host is resolved later, when connecting.
-fn check_host_port(addr: &str) -> Result<(), EnvError> {
-    let ok = addr
-        .rsplit_once(':')
-        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            BOOTSTRAP_ADDR,
-            addr,
-            "host:port, e.g. 10.0.0.1:29500, node01:29500 or [::1]:29500",
-        ))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashMap;
-
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| map.get(k).cloned()
-    }
-
-    #[test]
-    fn bytes_plain_and_suffixes() {
-        assert_eq!(parse_bytes("0"), Some(0));
-        assert_eq!(parse_bytes("4096"), Some(4096));
-        assert_eq!(parse_bytes(" 4096 "), Some(4096));
-        assert_eq!(parse_bytes("1K"), Some(1024));
-        assert_eq!(parse_bytes("1k"), Some(1024));
-        assert_eq!(parse_bytes("3KiB"), Some(3 * 1024));
-        assert_eq!(parse_bytes("64M"), Some(64 << 20));
-        assert_eq!(parse_bytes("64 MiB"), Some(64 << 20));
-        assert_eq!(parse_bytes("2G"), Some(2 << 30));
-        assert_eq!(parse_bytes("2gib"), Some(2 << 30));
-    }
-
-    #[test]
-    fn bytes_rejects_garbage_and_overflow() {
-        for bad in [
-            "", " ", "M", "-1", "+1", "1.5G", "1T", "1KB", "1 K B", "12x", "0x10", "1e6",
-        ] {
-            assert_eq!(parse_bytes(bad), None, "{bad:?}");
-        }
-        assert_eq!(parse_bytes("18446744073709551615"), Some(u64::MAX));
-        assert_eq!(parse_bytes("18446744073709551616"), None);
-        assert_eq!(parse_bytes("17179869184G"), None); // 2^34 GiB = 2^64
-    }
-
-    #[test]
-    fn seconds() {
-        assert_eq!(parse_seconds("5"), Some(Duration::from_secs(5)));
-        assert_eq!(parse_seconds("0.25"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_seconds("0"), Some(Duration::ZERO));
-        for bad in ["-1", "nan", "inf", "1e400", "5s", ""] {
-            assert_eq!(parse_seconds(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn launch_single_when_nothing_set() {
-        assert_eq!(Launch::from_lookup(env(&[])).unwrap(), Launch::single());
-    }
-
-    #[test]
-    fn launch_cpnet_run() {
-        let l = Launch::from_lookup(env(&[
-            (PE, "2"),
-            (N_PES, "4"),
-            (LOCAL_PE, "2"),
-            (LOCAL_SIZE, "4"),
-            (BOOTSTRAP_ADDR, "127.0.0.1:4000"),
-        ]))
-        .unwrap();
-        assert_eq!(
-            l,
-            Launch {
-                pe: 2,
-                n_pes: 4,
-                local_pe: 2,
-                local_size: 4,
-                bootstrap: Some("127.0.0.1:4000".into()),
-                launcher: Launcher::CpnetRun,
-            }
-        );
-    }
-
-    #[test]
-    fn launch_cpnet_wins_over_mpi() {
-        let l = Launch::from_lookup(env(&[
-            (PE, "1"),
-            (N_PES, "2"),
-            (OMPI_RANK, "0"),
-            (OMPI_SIZE, "8"),
-            (BOOTSTRAP_ADDR, "h:1"),
-        ]))
-        .unwrap();
-        assert_eq!((l.pe, l.n_pes, l.launcher), (1, 2, Launcher::CpnetRun));
-        assert_eq!((l.local_pe, l.local_size), (1, 2));
-    }
-
-    #[test]
-    fn launch_open_mpi() {
-        let l = Launch::from_lookup(env(&[
-            (OMPI_RANK, "5"),
-            (OMPI_SIZE, "8"),
-            (OMPI_LOCAL_RANK, "1"),
-            (OMPI_LOCAL_SIZE, "4"),
-            (BOOTSTRAP_ADDR, "node01:29500"),
-        ]))
-        .unwrap();
-        assert_eq!(
-            (l.pe, l.n_pes, l.local_pe, l.local_size, l.launcher),
-            (5, 8, 1, 4, Launcher::Mpi)
-        );
-    }
-
-    #[test]
-    fn launch_pmi_with_and_without_local() {
-        let l = Launch::from_lookup(env(&[
-            (PMI_RANK, "3"),
-            (PMI_SIZE, "4"),
-            (BOOTSTRAP_ADDR, "[::1]:29500"),
-        ]))
-        .unwrap();
-        assert_eq!(
-            (l.pe, l.n_pes, l.local_pe, l.local_size, l.launcher),
-            (3, 4, 3, 4, Launcher::Pmi)
-        );
-        let l = Launch::from_lookup(env(&[
-            (PMI_RANK, "3"),
-            (PMI_SIZE, "4"),
-            (MPI_LOCALRANKID, "1"),
-            (MPI_LOCALNRANKS, "2"),
-            (BOOTSTRAP_ADDR, "h:1"),
-        ]))
-        .unwrap();
-        assert_eq!((l.local_pe, l.local_size), (1, 2));
-    }
-
-    #[test]
-    fn launch_slurm_plain_and_nonuniform_per_node() {
-        let base = [
-            (SLURM_PROCID, "6"),
-            (SLURM_NTASKS, "8"),
-            (SLURM_LOCALID, "2"),
-            (BOOTSTRAP_ADDR, "h:1"),
-        ];
-        let mut plain = base.to_vec();
-        plain.push((SLURM_NTASKS_PER_NODE, "4"));
-        let l = Launch::from_lookup(env(&plain)).unwrap();
-        assert_eq!(
-            (l.pe, l.n_pes, l.local_pe, l.local_size, l.launcher),
-            (6, 8, 2, 4, Launcher::Slurm)
-        );
-        let mut odd = base.to_vec();
-        odd.push((SLURM_NTASKS_PER_NODE, "2(x3),2"));
-        let l = Launch::from_lookup(env(&odd)).unwrap();
-        assert_eq!((l.local_pe, l.local_size), (2, 8));
-    }
-
-    #[test]
-    fn launch_errors_name_the_variable() {
-        let e = Launch::from_lookup(env(&[(PE, "4"), (N_PES, "4"), (BOOTSTRAP_ADDR, "h:1")]))
-            .unwrap_err();
-        assert!(
-            matches!(&e, EnvError::Invalid { var, .. } if *var == PE),
-            "{e}"
-        );
-        assert!(e.to_string().contains("0..4"), "{e}");
-
-        let e = Launch::from_lookup(env(&[(PE, "0")])).unwrap_err();
-        assert!(
-            matches!(&e, EnvError::Missing { var, .. } if *var == N_PES),
-            "{e}"
-        );
-
-        let e = Launch::from_lookup(env(&[(N_PES, "two"), (PE, "0")])).unwrap_err();
-        assert!(
-            matches!(&e, EnvError::Invalid { var, .. } if *var == N_PES),
-            "{e}"
-        );
-
-        let e = Launch::from_lookup(env(&[(OMPI_RANK, "0"), (OMPI_SIZE, "2")])).unwrap_err();
-        assert!(
-            matches!(&e, EnvError::Missing { var, .. } if *var == BOOTSTRAP_ADDR),
-            "{e}"
-        );
-        assert!(e.to_string().contains("PE 0"), "{e}");
-
-        let e = Launch::from_lookup(env(&[
-            (OMPI_RANK, "0"),
-            (OMPI_SIZE, "2"),
-            (BOOTSTRAP_ADDR, "no-port"),
-        ]))
-        .unwrap_err();
-        assert!(
-            matches!(&e, EnvError::Invalid { var, .. } if *var == BOOTSTRAP_ADDR),
-            "{e}"
-        );
-
-        let e = Launch::from_lookup(env(&[
-            (PE, "1"),
-            (N_PES, "2"),
-            (LOCAL_PE, "1"),
-            (BOOTSTRAP_ADDR, "h:1"),
-        ]))
-        .unwrap_err();
-        assert!(
-            matches!(&e, EnvError::Missing { var, .. } if *var == LOCAL_SIZE),
-            "{e}"
-        );
-
-        let e = Launch::from_lookup(env(&[
-            (PE, "1"),
-            (N_PES, "2"),
-            (LOCAL_PE, "1"),
-            (LOCAL_SIZE, "3"),
-            (BOOTSTRAP_ADDR, "h:1"),
-        ]))
-        .unwrap_err();
-        assert!(
-            matches!(&e, EnvError::Invalid { var, .. } if *var == LOCAL_SIZE),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn launch_one_pe_needs_no_addr_and_empty_is_unset() {
-        let l =
-            Launch::from_lookup(env(&[(PE, "0"), (N_PES, "1"), (BOOTSTRAP_ADDR, " ")])).unwrap();
-        assert_eq!((l.pe, l.n_pes, l.bootstrap), (0, 1, None));
-        let l = Launch::from_lookup(env(&[(PE, ""), (OMPI_RANK, "")])).unwrap();
-        assert_eq!(l, Launch::single());
-    }
-
-    #[test]
-    fn tuning_defaults() {
-        let t = Tuning::from_lookup(env(&[])).unwrap();
-        assert_eq!(t, Tuning::default());
-        assert_eq!(t.heap_size, 64 << 20);
-        assert_eq!(t.proxy_threads, 1);
-        assert_eq!(t.queues, 64);
-        assert_eq!(t.queue_depth, 64);
-        assert_eq!(t.wait_timeout, Some(Duration::from_secs(60)));
-        assert_eq!(t.abort_grace, Duration::from_secs(5));
-        assert_eq!(t.connect_timeout, Duration::from_secs(60));
-        assert_eq!(t.reach_timeout, Some(Duration::from_secs(30)));
-        assert_eq!((t.provider, t.fabric_node), (None, None));
-    }
-
-    #[test]
-    fn tuning_all_set() {
-        let t = Tuning::from_lookup(env(&[
-            (PROVIDER, "tcp;ofi_rxm"),
-            (FABRIC_NODE, "10.0.0.7"),
-            (HEAP_SIZE, "1G"),
-            (PROXY_THREADS, "4"),
-            (QUEUES, "128"),
-            (QUEUE_DEPTH, "1024"),
-            (WAIT_TIMEOUT, "2.5"),
-            (ABORT_GRACE, "0"),
-            (CONNECT_TIMEOUT, "0.5"),
-            (PROXY_STALL_TIMEOUT, "1.5"),
-            (COLLECTIVE_TIMEOUT, "30"),
-            (INJECT_PROXY_STALL, "2:100:1"),
-            (REACH_TIMEOUT, "3"),
-        ]))
-        .unwrap();
-        assert_eq!(t.reach_timeout, Some(Duration::from_secs(3)));
-        assert_eq!(t.proxy_stall_timeout, Some(Duration::from_millis(1500)));
-        assert_eq!(t.collective_timeout, Some(Duration::from_secs(30)));
-        assert_eq!(t.inject_proxy_stall, Some((2, 100, Some(1))));
-        assert_eq!(t.provider.as_deref(), Some("tcp;ofi_rxm"));
-        assert_eq!(t.fabric_node.as_deref(), Some("10.0.0.7"));
-        assert_eq!(t.heap_size, 1 << 30);
-        assert_eq!(t.proxy_threads, 4);
-        assert_eq!(t.queues, 128);
-        assert_eq!(t.queue_depth, 1024);
-        assert_eq!(t.wait_timeout, Some(Duration::from_millis(2500)));
-        assert_eq!(t.abort_grace, Duration::ZERO);
-        assert_eq!(t.connect_timeout, Duration::from_millis(500));
-    }
-
-    #[test]
-    fn tuning_wait_forever() {
-        for v in ["0", "none", "NONE", "0.0"] {
-            let t = Tuning::from_lookup(env(&[(WAIT_TIMEOUT, v)])).unwrap();
-            assert_eq!(t.wait_timeout, None, "{v}");
-            let t = Tuning::from_lookup(env(&[(PROXY_STALL_TIMEOUT, v)])).unwrap();
-            assert_eq!(t.proxy_stall_timeout, None, "watchdog off: {v}");
-            let t = Tuning::from_lookup(env(&[(COLLECTIVE_TIMEOUT, v)])).unwrap();
-            assert_eq!(t.collective_timeout, None, "collectives wait forever: {v}");
-        }
-        let t = Tuning::from_lookup(env(&[])).unwrap();
-        assert_eq!(t.collective_timeout, Some(DEFAULT_COLLECTIVE_TIMEOUT));
-        let t = Tuning::from_lookup(env(&[])).unwrap();
-        assert_eq!(t.proxy_stall_timeout, Some(DEFAULT_PROXY_STALL_TIMEOUT));
-        assert_eq!(t.inject_proxy_stall, None);
-    }
-
-    #[test]
-    fn tuning_rejects_out_of_range() {
-        for (var, bad) in [
-            (HEAP_SIZE, "0"),
-            (HEAP_SIZE, "64X"),
-            (PROXY_THREADS, "0"),
-            (PROXY_THREADS, "65"),
-            (QUEUES, "0"),
-            (QUEUES, "-3"),
-            (QUEUE_DEPTH, "1"),
-            (QUEUE_DEPTH, "48"),
-            (QUEUE_DEPTH, "131072"),
-            (WAIT_TIMEOUT, "-1"),
-            (WAIT_TIMEOUT, "forever"),
-            (ABORT_GRACE, "soon"),
-            (CONNECT_TIMEOUT, "0"),
-            (PROXY_STALL_TIMEOUT, "later"),
-            (COLLECTIVE_TIMEOUT, "-2"),
-            (INJECT_PROXY_STALL, "1"),
-            (INJECT_PROXY_STALL, "0:0"),
-            (INJECT_PROXY_STALL, "a:3"),
-            (INJECT_PROXY_STALL, "0:3:x"),
-        ] {
-            let e = Tuning::from_lookup(env(&[(var, bad)])).unwrap_err();
-            match &e {
-                EnvError::Invalid { var: v, value, .. } => {
-                    assert_eq!((*v, value.as_str()), (var, bad));
-                }
-                other => panic!("{var}={bad}: {other}"),
-            }
-            let msg = e.to_string();
-            assert!(msg.contains(var) && msg.contains(bad), "{msg}");
-        }
-    }
-
-    #[test]
-    fn queue_depth_edges() {
-        for ok in ["2", "65536"] {
-            assert!(
-                Tuning::from_lookup(env(&[(QUEUE_DEPTH, ok)])).is_ok(),
-                "{ok}"
-            );
-        }
-    }
-
-    #[test]
-    fn gpu_pes_default_to_more_proxy_threads_unless_told() {
-        let t = Tuning::from_lookup(env(&[])).unwrap();
-        assert_eq!((t.proxy_threads, t.gpu_proxy_threads), (DEFAULT_PROXY_THREADS, DEFAULT_GPU_PROXY_THREADS));
-        let t = Tuning::from_lookup(env(&[(PROXY_THREADS, "2")])).unwrap();
-        assert_eq!((t.proxy_threads, t.gpu_proxy_threads), (2, 2), "an explicit count applies to both");
-        let t = Tuning::from_lookup(env(&[(GPU_IPC, "0"), (STAGE_CHUNK, "64K"), (STAGE_CREDITS, "4")])).unwrap();
-        assert_eq!((t.gpu_ipc, t.stage_chunk, t.stage_credits), (false, 65536, 4));
-        let t = Tuning::from_lookup(env(&[(AGENT_BYTES, "4K"), (AGENT_IDLE, "500")])).unwrap();
-        assert_eq!((t.agent_bytes, t.agent_idle), (4096, Duration::from_micros(500)));
-        assert!(Tuning::from_lookup(env(&[(STAGE_CHUNK, "64K"), (AGENT_BYTES, "128K")])).is_err(), "agent bytes above the chunk");
-        assert!(Tuning::from_lookup(env(&[(AGENT_IDLE, "0")])).is_err());
-        assert_eq!(Tuning::from_lookup(env(&[(AGENT_LANES, "8")])).unwrap().agent_lanes, 8);
-        assert!(Tuning::from_lookup(env(&[(AGENT_LANES, "0")])).is_err());
-        assert!(Tuning::from_lookup(env(&[(AGENT_LANES, "17")])).is_err());
-        assert_eq!(Tuning::from_lookup(env(&[])).unwrap().payload_bytes, 4096);
-        assert_eq!(Tuning::from_lookup(env(&[(PAYLOAD_BYTES, "1K")])).unwrap().payload_bytes, 1024);
-        assert_eq!(Tuning::from_lookup(env(&[(PAYLOAD_BYTES, "0")])).unwrap().payload_bytes, 0);
-        for bad in ["8", "100", "128K", "x"] {
-            assert!(Tuning::from_lookup(env(&[(PAYLOAD_BYTES, bad)])).is_err(), "{bad}");
-        }
-        let t = Tuning::from_lookup(env(&[])).unwrap();
-        assert_eq!(t.payload_slot_bytes(), 4096, "64 queues x 64 slots x 4 KiB = 16 MiB fits");
-        let t = Tuning::from_lookup(env(&[(QUEUES, "1024")])).unwrap();
-        assert_eq!(t.payload_slot_bytes(), 1024, "halved to fit 64 MiB");
-        let t = Tuning::from_lookup(env(&[(QUEUES, "1000000")])).unwrap();
-        assert_eq!(t.payload_slot_bytes(), 0, "not even 16 bytes fit");
-        let t = Tuning::from_lookup(env(&[(STAGE_CHUNK, "1000")])).unwrap();
-        assert_eq!(t.payload_slot_bytes(), 512, "at most one chunk, a power of two");
-        assert!(Tuning::from_lookup(env(&[(GPU_IPC, "yes")])).is_err());
-        assert!(Tuning::from_lookup(env(&[])).unwrap().gpu_p2p, "peer-to-peer stores are the default");
-        assert!(!Tuning::from_lookup(env(&[(GPU_P2P, "0")])).unwrap().gpu_p2p);
-        assert!(Tuning::from_lookup(env(&[(GPU_P2P, "on")])).is_err());
-        assert!(Tuning::from_lookup(env(&[(STAGE_CREDITS, "0")])).is_err());
-    }
-
-    #[test]
-    fn transport_map_off_by_default_on_with_1_nothing_else() {
-        assert!(!Tuning::from_lookup(env(&[])).unwrap().transport_map);
-        assert!(!Tuning::from_lookup(env(&[(TRANSPORT_MAP, "0")])).unwrap().transport_map);
-        assert!(!Tuning::from_lookup(env(&[(TRANSPORT_MAP, " ")])).unwrap().transport_map, "empty is unset");
-        assert!(Tuning::from_lookup(env(&[(TRANSPORT_MAP, "1")])).unwrap().transport_map);
-        assert!(Tuning::from_lookup(env(&[(TRANSPORT_MAP, " 1 ")])).unwrap().transport_map);
-        for bad in ["yes", "on", "true", "2", "-1"] {
-            let e = Tuning::from_lookup(env(&[(TRANSPORT_MAP, bad)])).unwrap_err();
-            assert!(matches!(&e, EnvError::Invalid { var, value, .. } if *var == TRANSPORT_MAP && value == bad), "{e}");
-            assert!(e.to_string().contains("0 or 1"), "{e}");
-        }
-    }
-
-    #[test]
-    fn queue_mem_host_by_default_device_on_request_nothing_else() {
-        assert_eq!(Tuning::from_lookup(env(&[])).unwrap().queue_mem, QueuePlacement::Host);
-        for (v, want) in [("host", QueuePlacement::Host), ("device", QueuePlacement::Device), (" Device ", QueuePlacement::Device), ("", QueuePlacement::Host)] {
-            assert_eq!(Tuning::from_lookup(env(&[(QUEUE_MEM, v)])).unwrap().queue_mem, want, "{v:?}");
-        }
-        for bad in ["gpu", "mapped", "1", "device,host"] {
-            let e = Tuning::from_lookup(env(&[(QUEUE_MEM, bad)])).unwrap_err();
-            assert!(matches!(&e, EnvError::Invalid { var, value, .. } if *var == QUEUE_MEM && value == bad), "{e}");
-            let msg = e.to_string();
-            assert!(msg.contains("CPNET_QUEUE_MEM") && msg.contains("host") && msg.contains("device"), "{msg}");
-        }
-        assert_eq!(QueuePlacement::Device.to_string(), "device");
     }
 }

@@ -1,0 +1,148 @@
+//! A PE's start-up, as one sequence in one place ([`start`]):
+//!
+//! 1. **launch environment**: who this process is ([`Launch`]) and how big
+//!    it is ([`Tuning`]), read by the caller (`Pe::init`, `GpuPe::init`),
+//!    which also opens what must fail before any rendezvous (a GPU PE's
+//!    device);
+//! 2. **rendezvous**: join the job's TCP rendezvous ([`Bootstrap::connect`]);
+//! 3. **heap**: the symmetric heap and the command queues of the PE's kind
+//!    ([`PeKind::heap`]; a GPU PE also exchanges its CUDA IPC handles here);
+//! 4. **proxy**: start the service threads in this process, or attach to the
+//!    host's proxy daemon (`CPNET_PROXY=daemon`, [`crate::daemon`]) ([`PeKind::proxy`]);
+//! 5. **connect and watchdog**: exchange the endpoints' cards with every PE,
+//!    meet at a barrier, start the proxy watchdog, or the daemon link's
+//!    watch over the daemon ([`PeCore::start`]).
+//!
+//! Modules depend one way: `pe` and `gpu` -> `startup` -> `core` ->
+//! `proxy_link` -> `proxy_threads`, `daemon` -> `bootstrap`, `env`, `error`,
+//! `watchdog`.
+
+use cpnet_device::layout::ErrorCode;
+use cpnet_proxy::transport::FabricConfig;
+
+use crate::bootstrap::Bootstrap;
+use crate::core::{PeCore, SHMALLOC_ALIGN, setup_wait_timeout};
+use crate::env::{Launch, Tuning};
+use crate::error::{Error, Result};
+use crate::proxy_link::ProxyLink;
+
+/// A kind of PE (CPU or GPU): its steps 3 and 4 of the start-up.
+pub(crate) trait PeKind {
+    /// The heap and queues: what the PE keeps after start-up.
+    type Parts;
+    /// Step 3: allocate the symmetric heap (`heap_size` bytes, already a
+    /// multiple of [`SHMALLOC_ALIGN`]) and the queues. May exchange through
+    /// `boot` (collective then).
+    fn heap(&mut self, launch: &Launch, tuning: &Tuning, boot: &Bootstrap, heap_size: u64) -> Result<Self::Parts>;
+    /// Step 4: the proxy serving `parts`' queues over `fabric`: service
+    /// threads in this process, or an attachment to the proxy daemon
+    /// (`CPNET_PROXY`). May use `boot` (collective then).
+    fn proxy(&mut self, parts: &mut Self::Parts, launch: &Launch, tuning: &Tuning, boot: &Bootstrap, fabric: &FabricConfig) -> Result<ProxyLink>;
+    /// What aborting the PE does to its queues (waits in work-groups or
+    /// kernels return `code` at once).
+    fn abort(parts: &Self::Parts) -> Box<dyn Fn(ErrorCode) + Send + Sync>;
+}
+
+/// Start a PE of kind `kind`: the whole sequence of the [module docs](self),
+/// steps 2 to 5. **Collective.** Returns the core (bootstrap, allocator,
+/// proxy) and the kind's parts; the caller holds the core before the parts
+/// so that the proxy stops before the memory it serves is freed.
+///
+/// # Errors
+/// [`Error::Bootstrap`], [`Error::Transport`], [`Error::Queue`],
+/// [`Error::Proxy`], [`Error::NotSymmetric`], and the kind's own.
+pub(crate) fn start<K: PeKind>(launch: Launch, tuning: Tuning, mut kind: K) -> Result<(PeCore, K::Parts)> {
+    init_logging();
+    let me = launch.pe;
+    // 2. rendezvous
+    let boot = Bootstrap::connect(&launch, tuning.connect_timeout).map_err(|cause| Error::Bootstrap { pe: me, cause })?;
+    // Set up at the PEs' own pace; `PeCore::start` sets CPNET_COLLECTIVE_TIMEOUT after.
+    boot.set_wait_timeout(setup_wait_timeout(&tuning));
+    // 3. heap and queues
+    let heap_size = tuning.heap_size.next_multiple_of(SHMALLOC_ALIGN);
+    let mut parts = kind.heap(&launch, &tuning, &boot, heap_size)?;
+    // 4. proxy
+    let fabric = default_fabric(&launch, &tuning, boot.local_ip());
+    let proxies = kind.proxy(&mut parts, &launch, &tuning, &boot, &fabric)?;
+    // 5. connect to every PE, barrier, watchdog
+    let core = PeCore::start(launch, tuning, fabric.provider, boot, heap_size, proxies, K::abort(&parts))?;
+    Ok((core, parts))
+}
+
+
+/// Sets up `tracing` output on stderr once per process (`RUST_LOG`, default
+/// `warn`), unless the program installed a subscriber already.
+pub(crate) fn init_logging() {
+    // Once, not at every init: each subscriber built only for `try_init`
+    // to refuse it (one is set) left ~120 B allocated in tracing-core
+    // (heaptrack: 4.7 KiB over 40 init/finalize cycles).
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    });
+}
+
+/// The provider and where it binds. The provider: `CPNET_PROVIDER`, else
+/// `shm` when every PE is on this host, `tcp;ofi_rxm` otherwise. Where an IP
+/// provider binds: `CPNET_FABRIC_NODE`; else `rendezvous_ip`, the local
+/// address of this PE's connection to the rendezvous
+/// ([`Bootstrap::local_ip`]), i.e. the interface this host reaches PE 0's
+/// host through (`127.0.0.1` under cpnet-run, whose rendezvous is there);
+/// else (a single PE) `127.0.0.1`. Left to itself, libfabric's tcp provider
+/// takes the first interface it lists, which can be the loopback one: a PE
+/// then publishes `127.0.0.1` and no other host reaches it (seen between two
+/// network namespaces, scripts/twohost.sh). Nor is "every PE on this host"
+/// a safe reason for `127.0.0.1`: it is only assumed where the launcher says
+/// nothing of hosts (PMI without `MPI_LOCAL*`).
+pub(crate) fn default_fabric(launch: &Launch, tuning: &Tuning, rendezvous_ip: Option<std::net::IpAddr>) -> FabricConfig {
+    let all_local = launch.local_size == launch.n_pes;
+    let provider = tuning
+        .provider
+        .clone()
+        .unwrap_or_else(|| if all_local { "shm".to_owned() } else { "tcp;ofi_rxm".to_owned() });
+    let ip = !provider.starts_with("shm");
+    let src_node = tuning
+        .fabric_node
+        .clone()
+        .or_else(|| rendezvous_ip.map(|a| a.to_string()))
+        .or_else(|| all_local.then(|| "127.0.0.1".to_owned()));
+    FabricConfig { provider, src_node: if ip { src_node } else { None }, reach_timeout: tuning.reach_timeout }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fabric_binds_the_rendezvous_route_and_loopback_only_without_one() {
+        use crate::env::Launcher;
+        let ip: std::net::IpAddr = "10.213.7.2".parse().unwrap();
+        let lo: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        let one_host = Launch { pe: 1, n_pes: 2, local_pe: 1, local_size: 2, bootstrap: Some("h:1".into()), launcher: Launcher::Mpi };
+        let two_hosts = Launch { local_pe: 0, local_size: 1, ..one_host.clone() };
+        let tcp = Tuning { provider: Some("tcp;ofi_rxm".into()), ..Tuning::default() };
+
+        let f = default_fabric(&one_host, &Tuning::default(), Some(ip));
+        assert_eq!((f.provider.as_str(), f.src_node), ("shm", None), "one host: shm, which binds nothing");
+        let f = default_fabric(&one_host, &tcp, Some(lo));
+        assert_eq!(f.src_node.as_deref(), Some("127.0.0.1"), "cpnet-run over tcp: its rendezvous is on loopback");
+        let f = default_fabric(&one_host, &tcp, None);
+        assert_eq!(f.src_node.as_deref(), Some("127.0.0.1"), "one host, no connection: loopback");
+        // PMI without MPI_LOCAL*: "one host" is only assumed; the route decides.
+        let f = default_fabric(&one_host, &tcp, Some(ip));
+        assert_eq!(f.src_node.as_deref(), Some("10.213.7.2"), "assumed one host over tcp: the route to PE 0");
+
+        let f = default_fabric(&two_hosts, &Tuning::default(), Some(ip));
+        assert_eq!((f.provider.as_str(), f.src_node.as_deref()), ("tcp;ofi_rxm", Some("10.213.7.2")), "the route to PE 0");
+        let f = default_fabric(&two_hosts, &Tuning::default(), None);
+        assert_eq!(f.src_node, None, "no connection: the provider's choice");
+        let node = Tuning { fabric_node: Some("10.9.9.9".into()), ..tcp.clone() };
+        let f = default_fabric(&two_hosts, &node, Some(ip));
+        assert_eq!(f.src_node.as_deref(), Some("10.9.9.9"), "CPNET_FABRIC_NODE wins");
+        let shm = Tuning { provider: Some("shm".into()), ..Tuning::default() };
+        assert_eq!(default_fabric(&two_hosts, &shm, Some(ip)).src_node, None, "shm binds no address");
+    }
+
+}
