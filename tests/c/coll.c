@@ -92,7 +92,8 @@ int main(void) {
     CHECK_EQ(shmem_team_n_pes(mine), me % 2 ? n / 2 : (n + 1) / 2);
     CHECK_EQ(shmem_team_translate_pe(mine, 0, SHMEM_TEAM_WORLD), me % 2);
     CHECK_EQ(shmem_team_translate_pe(SHMEM_TEAM_WORLD, me, mine), me / 2);
-    CHECK_EQ(shmem_team_translate_pe(SHMEM_TEAM_WORLD, (me + 1) % n, mine), n == 1 ? 0 : -1);
+    int nb = (me + 1) % n;
+    CHECK_EQ(shmem_team_translate_pe(SHMEM_TEAM_WORLD, nb, mine), nb % 2 == me % 2 ? nb / 2 : -1);
     shmem_team_config_t cfg = {0};
     CHECK_EQ(shmem_team_get_config(mine, SHMEM_TEAM_NUM_CONTEXTS, &cfg), 0);
     CHECK_EQ(cfg.num_contexts, 0);
