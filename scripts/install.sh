@@ -67,9 +67,8 @@ Name: cpnet
 Description: GPU-initiated networking runtime (ComP-Net style): the C ABI and the OpenSHMEM 1.5 host API (shmem.h)
 URL: https://github.com/cpnet
 Version: $version
-Requires.private: libfabric >= 1.17
 Libs: -L\${libdir} -lcpnet
-Libs.private: -lpthread -ldl -lm -lrt -lutil -lgcc_s
+Libs.private: -lfabric -lpthread -ldl -lm -lrt -lutil -lgcc_s
 Cflags: -I\${includedir}
 EOF
 
