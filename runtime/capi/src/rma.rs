@@ -76,6 +76,7 @@ fn check_private(routine: *const c_char, what: &str, p: *const u8, n: u64) {
 }
 
 /// Put `n` bytes from `src` (symmetric or private) to `dest` on world PE `pe`.
+#[allow(clippy::too_many_arguments)] // the state, the context, the name and the put's own five
 pub(crate) fn put(st: &State, inner: &mut CtxInner, routine: *const c_char, dest: SymAddr, src: *const u8, n: u64, pe: i32, nbi: bool) {
     if n == 0 {
         return;
@@ -113,6 +114,7 @@ pub(crate) fn put(st: &State, inner: &mut CtxInner, routine: *const c_char, dest
 }
 
 /// Get `n` bytes from `source` on world PE `pe` into `dest` (symmetric or private).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn get(st: &State, inner: &mut CtxInner, routine: *const c_char, dest: *mut u8, source: SymAddr, n: u64, pe: i32, nbi: bool) {
     if n == 0 {
         return;
@@ -453,13 +455,13 @@ pub unsafe extern "C" fn cpnet_ctx_create(team: *mut crate::CpnetTeam, options: 
 pub(crate) fn new_ctx(st: &State, start: i32, stride: i32, size: i32, team: usize) -> Option<Ctx> {
     let idx = lock(&st.staging_free).pop()?;
     let wg = st.next_wg.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let made = lock(&st.pe).as_ref().map(|pe| pe.ctx_create(wg));
-    let wg = match made {
-        Some(Ok(w)) => w,
-        _ => {
-            lock(&st.staging_free).push(idx);
-            return None;
-        }
+    let made = match lock(&st.pe).as_ref() {
+        Some(pe) => pe.ctx_create(wg).ok(),
+        None => None,
+    };
+    let Some(wg) = made else {
+        lock(&st.staging_free).push(idx);
+        return None;
     };
     let off = st.staging_base + idx * st.staging_len;
     Some(Ctx {

@@ -228,11 +228,14 @@ fn alloc(st: &State, routine: *const c_char, size: u64, align: u64) -> *mut c_vo
     }
     let extra = if align > rt::pe::SHMALLOC_ALIGN { align } else { 0 };
     let Some(bytes) = size.checked_add(extra) else { fatal(routine, &format!("size {size} overflows")) };
-    let got = lock(&st.pe).as_ref().map(|pe| pe.shmalloc(bytes));
+    let got = match lock(&st.pe).as_ref() {
+        Some(pe) => pe.shmalloc(bytes),
+        None => return std::ptr::null_mut(),
+    };
     let off = match got {
-        Some(Ok(off)) => off.0,
-        Some(Err(rt::pe::Error::OutOfHeap { .. })) | None => return std::ptr::null_mut(),
-        Some(Err(e)) => fatal(routine, &e.to_string()),
+        Ok(off) => off.0,
+        Err(rt::pe::Error::OutOfHeap { .. }) => return std::ptr::null_mut(),
+        Err(e) => fatal(routine, &e.to_string()),
     };
     let user = if extra > 0 { (st.base as u64 + off).next_multiple_of(align) - st.base as u64 } else { off };
     lock(&st.allocs).insert(user, (off, size));
@@ -302,8 +305,9 @@ pub extern "C" fn cpnet_free(ptr: *mut c_void, routine: *const c_char) {
         fatal(routine, &format!("{ptr:p} is not a block returned by shmem_malloc (or it was freed already)"));
     };
     lock(&st.default_ctx.inner).quiet(routine);
-    let r = lock(&st.pe).as_ref().map(|pe| pe.shfree(SymAddr(alloc_off)));
-    if let Some(Err(e)) = r {
+    if let Some(pe) = lock(&st.pe).as_ref()
+        && let Err(e) = pe.shfree(SymAddr(alloc_off))
+    {
         fatal(routine, &e.to_string());
     }
 }

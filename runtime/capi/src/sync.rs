@@ -40,7 +40,7 @@ impl std::fmt::Display for Val {
 /// # Safety
 /// `p` is aligned to the type's size and inside the symmetric heap.
 unsafe fn load(p: *mut u8, ty: c_int) -> Val {
-    // SAFETY (every arm): p is aligned and in the heap (the contract); the
+    // SAFETY: (every arm) p is aligned and in the heap (the contract); the
     // heap is only accessed atomically or by copies OpenSHMEM lets race.
     // Acquire: pairs with the release that published the value (the
     // proxy's or the provider's delivery of a put, signal or AMO).
