@@ -36,7 +36,7 @@ for src in tests/c/*.c; do
   name=$(basename "$src" .c)
   oshcc -std=c11 -O1 -g -Wall -Wextra -Werror -pthread "$src" -o "$work/$name"
 done
-for name in rma amo sync coll ctx; do
+for name in rma amo sync coll ctx mem; do
   for np in 2 4; do
     if timeout 120 oshrun -np "$np" "$work/$name" >"$work/$name.$np.out" 2>&1 &&
        [ "$(grep -c "^$name: PE .* ok$" "$work/$name.$np.out")" = "$np" ]; then
