@@ -101,6 +101,15 @@ static inline void shmem_info_get_version(int *major, int *minor) { *major = SHM
 /** §9.1.11 */
 static inline void shmem_info_get_name(char *name) { strncpy(name, SHMEM_VENDOR_STRING, SHMEM_MAX_NAME_LEN - 1); name[SHMEM_MAX_NAME_LEN - 1] = 0; }
 
+/* Deprecated names that 1.5 still lists (§9.1.12 start_pes; Annex: shmalloc, shfree, ...). */
+static inline void start_pes(int npes) { (void)npes; cpnet_init_thread(SHMEM_THREAD_SINGLE, NULL, "start_pes"); }
+static inline int _my_pe(void) { return cpnet_my_pe("_my_pe"); }
+static inline int _num_pes(void) { return cpnet_n_pes("_num_pes"); }
+static inline void *shmalloc(size_t size) { return cpnet_malloc(size, "shmalloc"); }
+static inline void shfree(void *ptr) { cpnet_free(ptr, "shfree"); }
+static inline void *shrealloc(void *ptr, size_t size) { return cpnet_realloc(ptr, size, "shrealloc"); }
+static inline void *shmemalign(size_t alignment, size_t size) { return cpnet_align(alignment, size, "shmemalign"); }
+
 /* ---- §9.3 memory management (collective) ------------------------------- */
 static inline void *shmem_malloc(size_t size) { return cpnet_malloc(size, "shmem_malloc"); }
 static inline void *shmem_malloc_with_hints(size_t size, long hints) { (void)hints; return cpnet_malloc(size, "shmem_malloc_with_hints"); }

@@ -136,7 +136,11 @@ pub extern "C" fn cpnet_global_exit(status: c_int, routine: *const c_char) -> ! 
     let _ = routine;
     if state::is_live() {
         let st = state::get(routine);
-        if let Some(pe) = lock(&st.pe).as_ref() {
+        // try_lock: another thread may hold the PE in a collective; then
+        // the other PEs learn of the exit from the launcher instead.
+        if let Ok(g) = st.pe.try_lock()
+            && let Some(pe) = g.as_ref()
+        {
             pe.abort_job(&format!("shmem_global_exit({status}) on PE {}", st.me));
         }
     }
