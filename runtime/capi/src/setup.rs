@@ -106,8 +106,11 @@ pub unsafe extern "C" fn cpnet_init_thread(requested: c_int, provided: *mut c_in
 /// a call without init does nothing.
 ///
 /// Errors (fatal): a peer failed; a rejected earlier operation.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_finalize(routine: *const c_char) {
+pub unsafe extern "C" fn cpnet_finalize(routine: *const c_char) {
     let Some(st) = state::take() else { return };
     // Contexts first (each quiets), then the PE.
     let ctxs = std::mem::take(&mut *st.ctxs.write().unwrap_or_else(std::sync::PoisonError::into_inner));
@@ -131,8 +134,11 @@ pub extern "C" fn cpnet_finalize(routine: *const c_char) {
 /// other PE is told and ends (their waits fail, they exit after
 /// `CPNET_ABORT_GRACE`); this process flushes C's stdio and exits with
 /// `status` at once. One-sided. Before init, only this process exits.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_global_exit(status: c_int, routine: *const c_char) -> ! {
+pub unsafe extern "C" fn cpnet_global_exit(status: c_int, routine: *const c_char) -> ! {
     let _ = routine;
     if state::is_live() {
         let st = state::get(routine);
@@ -150,16 +156,22 @@ pub extern "C" fn cpnet_global_exit(status: c_int, routine: *const c_char) -> ! 
 /// This PE's number, `0..n_pes` (§9.1.2 `shmem_my_pe`). Local.
 ///
 /// Errors (fatal): before init.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_my_pe(routine: *const c_char) -> c_int {
+pub unsafe extern "C" fn cpnet_my_pe(routine: *const c_char) -> c_int {
     state::get(routine).me
 }
 
 /// Number of PEs in the job (§9.1.3 `shmem_n_pes`). Local.
 ///
 /// Errors (fatal): before init.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_n_pes(routine: *const c_char) -> c_int {
+pub unsafe extern "C" fn cpnet_n_pes(routine: *const c_char) -> c_int {
     state::get(routine).n_pes
 }
 
@@ -167,8 +179,11 @@ pub extern "C" fn cpnet_n_pes(routine: *const c_char) -> c_int {
 /// (§9.1.6 `shmem_pe_accessible`). Local.
 ///
 /// Errors (fatal): before init.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_pe_accessible(pe: c_int, routine: *const c_char) -> c_int {
+pub unsafe extern "C" fn cpnet_pe_accessible(pe: c_int, routine: *const c_char) -> c_int {
     let st = state::get(routine);
     c_int::from(pe >= 0 && pe < st.n_pes)
 }
@@ -177,8 +192,11 @@ pub extern "C" fn cpnet_pe_accessible(pe: c_int, routine: *const c_char) -> c_in
 /// reached at, else 0 (§9.1.7 `shmem_addr_accessible`). Local.
 ///
 /// Errors (fatal): before init.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_addr_accessible(addr: *const c_void, pe: c_int, routine: *const c_char) -> c_int {
+pub unsafe extern "C" fn cpnet_addr_accessible(addr: *const c_void, pe: c_int, routine: *const c_char) -> c_int {
     let st = state::get(routine);
     c_int::from(pe >= 0 && pe < st.n_pes && st.heap_offset(addr.cast(), 1).is_ok())
 }
@@ -189,8 +207,11 @@ pub extern "C" fn cpnet_addr_accessible(addr: *const c_void, pe: c_int, routine:
 /// the heap. Local.
 ///
 /// Errors (fatal): before init.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_ptr(dest: *const c_void, pe: c_int, routine: *const c_char) -> *mut c_void {
+pub unsafe extern "C" fn cpnet_ptr(dest: *const c_void, pe: c_int, routine: *const c_char) -> *mut c_void {
     let st = state::get(routine);
     if pe == st.me && st.heap_offset(dest.cast(), 1).is_ok() { dest.cast_mut() } else { std::ptr::null_mut() }
 }
@@ -198,8 +219,11 @@ pub extern "C" fn cpnet_ptr(dest: *const c_void, pe: c_int, routine: *const c_ch
 /// The thread level granted at init (§9.2.2 `shmem_query_thread`). Local.
 ///
 /// Errors (fatal): before init.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_query_thread(routine: *const c_char) -> c_int {
+pub unsafe extern "C" fn cpnet_query_thread(routine: *const c_char) -> c_int {
     state::get(routine).thread_level
 }
 
@@ -252,8 +276,11 @@ fn alloc(st: &State, routine: *const c_char, size: u64, align: u64) -> *mut c_vo
 /// (`CPNET_HEAP_SIZE`) has no block that large.
 ///
 /// Errors (fatal): before init; PEs passing different sizes.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_malloc(size: usize, routine: *const c_char) -> *mut c_void {
+pub unsafe extern "C" fn cpnet_malloc(size: usize, routine: *const c_char) -> *mut c_void {
     let st = state::get(routine);
     alloc(st, routine, size as u64, 0)
 }
@@ -263,15 +290,19 @@ pub extern "C" fn cpnet_malloc(size: usize, routine: *const c_char) -> *mut c_vo
 /// `shmem_calloc`). **Collective.**
 ///
 /// Errors (fatal): as [`cpnet_malloc`]; `count * size` overflows.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_calloc(count: usize, size: usize, routine: *const c_char) -> *mut c_void {
+pub unsafe extern "C" fn cpnet_calloc(count: usize, size: usize, routine: *const c_char) -> *mut c_void {
     let st = state::get(routine);
     let Some(bytes) = count.checked_mul(size) else { fatal(routine, &format!("{count} x {size} bytes overflows")) };
     let p = alloc(st, routine, bytes as u64, 0);
     if !p.is_null() {
         // SAFETY: a fresh block of `bytes` bytes inside the heap.
         unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, bytes) };
-        crate::sync::cpnet_barrier_all(routine);
+        // SAFETY: `routine` is this function's, under the same contract.
+        unsafe { crate::sync::cpnet_barrier_all(routine) };
     }
     p
 }
@@ -280,8 +311,11 @@ pub extern "C" fn cpnet_calloc(count: usize, size: usize, routine: *const c_char
 /// `shmem_align`). **Collective.**
 ///
 /// Errors (fatal): as [`cpnet_malloc`]; an alignment that is not a power of two.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_align(alignment: usize, size: usize, routine: *const c_char) -> *mut c_void {
+pub unsafe extern "C" fn cpnet_align(alignment: usize, size: usize, routine: *const c_char) -> *mut c_void {
     let st = state::get(routine);
     if !alignment.is_power_of_two() {
         fatal(routine, &format!("alignment {alignment} is not a power of two"));
@@ -295,8 +329,11 @@ pub extern "C" fn cpnet_align(alignment: usize, size: usize, routine: *const c_c
 ///
 /// Errors (fatal): before init; a pointer that is not a live block;
 /// different blocks on different PEs.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_free(ptr: *mut c_void, routine: *const c_char) {
+pub unsafe extern "C" fn cpnet_free(ptr: *mut c_void, routine: *const c_char) {
     let st = state::get(routine);
     if ptr.is_null() {
         return;
@@ -322,14 +359,18 @@ pub extern "C" fn cpnet_free(ptr: *mut c_void, routine: *const c_char) {
 /// (the old block kept) when the heap has no room. **Collective.**
 ///
 /// Errors (fatal): as [`cpnet_free`].
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_realloc(ptr: *mut c_void, size: usize, routine: *const c_char) -> *mut c_void {
+pub unsafe extern "C" fn cpnet_realloc(ptr: *mut c_void, size: usize, routine: *const c_char) -> *mut c_void {
     let st = state::get(routine);
     if ptr.is_null() {
         return alloc(st, routine, size as u64, 0);
     }
     if size == 0 {
-        cpnet_free(ptr, routine);
+        // SAFETY: `routine` is this function's, under the same contract.
+        unsafe { cpnet_free(ptr, routine) };
         return std::ptr::null_mut();
     }
     let off = st.heap_offset(ptr.cast(), 0).unwrap_or(u64::MAX);
@@ -343,6 +384,7 @@ pub extern "C" fn cpnet_realloc(ptr: *mut c_void, size: usize, routine: *const c
     // SAFETY: both blocks are live heap blocks of at least min(old, size)
     // bytes; distinct blocks do not overlap.
     unsafe { std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), p.cast::<u8>(), old.min(size as u64) as usize) };
-    cpnet_free(ptr, routine);
+    // SAFETY: as above.
+    unsafe { cpnet_free(ptr, routine) };
     p
 }

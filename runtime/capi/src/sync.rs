@@ -254,15 +254,19 @@ pub unsafe extern "C" fn cpnet_signal_wait_until(sig_addr: *mut u64, cmp: c_int,
             routine,
         )
     };
-    cpnet_signal_fetch(sig_addr, routine)
+    // SAFETY: `routine` is this function's, under the same contract.
+    unsafe { cpnet_signal_fetch(sig_addr, routine) }
 }
 
 /// The local 64-bit signal at `sig_addr`, read atomically with acquire
 /// (§9.8.3 `shmem_signal_fetch`). One-sided, local.
 ///
 /// Errors (fatal): before init; `sig_addr` outside the heap or misaligned.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_signal_fetch(sig_addr: *const u64, routine: *const c_char) -> u64 {
+pub unsafe extern "C" fn cpnet_signal_fetch(sig_addr: *const u64, routine: *const c_char) -> u64 {
     let st = state::get(routine);
     let off = st.sym(routine, "sig_addr", sig_addr.cast(), 8);
     if !off.0.is_multiple_of(8) {
@@ -280,8 +284,11 @@ pub extern "C" fn cpnet_signal_fetch(sig_addr: *const u64, routine: *const c_cha
 ///
 /// Errors (fatal): before init; a rejected earlier operation; a peer's
 /// failure or a barrier past `CPNET_WAIT_TIMEOUT`.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_barrier_all(routine: *const c_char) {
+pub unsafe extern "C" fn cpnet_barrier_all(routine: *const c_char) {
     let st = state::get(routine);
     let mut inner = lock(&st.default_ctx.inner);
     if let Err(e) = inner.wg(routine).barrier_all() {
@@ -316,8 +323,11 @@ fn lock_amo(st: &State, routine: *const c_char, f: impl FnOnce(&mut rt::WorkGrou
 ///
 /// Errors (fatal): before init; `lock` outside the heap or misaligned; a
 /// wait past `CPNET_WAIT_TIMEOUT`.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_set_lock(lock_ptr: *mut c_long, routine: *const c_char) {
+pub unsafe extern "C" fn cpnet_set_lock(lock_ptr: *mut c_long, routine: *const c_char) {
     let (st, w) = lock_word(routine, lock_ptr);
     let ticket = (lock_amo(st, routine, |wg| wg.atomic_fetch_add::<u64>(w, 1 << 32, 0)) >> 32) as u32;
     let deadline = Deadline::after(st.wait_timeout);
@@ -338,8 +348,11 @@ pub extern "C" fn cpnet_set_lock(lock_ptr: *mut c_long, routine: *const c_char) 
 /// context (§9.12.1 `shmem_clear_lock`). One-sided.
 ///
 /// Errors (fatal): as [`cpnet_set_lock`].
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_clear_lock(lock_ptr: *mut c_long, routine: *const c_char) {
+pub unsafe extern "C" fn cpnet_clear_lock(lock_ptr: *mut c_long, routine: *const c_char) {
     let (st, w) = lock_word(routine, lock_ptr);
     let mut inner = lock(&st.default_ctx.inner);
     inner.quiet(routine);
@@ -353,8 +366,11 @@ pub extern "C" fn cpnet_clear_lock(lock_ptr: *mut c_long, routine: *const c_char
 /// another PE holds it (§9.12.1 `shmem_test_lock`). One-sided.
 ///
 /// Errors (fatal): as [`cpnet_set_lock`].
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_test_lock(lock_ptr: *mut c_long, routine: *const c_char) -> c_int {
+pub unsafe extern "C" fn cpnet_test_lock(lock_ptr: *mut c_long, routine: *const c_char) -> c_int {
     let (st, w) = lock_word(routine, lock_ptr);
     let v = lock_amo(st, routine, |wg| wg.atomic_fetch::<u64>(w, 0));
     if (v >> 32) as u32 != v as u32 {

@@ -145,8 +145,11 @@ pub(crate) fn install_predefined(st: &State) {
 /// `SHMEM_TEAM_INVALID` (§9.4.1 `shmem_team_my_pe`). Local.
 ///
 /// Errors (fatal): before init; a handle that is no team.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_team_my_pe(team: *mut CpnetTeam, routine: *const c_char) -> c_int {
+pub unsafe extern "C" fn cpnet_team_my_pe(team: *mut CpnetTeam, routine: *const c_char) -> c_int {
     let st = state::get(routine);
     if team.is_null() {
         return -1;
@@ -158,8 +161,11 @@ pub extern "C" fn cpnet_team_my_pe(team: *mut CpnetTeam, routine: *const c_char)
 /// `shmem_team_n_pes`). Local.
 ///
 /// Errors (fatal): before init; a handle that is no team.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_team_n_pes(team: *mut CpnetTeam, routine: *const c_char) -> c_int {
+pub unsafe extern "C" fn cpnet_team_n_pes(team: *mut CpnetTeam, routine: *const c_char) -> c_int {
     let st = state::get(routine);
     if team.is_null() {
         return -1;
@@ -194,8 +200,11 @@ pub unsafe extern "C" fn cpnet_team_get_config(team: *mut CpnetTeam, config_mask
 /// The number in `dest_team` of PE `src_pe` of `src_team`, -1 if it is not
 /// a member of `dest_team` (or either handle is `SHMEM_TEAM_INVALID`, or
 /// `src_pe` is outside `src_team`) (§9.4.4 `shmem_team_translate_pe`). Local.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_team_translate_pe(src_team: *mut CpnetTeam, src_pe: c_int, dest_team: *mut CpnetTeam, routine: *const c_char) -> c_int {
+pub unsafe extern "C" fn cpnet_team_translate_pe(src_team: *mut CpnetTeam, src_pe: c_int, dest_team: *mut CpnetTeam, routine: *const c_char) -> c_int {
     let st = state::get(routine);
     if src_team.is_null() || dest_team.is_null() {
         return -1;
@@ -296,8 +305,11 @@ pub unsafe extern "C" fn cpnet_team_split_strided(
 /// team. `SHMEM_TEAM_INVALID` is ignored; the predefined teams are refused.
 ///
 /// Errors (fatal): before init; a handle that is no team; a predefined team.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_team_destroy(team: *mut CpnetTeam, routine: *const c_char) {
+pub unsafe extern "C" fn cpnet_team_destroy(team: *mut CpnetTeam, routine: *const c_char) {
     let st = state::get(routine);
     if team.is_null() {
         return;
@@ -315,8 +327,11 @@ pub extern "C" fn cpnet_team_destroy(team: *mut CpnetTeam, routine: *const c_cha
 ///
 /// Errors (fatal): before init; a bad team or this PE not in it; a wait
 /// past `CPNET_WAIT_TIMEOUT`.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_team_sync(team: *mut CpnetTeam, routine: *const c_char) -> c_int {
+pub unsafe extern "C" fn cpnet_team_sync(team: *mut CpnetTeam, routine: *const c_char) -> c_int {
     let st = state::get(routine);
     let t = lookup(st, routine, team);
     let mut syncs = lock(&t.syncs);
@@ -353,8 +368,11 @@ fn begin<'a>(st: &State, routine: *const c_char, t: &'a Team) -> (i32, std::sync
 ///
 /// Errors (fatal): before init; a bad team; `root` outside it; `dest` or
 /// `source` outside the heap (`nbytes` that do not fit).
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_team_broadcast(team: *mut CpnetTeam, dest: *mut c_void, source: *const c_void, nbytes: usize, root: c_int, routine: *const c_char) -> c_int {
+pub unsafe extern "C" fn cpnet_team_broadcast(team: *mut CpnetTeam, dest: *mut c_void, source: *const c_void, nbytes: usize, root: c_int, routine: *const c_char) -> c_int {
     let st = state::get(routine);
     let t = lookup(st, routine, team);
     if root < 0 || root >= t.size {
@@ -377,8 +395,11 @@ pub extern "C" fn cpnet_team_broadcast(team: *mut CpnetTeam, dest: *mut c_void, 
 ///
 /// Errors (fatal): as [`cpnet_team_broadcast`]; `dest` must hold
 /// `nbytes * team size` bytes.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_team_fcollect(team: *mut CpnetTeam, dest: *mut c_void, source: *const c_void, nbytes: usize, routine: *const c_char) -> c_int {
+pub unsafe extern "C" fn cpnet_team_fcollect(team: *mut CpnetTeam, dest: *mut c_void, source: *const c_void, nbytes: usize, routine: *const c_char) -> c_int {
     let st = state::get(routine);
     let t = lookup(st, routine, team);
     let n = nbytes as u64;
@@ -397,8 +418,11 @@ pub extern "C" fn cpnet_team_fcollect(team: *mut CpnetTeam, dest: *mut c_void, s
 /// `shmem_collectmem`). **Collective**. Returns 0.
 ///
 /// Errors (fatal): as [`cpnet_team_fcollect`], with the total size.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_team_collect(team: *mut CpnetTeam, dest: *mut c_void, source: *const c_void, nbytes: usize, routine: *const c_char) -> c_int {
+pub unsafe extern "C" fn cpnet_team_collect(team: *mut CpnetTeam, dest: *mut c_void, source: *const c_void, nbytes: usize, routine: *const c_char) -> c_int {
     let st = state::get(routine);
     let t = lookup(st, routine, team);
     let n = nbytes as u64;
@@ -437,8 +461,11 @@ pub extern "C" fn cpnet_team_collect(team: *mut CpnetTeam, dest: *mut c_void, so
 /// `shmem_alltoall`, `shmem_alltoallmem`). **Collective**. Returns 0.
 ///
 /// Errors (fatal): as [`cpnet_team_fcollect`]; both hold `nbytes * size` bytes.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
-pub extern "C" fn cpnet_team_alltoall(team: *mut CpnetTeam, dest: *mut c_void, source: *const c_void, nbytes: usize, routine: *const c_char) -> c_int {
+pub unsafe extern "C" fn cpnet_team_alltoall(team: *mut CpnetTeam, dest: *mut c_void, source: *const c_void, nbytes: usize, routine: *const c_char) -> c_int {
     let st = state::get(routine);
     let t = lookup(st, routine, team);
     let n = nbytes as u64;
@@ -461,9 +488,12 @@ pub extern "C" fn cpnet_team_alltoall(team: *mut CpnetTeam, dest: *mut c_void, s
 ///
 /// Errors (fatal): as [`cpnet_team_broadcast`]; an operation the type does
 /// not have (bitwise ones on floating point).
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
 #[unsafe(no_mangle)]
 #[allow(clippy::too_many_arguments)]
-pub extern "C" fn cpnet_team_reduce(
+pub unsafe extern "C" fn cpnet_team_reduce(
     team: *mut CpnetTeam,
     dest: *mut c_void,
     source: *const c_void,
