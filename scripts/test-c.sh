@@ -68,7 +68,7 @@ check_error() {
 }
 check_error before-init 2 1 "shmem_my_pe: called before shmem_init"
 check_error put-before-init 1 1 "shmem_int_p: called before shmem_init"
-check_error bad-pe 2 1 "shmem_long_put: PE 5 is not a valid PE number: the PEs are 0..2"
+check_error bad-pe 2 1 "shmem_long_put: PE 5 is not a valid PE number: the PEs are 0 to 1"
 check_error negative-pe 4 1 "shmem_long_g: PE -1 is not a valid PE number"
 check_error amo-bad-pe 2 1 "shmem_long_atomic_add: PE 2 is not a valid PE number"
 check_error outside-heap 2 1 "shmem_long_put: dest 0x"

@@ -19,7 +19,7 @@
 //!   header passes (a string literal, or null), and names it in errors.
 //! * Errors are fatal, as OpenSHMEM's routines return nothing: the routine's
 //!   name and the reason are printed on stderr (`cpnet: PE 1:
-//!   shmem_int_put: PE 7 is not a valid PE number: the PEs are 0..2`), the
+//!   shmem_int_put: PE 7 is not a valid PE number: the PEs are 0 to 1`), the
 //!   other PEs are told, and the process exits with status 1. Calling any
 //!   routine but the init ones before init is such an error.
 //! * Symmetric addresses (`dest` of a put, `source` of a get, AMO targets,

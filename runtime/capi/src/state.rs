@@ -252,7 +252,7 @@ impl State {
     pub(crate) fn check_pe(&self, routine: *const c_char, ctx: &Ctx, pe: i32) -> i32 {
         if pe < 0 || pe >= ctx.size {
             let team = if ctx.size == self.n_pes && ctx.stride == 1 { String::new() } else { " of the context's team".to_owned() };
-            fatal(routine, &format!("PE {pe} is not a valid PE number{team}: the PEs are 0..{}", ctx.size));
+            fatal(routine, &format!("PE {pe} is not a valid PE number{team}: the PEs are 0 to {}", ctx.size - 1));
         }
         ctx.start + pe * ctx.stride
     }

@@ -376,7 +376,7 @@ pub unsafe extern "C" fn cpnet_team_broadcast(team: *mut CpnetTeam, dest: *mut c
     let st = state::get(routine);
     let t = lookup(st, routine, team);
     if root < 0 || root >= t.size {
-        fatal(routine, &format!("PE_root {root} is not a PE of the team (0..{})", t.size));
+        fatal(routine, &format!("PE_root {root} is not a PE of the team (0 to {})", t.size - 1));
     }
     let n = nbytes as u64;
     let d = st.sym(routine, "dest", dest.cast(), n);
