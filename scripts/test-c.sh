@@ -4,7 +4,8 @@
 #
 #   1. scripts/install.sh --prefix <temp> --debug;
 #   2. tests/c/*.c (one program per routine family, checking values) built
-#      with oshcc (C11, -Wall -Wextra -Werror), run with oshrun -np 2 and 4;
+#      with oshcc (C11, -Wall -Wextra -Werror), run with oshrun -np 2 and 4
+#      (shm), rma and coll also over tcp;ofi_rxm;
 #      rma.c also linked statically against libcpnet.a; shmem.h also
 #      compiled as C99 (no _Generic) and as C++;
 #   3. tests/c/errors.c: each bad input ends the job with a non-zero status
@@ -45,6 +46,15 @@ for name in rma amo sync coll ctx mem; do
       say "FAIL $name -np $np:"; cat "$work/$name.$np.out"; fail=1
     fi
   done
+done
+# the other provider: tcp;ofi_rxm (what multi-host jobs use)
+for name in rma coll; do
+  if CPNET_PROVIDER='tcp;ofi_rxm' timeout 120 oshrun -np 2 "$work/$name" >"$work/$name.tcp.out" 2>&1 &&
+     [ "$(grep -c "^$name: PE .* ok$" "$work/$name.tcp.out")" = 2 ]; then
+    say "ok   $name -np 2 over tcp;ofi_rxm"
+  else
+    say "FAIL $name -np 2 over tcp;ofi_rxm:"; cat "$work/$name.tcp.out"; fail=1
+  fi
 done
 cc -std=c11 -O1 tests/c/rma.c $(pkg-config --cflags cpnet) "$prefix/lib/libcpnet.a" \
   $(pkg-config --static --libs-only-l cpnet | sed 's/-lcpnet//') -o "$work/rma-static"
