@@ -101,6 +101,13 @@ int main(void) {
     shmem_long_atomic_fetch_nbi(&f1, counter, 0);
     shmem_quiet();
     CHECK_EQ(f1, 100L * n * (n + 1) / 2);
+    shmem_barrier_all();
+    long f2 = -1, f3 = -1;
+    shmem_atomic_fetch_add_nbi(&f2, counter, 5L, 0); /* generic */
+    shmem_atomic_compare_swap_nbi(SHMEM_CTX_DEFAULT, &f3, counter, -7L, 0L, 0); /* generic, with a context */
+    shmem_quiet();
+    CHECK(f2 >= 100L * n * (n + 1) / 2 && f2 < 100L * n * (n + 1) / 2 + 5L * n);
+    CHECK(f3 >= 100L * n * (n + 1) / 2);
 
     shmem_barrier_all();
     PASS("amo");

@@ -47,6 +47,15 @@ int main(void) {
     for (int i = 0; i < n; i++)
         for (int k = 0; k < 2; k++) CHECK_EQ(adst[2 * i + k], 100 * i + 10 * me + k);
 
+    /* alltoalls: 1 long per PE pair, source stride 2, dest stride 3 */
+    long *ssrc = shmem_malloc(2 * n * sizeof(long)), *sdst = shmem_calloc(3 * n, sizeof(long));
+    for (int j = 0; j < n; j++) ssrc[2 * j] = 1000 * me + j, ssrc[2 * j + 1] = -1;
+    shmem_alltoalls(SHMEM_TEAM_WORLD, sdst, ssrc, 3, 2, 1); /* generic */
+    for (int i = 0; i < n; i++) {
+        CHECK_EQ(sdst[3 * i], 1000 * i + me);
+        CHECK_EQ(sdst[3 * i + 1], 0);
+    }
+
     /* reductions */
     int *ri = shmem_malloc(4 * sizeof(int)), *ro = shmem_malloc(4 * sizeof(int));
     for (int i = 0; i < 4; i++) ri[i] = me + i;

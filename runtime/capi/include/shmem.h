@@ -18,7 +18,7 @@
  * them only as local buffers (the source of a put, the dest of a get).
  *
  * Not provided: the deprecated active-set collectives and pSync/pWrk
- * routines (1.5 §9.9 keeps them deprecated), shmem_alltoalls,
+ * routines (1.5 §9.9 keeps them deprecated),
  * long double and complex reductions, shmem_team_ptr, shmem_malloc hints
  * beyond ignoring them, Fortran.
  */

@@ -480,6 +480,50 @@ pub unsafe extern "C" fn cpnet_team_alltoall(team: *mut CpnetTeam, dest: *mut c_
     0
 }
 
+/// Strided exchange (§9.9.6 `shmem_alltoalls`, `shmem_alltoallsmem`):
+/// member `i` sends member `j` the `nelems` elements of `elem_size` bytes
+/// at `source` elements `(j * nelems + k) * sst`, which land at `dest`
+/// elements `(i * nelems + k) * dst` of member `j`, `k` in `0..nelems`.
+/// **Collective**. Returns 0.
+///
+/// Errors (fatal): as [`cpnet_team_alltoall`]; strides below 1.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string (the headers pass literals).
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cpnet_team_alltoalls(
+    team: *mut CpnetTeam,
+    dest: *mut c_void,
+    source: *const c_void,
+    dst: isize,
+    sst: isize,
+    nelems: usize,
+    elem_size: usize,
+    routine: *const c_char,
+) -> c_int {
+    let st = state::get(routine);
+    let t = lookup(st, routine, team);
+    if dst < 1 || sst < 1 {
+        fatal(routine, &format!("the strides must be at least 1 (dst {dst}, sst {sst})"));
+    }
+    let (size, per) = (elem_size as u64, nelems as u64 * t.size as u64);
+    // The last element either side touches, and the range that spans it.
+    let span = |stride: isize| if per == 0 { 0 } else { ((per - 1) * stride as u64 + 1) * size };
+    let d = st.sym(routine, "dest", dest.cast(), span(dst));
+    let s = st.sym(routine, "source", source.cast(), span(sst));
+    let (me, mut syncs) = begin(st, routine, &t);
+    for j in 0..t.size {
+        for k in 0..nelems as u64 {
+            let from = s.add((me as u64 * nelems as u64 + k) * sst as u64 * size);
+            let to = d.0 + (j as u64 * nelems as u64 + k) * dst as u64 * size;
+            fetch(st, routine, st.addr(to), from, size, t.world(j));
+        }
+    }
+    sync_locked(st, routine, &t, &mut syncs);
+    0
+}
+
 /// Combine `nreduce` elements of type `ty` (`CPNET_TYPE_*`) of every
 /// member's `source` by `op` (`CPNET_OP_AND` ... `CPNET_OP_PROD`) into
 /// `dest` on every member (§9.9.9 "Reduction routines":

@@ -16,6 +16,7 @@ void cpnet_generic_type_not_supported(void);
 
 /* Argument counting: the 5th/6th/7th/8th/9th argument selects the context form. */
 #define CPNET_PICK5(a, b, c, d, e, f, ...) f
+#define CPNET_PICK6(a, b, c, d, e, f, g, ...) g
 #define CPNET_PICK7(a, b, c, d, e, f, g, h, ...) h
 #define CPNET_PICK8(a, b, c, d, e, f, g, h, i, ...) i
 
@@ -118,6 +119,33 @@ void cpnet_generic_type_not_supported(void);
 #define shmem_atomic_xor(...) CPNET_PICK5(__VA_ARGS__, , cpnet_gc_atomic_xor, cpnet_g_atomic_xor, )(__VA_ARGS__)
 #define cpnet_g_atomic_xor(dest, ...) _Generic((dest), CPNET_GEN_AMO_BIT(shmem_, atomic_xor))(dest, __VA_ARGS__)
 #define cpnet_gc_atomic_xor(ctx, dest, ...) _Generic((dest), CPNET_GEN_AMO_BIT(shmem_ctx_, atomic_xor))(ctx, dest, __VA_ARGS__)
+/* nbi fetching forms: (fetch, dest[, value[, value]], pe), the context first optional; the type is the fetch pointer's */
+#define shmem_atomic_fetch_nbi(...) CPNET_PICK5(__VA_ARGS__, , cpnet_gc_atomic_fetch_nbi, cpnet_g_atomic_fetch_nbi, )(__VA_ARGS__)
+#define cpnet_g_atomic_fetch_nbi(fetch, ...) _Generic((fetch), CPNET_GEN_AMO_STD(shmem_, atomic_fetch_nbi))(fetch, __VA_ARGS__)
+#define cpnet_gc_atomic_fetch_nbi(ctx, fetch, ...) _Generic((fetch), CPNET_GEN_AMO_STD(shmem_ctx_, atomic_fetch_nbi))(ctx, fetch, __VA_ARGS__)
+#define shmem_atomic_fetch_inc_nbi(...) CPNET_PICK5(__VA_ARGS__, , cpnet_gc_atomic_fetch_inc_nbi, cpnet_g_atomic_fetch_inc_nbi, )(__VA_ARGS__)
+#define cpnet_g_atomic_fetch_inc_nbi(fetch, ...) _Generic((fetch), CPNET_GEN_AMO_STD(shmem_, atomic_fetch_inc_nbi))(fetch, __VA_ARGS__)
+#define cpnet_gc_atomic_fetch_inc_nbi(ctx, fetch, ...) _Generic((fetch), CPNET_GEN_AMO_STD(shmem_ctx_, atomic_fetch_inc_nbi))(ctx, fetch, __VA_ARGS__)
+/* (fetch, dest, value, pe) */
+#define shmem_atomic_swap_nbi(...) CPNET_PICK5(__VA_ARGS__, cpnet_gc_atomic_swap_nbi, cpnet_g_atomic_swap_nbi, )(__VA_ARGS__)
+#define cpnet_g_atomic_swap_nbi(fetch, ...) _Generic((fetch), CPNET_GEN_AMO_STD(shmem_, atomic_swap_nbi))(fetch, __VA_ARGS__)
+#define cpnet_gc_atomic_swap_nbi(ctx, fetch, ...) _Generic((fetch), CPNET_GEN_AMO_STD(shmem_ctx_, atomic_swap_nbi))(ctx, fetch, __VA_ARGS__)
+#define shmem_atomic_fetch_add_nbi(...) CPNET_PICK5(__VA_ARGS__, cpnet_gc_atomic_fetch_add_nbi, cpnet_g_atomic_fetch_add_nbi, )(__VA_ARGS__)
+#define cpnet_g_atomic_fetch_add_nbi(fetch, ...) _Generic((fetch), CPNET_GEN_AMO_STD(shmem_, atomic_fetch_add_nbi))(fetch, __VA_ARGS__)
+#define cpnet_gc_atomic_fetch_add_nbi(ctx, fetch, ...) _Generic((fetch), CPNET_GEN_AMO_STD(shmem_ctx_, atomic_fetch_add_nbi))(ctx, fetch, __VA_ARGS__)
+#define shmem_atomic_fetch_and_nbi(...) CPNET_PICK5(__VA_ARGS__, cpnet_gc_atomic_fetch_and_nbi, cpnet_g_atomic_fetch_and_nbi, )(__VA_ARGS__)
+#define cpnet_g_atomic_fetch_and_nbi(fetch, ...) _Generic((fetch), CPNET_GEN_AMO_BIT(shmem_, atomic_fetch_and_nbi))(fetch, __VA_ARGS__)
+#define cpnet_gc_atomic_fetch_and_nbi(ctx, fetch, ...) _Generic((fetch), CPNET_GEN_AMO_BIT(shmem_ctx_, atomic_fetch_and_nbi))(ctx, fetch, __VA_ARGS__)
+#define shmem_atomic_fetch_or_nbi(...) CPNET_PICK5(__VA_ARGS__, cpnet_gc_atomic_fetch_or_nbi, cpnet_g_atomic_fetch_or_nbi, )(__VA_ARGS__)
+#define cpnet_g_atomic_fetch_or_nbi(fetch, ...) _Generic((fetch), CPNET_GEN_AMO_BIT(shmem_, atomic_fetch_or_nbi))(fetch, __VA_ARGS__)
+#define cpnet_gc_atomic_fetch_or_nbi(ctx, fetch, ...) _Generic((fetch), CPNET_GEN_AMO_BIT(shmem_ctx_, atomic_fetch_or_nbi))(ctx, fetch, __VA_ARGS__)
+#define shmem_atomic_fetch_xor_nbi(...) CPNET_PICK5(__VA_ARGS__, cpnet_gc_atomic_fetch_xor_nbi, cpnet_g_atomic_fetch_xor_nbi, )(__VA_ARGS__)
+#define cpnet_g_atomic_fetch_xor_nbi(fetch, ...) _Generic((fetch), CPNET_GEN_AMO_BIT(shmem_, atomic_fetch_xor_nbi))(fetch, __VA_ARGS__)
+#define cpnet_gc_atomic_fetch_xor_nbi(ctx, fetch, ...) _Generic((fetch), CPNET_GEN_AMO_BIT(shmem_ctx_, atomic_fetch_xor_nbi))(ctx, fetch, __VA_ARGS__)
+/* (fetch, dest, cond, value, pe) */
+#define shmem_atomic_compare_swap_nbi(...) CPNET_PICK6(__VA_ARGS__, cpnet_gc_atomic_compare_swap_nbi, cpnet_g_atomic_compare_swap_nbi, )(__VA_ARGS__)
+#define cpnet_g_atomic_compare_swap_nbi(fetch, ...) _Generic((fetch), CPNET_GEN_AMO_STD(shmem_, atomic_compare_swap_nbi))(fetch, __VA_ARGS__)
+#define cpnet_gc_atomic_compare_swap_nbi(ctx, fetch, ...) _Generic((fetch), CPNET_GEN_AMO_STD(shmem_ctx_, atomic_compare_swap_nbi))(ctx, fetch, __VA_ARGS__)
 /* (dest, cond, value, pe) */
 #define shmem_atomic_compare_swap(...) CPNET_PICK5(__VA_ARGS__, cpnet_gc_atomic_compare_swap, cpnet_g_atomic_compare_swap, )(__VA_ARGS__)
 #define cpnet_g_atomic_compare_swap(dest, ...) _Generic((dest), CPNET_GEN_AMO_STD(shmem_, atomic_compare_swap))(dest, __VA_ARGS__)
@@ -144,6 +172,7 @@ void cpnet_generic_type_not_supported(void);
 #define shmem_collect(team, dest, ...) _Generic((dest), CPNET_GEN_RMA(shmem_, collect))(team, dest, __VA_ARGS__)
 #define shmem_fcollect(team, dest, ...) _Generic((dest), CPNET_GEN_RMA(shmem_, fcollect))(team, dest, __VA_ARGS__)
 #define shmem_alltoall(team, dest, ...) _Generic((dest), CPNET_GEN_RMA(shmem_, alltoall))(team, dest, __VA_ARGS__)
+#define shmem_alltoalls(team, dest, ...) _Generic((dest), CPNET_GEN_RMA(shmem_, alltoalls))(team, dest, __VA_ARGS__)
 #define CPNET_GEN_BITRED(F) \
     unsigned char *: shmem_uchar_##F, unsigned short *: shmem_ushort_##F, unsigned int *: shmem_uint_##F, unsigned long *: shmem_ulong_##F, \
     unsigned long long *: shmem_ulonglong_##F, default: cpnet_generic_type_not_supported

@@ -37,7 +37,8 @@
     static inline int shmem_##N##_broadcast(shmem_team_t team, T *dest, const T *source, size_t nelems, int PE_root) { return cpnet_team_broadcast(team, dest, source, nelems * sizeof(T), PE_root, "shmem_" #N "_broadcast"); } \
     static inline int shmem_##N##_collect(shmem_team_t team, T *dest, const T *source, size_t nelems) { return cpnet_team_collect(team, dest, source, nelems * sizeof(T), "shmem_" #N "_collect"); } \
     static inline int shmem_##N##_fcollect(shmem_team_t team, T *dest, const T *source, size_t nelems) { return cpnet_team_fcollect(team, dest, source, nelems * sizeof(T), "shmem_" #N "_fcollect"); } \
-    static inline int shmem_##N##_alltoall(shmem_team_t team, T *dest, const T *source, size_t nelems) { return cpnet_team_alltoall(team, dest, source, nelems * sizeof(T), "shmem_" #N "_alltoall"); }
+    static inline int shmem_##N##_alltoall(shmem_team_t team, T *dest, const T *source, size_t nelems) { return cpnet_team_alltoall(team, dest, source, nelems * sizeof(T), "shmem_" #N "_alltoall"); } \
+    static inline int shmem_##N##_alltoalls(shmem_team_t team, T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return cpnet_team_alltoalls(team, dest, source, dst, sst, nelems, sizeof(T), "shmem_" #N "_alltoalls"); }
 CPNET_RMA_TYPES(CPNET_DEF_RMA)
 #undef CPNET_DEF_RMA
 
@@ -80,6 +81,7 @@ static inline int shmem_broadcastmem(shmem_team_t team, void *dest, const void *
 static inline int shmem_collectmem(shmem_team_t team, void *dest, const void *source, size_t nelems) { return cpnet_team_collect(team, dest, source, nelems, "shmem_collectmem"); }
 static inline int shmem_fcollectmem(shmem_team_t team, void *dest, const void *source, size_t nelems) { return cpnet_team_fcollect(team, dest, source, nelems, "shmem_fcollectmem"); }
 static inline int shmem_alltoallmem(shmem_team_t team, void *dest, const void *source, size_t nelems) { return cpnet_team_alltoall(team, dest, source, nelems, "shmem_alltoallmem"); }
+static inline int shmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems) { return cpnet_team_alltoalls(team, dest, source, dst, sst, nelems, 1, "shmem_alltoallsmem"); }
 
 /* ---- §9.7 AMOs ---------------------------------------------------------- */
 /* One AMO routine in both forms; R is the return type (void or T), RET returns. */
@@ -97,6 +99,11 @@ static inline int shmem_alltoallmem(shmem_team_t team, void *dest, const void *s
     CPNET_AMO_FN(T, N, inc, , , CPNET_AMO_ADD, 1, 0, (void), void) \
     CPNET_AMO_FN(T, N, fetch_add, CPNET_COMMA T value, , CPNET_AMO_FETCH_ADD, value, 0, return (T), T) \
     CPNET_AMO_FN(T, N, add, CPNET_COMMA T value, , CPNET_AMO_ADD, value, 0, (void), void) \
+    static inline void shmem_ctx_##N##_atomic_fetch_nbi(shmem_ctx_t ctx, T *fetch, const T *source, int pe) { *fetch = shmem_ctx_##N##_atomic_fetch(ctx, source, pe); } \
+    static inline void shmem_ctx_##N##_atomic_swap_nbi(shmem_ctx_t ctx, T *fetch, T *dest, T value, int pe) { *fetch = shmem_ctx_##N##_atomic_swap(ctx, dest, value, pe); } \
+    static inline void shmem_ctx_##N##_atomic_compare_swap_nbi(shmem_ctx_t ctx, T *fetch, T *dest, T cond, T value, int pe) { *fetch = shmem_ctx_##N##_atomic_compare_swap(ctx, dest, cond, value, pe); } \
+    static inline void shmem_ctx_##N##_atomic_fetch_inc_nbi(shmem_ctx_t ctx, T *fetch, T *dest, int pe) { *fetch = shmem_ctx_##N##_atomic_fetch_inc(ctx, dest, pe); } \
+    static inline void shmem_ctx_##N##_atomic_fetch_add_nbi(shmem_ctx_t ctx, T *fetch, T *dest, T value, int pe) { *fetch = shmem_ctx_##N##_atomic_fetch_add(ctx, dest, value, pe); } \
     static inline void shmem_##N##_atomic_fetch_nbi(T *fetch, const T *source, int pe) { *fetch = shmem_##N##_atomic_fetch(source, pe); } \
     static inline void shmem_##N##_atomic_swap_nbi(T *fetch, T *dest, T value, int pe) { *fetch = shmem_##N##_atomic_swap(dest, value, pe); } \
     static inline void shmem_##N##_atomic_compare_swap_nbi(T *fetch, T *dest, T cond, T value, int pe) { *fetch = shmem_##N##_atomic_compare_swap(dest, cond, value, pe); } \
@@ -112,6 +119,9 @@ CPNET_AMO_STD_TYPES(CPNET_DEF_AMO_STD)
     CPNET_AMO_FN(T, N, or, CPNET_COMMA T value, , CPNET_AMO_OR, value, 0, (void), void) \
     CPNET_AMO_FN(T, N, fetch_xor, CPNET_COMMA T value, , CPNET_AMO_FETCH_XOR, value, 0, return (T), T) \
     CPNET_AMO_FN(T, N, xor, CPNET_COMMA T value, , CPNET_AMO_XOR, value, 0, (void), void) \
+    static inline void shmem_ctx_##N##_atomic_fetch_and_nbi(shmem_ctx_t ctx, T *fetch, T *dest, T value, int pe) { *fetch = shmem_ctx_##N##_atomic_fetch_and(ctx, dest, value, pe); } \
+    static inline void shmem_ctx_##N##_atomic_fetch_or_nbi(shmem_ctx_t ctx, T *fetch, T *dest, T value, int pe) { *fetch = shmem_ctx_##N##_atomic_fetch_or(ctx, dest, value, pe); } \
+    static inline void shmem_ctx_##N##_atomic_fetch_xor_nbi(shmem_ctx_t ctx, T *fetch, T *dest, T value, int pe) { *fetch = shmem_ctx_##N##_atomic_fetch_xor(ctx, dest, value, pe); } \
     static inline void shmem_##N##_atomic_fetch_and_nbi(T *fetch, T *dest, T value, int pe) { *fetch = shmem_##N##_atomic_fetch_and(dest, value, pe); } \
     static inline void shmem_##N##_atomic_fetch_or_nbi(T *fetch, T *dest, T value, int pe) { *fetch = shmem_##N##_atomic_fetch_or(dest, value, pe); } \
     static inline void shmem_##N##_atomic_fetch_xor_nbi(T *fetch, T *dest, T value, int pe) { *fetch = shmem_##N##_atomic_fetch_xor(dest, value, pe); }
