@@ -21,6 +21,9 @@ int main(void) {
     /* broadcast from the last PE, 100 ints */
     int *bsrc = shmem_malloc(100 * sizeof(int)), *bdst = shmem_calloc(100, sizeof(int));
     for (int i = 0; i < 100; i++) bsrc[i] = me * 1000 + i;
+    CHECK(shmem_team_ptr(SHMEM_TEAM_SHARED, bsrc, 0) == (void *)bsrc);
+    CHECK(shmem_team_ptr(SHMEM_TEAM_WORLD, bsrc, me) == (void *)bsrc);
+    CHECK(n == 1 || shmem_team_ptr(SHMEM_TEAM_WORLD, bsrc, (me + 1) % n) == NULL);
     CHECK_EQ(shmem_int_broadcast(SHMEM_TEAM_WORLD, bdst, bsrc, 100, n - 1), 0);
     for (int i = 0; i < 100; i++) CHECK_EQ(bdst[i], (n - 1) * 1000 + i);
 

@@ -19,7 +19,7 @@
  *
  * Not provided: the deprecated active-set collectives and pSync/pWrk
  * routines (1.5 §9.9 keeps them deprecated),
- * long double and complex reductions, shmem_team_ptr, shmem_malloc hints
+ * long double and complex reductions, shmem_malloc hints
  * beyond ignoring them, Fortran.
  */
 #ifndef CPNET_SHMEM_H
@@ -155,6 +155,11 @@ static inline int shmem_team_split_2d(shmem_team_t parent, int xrange, const shm
     return rc;
 }
 static inline void shmem_team_destroy(shmem_team_t team) { cpnet_team_destroy(team, "shmem_team_destroy"); }
+/** §9.1.9: shmem_ptr for PE `pe` of `team`: `dest` for this PE, NULL otherwise. */
+static inline void *shmem_team_ptr(shmem_team_t team, const void *dest, int pe) {
+    int world = cpnet_team_translate_pe(team, pe, SHMEM_TEAM_WORLD, "shmem_team_ptr");
+    return world < 0 ? NULL : cpnet_ptr(dest, world, "shmem_team_ptr");
+}
 
 /* ---- §9.11 memory ordering ---------------------------------------------- */
 static inline void shmem_quiet(void) { cpnet_ctx_quiet(SHMEM_CTX_DEFAULT, "shmem_quiet"); }
