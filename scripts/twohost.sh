@@ -19,6 +19,14 @@
 # transport map says `rma via tcp;ofi_rxm` between addresses of the veth's
 # subnet, and the veth's byte counters grew both ways.
 #
+# Then a peer the fabric cannot reach (issue 19, bad input): host B's
+# firewall (nftables) drops the fabric's TCP ports (pinned to 41000-41999
+# with FI_TCP_PORT_LOW_RANGE/HIGH_RANGE) but not the rendezvous's, and
+# `cpnet-check ops` runs with CPNET_REACH_TIMEOUT=5: both PEs must exit
+# non-zero (not by `timeout`) within 60 s, and one of them must say that it
+# cannot reach the other over tcp;ofi_rxm. Without `nft` this part prints a
+# SKIP line.
+#
 # Output: every PE line prefixed [hostA] or [hostB]; one `twohost:` line per
 # program with its time and the bytes that crossed the veth.
 #
@@ -199,4 +207,48 @@ job "jacobi -nx 256 -ny 256 -niter 200 -wgs 2 -verify" slurm "$BIN/jacobi" -nx 2
 grep -q "^Verification: .*: OK$" "$TMP/hostA.out" ||
   fail "jacobi: no OK verification from PE 0"
 
-say "PASSED: cpnet-check ops, allreduce and jacobi -verify between two network namespaces over tcp;ofi_rxm"
+# A peer the fabric cannot reach: see the header.
+unreachable() {
+  local title="unreachable peer (fabric ports blocked, CPNET_REACH_TIMEOUT=5)"
+  if ! command -v nft >/dev/null 2>&1; then
+    say "$title: SKIP: no \`nft\` command (nftables) for the firewall"
+    return 0
+  fi
+  if ! err=$(ip netns exec "$NS_B" nft add table inet cpnet 2>&1); then
+    say "$title: SKIP: cannot set up a firewall in the namespace: $err"
+    return 0
+  fi
+  ip netns exec "$NS_B" nft add chain inet cpnet in '{ type filter hook input priority 0; }'
+  ip netns exec "$NS_B" nft add rule inet cpnet in tcp dport 41000-41999 drop
+  ip netns exec "$NS_B" nft add rule inet cpnet in tcp sport 41000-41999 drop
+  rm -f "$TMP"/host?.rc "$TMP"/host?.out
+  local t0 t1 rc_a rc_b
+  t0=$(date +%s.%N)
+  local pe_env=(env FI_TCP_PORT_LOW_RANGE=41000 FI_TCP_PORT_HIGH_RANGE=41999 CPNET_REACH_TIMEOUT=5 CPNET_ABORT_GRACE=2)
+  run_pe hostA "$NS_A" 0 ompi "${pe_env[@]}" "$BIN/cpnet-check" ops &
+  local pid_a=$!
+  run_pe hostB "$NS_B" 1 ompi "${pe_env[@]}" "$BIN/cpnet-check" ops &
+  local pid_b=$!
+  wait "$pid_a" || true
+  wait "$pid_b" || true
+  t1=$(date +%s.%N)
+  ip netns exec "$NS_B" nft delete table inet cpnet
+  rc_a=$(cat "$TMP/hostA.rc" 2>/dev/null || echo "unknown")
+  rc_b=$(cat "$TMP/hostB.rc" 2>/dev/null || echo "unknown")
+  local took
+  took=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  for rc in "$rc_a" "$rc_b"; do
+    case $rc in
+      0) fail "$title: a PE exited 0 although its peer was unreachable" ;;
+      124 | 137 | unknown) fail "$title: a PE hung (status $rc) instead of reporting the unreachable peer" ;;
+    esac
+  done
+  awk -v t="$took" 'BEGIN { exit !(t < 60) }' || fail "$title: took $took s (expected < 60 s)"
+  grep -qF "PE 0 cannot reach PE 1 over tcp;ofi_rxm" "$TMP/hostA.out" ||
+    grep -qF "PE 1 cannot reach PE 0 over tcp;ofi_rxm" "$TMP/hostB.out" ||
+    fail "$title: no PE said which peer it cannot reach"
+  say "$title: OK in $took s (statuses $rc_a and $rc_b, the peer named)"
+}
+unreachable
+
+say "PASSED: cpnet-check ops, allreduce and jacobi -verify between two network namespaces over tcp;ofi_rxm, and an unreachable peer reported"

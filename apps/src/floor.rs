@@ -124,7 +124,7 @@ impl Side {
     }
 
     fn card(&self) -> PeerCard {
-        PeerCard { name: self.ep.name().to_vec(), mem: self.mr.remote(), mailbox: None }
+        PeerCard { name: self.ep.name().to_vec(), mem: self.mr.remote(), mailbox: None, provider: self.info.provider_name() }
     }
 
     /// Poll the completion queue once (progress); completions read.

@@ -76,6 +76,10 @@ pub mod op {
     pub const RING_ACK: u64 = 8;
     /// Allreduce: the blocking no-op an idle ring issues to see the job fail.
     pub const PROBE: u64 = 9;
+    /// MoE: the dispatch (its quiet, or the wait for every source's signal).
+    pub const MOE_DISPATCH: u64 = 10;
+    /// MoE: the combine (its quiet, or the wait for every PE's signal).
+    pub const MOE_COMBINE: u64 = 11;
 
     /// What operation `id` is, in words.
     pub fn name(id: u64) -> &'static str {
@@ -93,6 +97,8 @@ pub mod op {
                 "allreduce ring send window (acknowledgement from the next PE's work-group)"
             }
             PROBE => "idle ring's probe of its queue",
+            MOE_DISPATCH => "moe dispatch (its puts, or the wait for every source PE's dispatch signal)",
+            MOE_COMBINE => "moe combine (its puts, or the wait for every expert PE's combine signal)",
             _ => "unknown operation",
         }
     }

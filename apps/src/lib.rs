@@ -37,5 +37,6 @@ pub mod gpu;
 pub mod gpu_p2p;
 pub mod jacobi;
 pub mod mem;
+pub mod moe;
 pub mod proxy_cpu;
 pub mod team;

@@ -486,3 +486,42 @@ fn allreduce_gpu_8_bytes_4_rings() {
         }
     }
 }
+
+/// `moe -verify` (issue 22): every output element of every PE equals the
+/// reference bit for bit (`#wrong` 0 on every PE's line), uniform and
+/// skewed routing, 2 and 4 PEs, both providers; bad arguments fail before
+/// any PE works, naming the argument.
+fn moe_verified(n: u32, provider: &str, args: &[&str]) -> String {
+    let mut a = vec!["-tokens", "24", "-hidden", "96", "-k", "4", "-experts", "8", "-iters", "3", "-warmup", "1", "-verify"];
+    a.extend_from_slice(args);
+    let out = ok(n, provider, env!("CARGO_BIN_EXE_moe"), &a);
+    let rows: Vec<&str> = out.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect();
+    assert_eq!(rows.len(), n as usize, "one line per PE:\n{out}");
+    for r in &rows {
+        assert_eq!(r.split_whitespace().last(), Some("0"), "#wrong must be 0: {r}\n{out}");
+        assert_eq!(r.split_whitespace().count(), 7, "PE, dispatch, combine, two rates, experts, #wrong: {r}");
+    }
+    assert!(out.contains("# Out of bounds values : 0 OK"), "{out}");
+    out
+}
+
+#[test]
+fn moe_2_pes_uniform_and_4_pes_skewed() {
+    moe_verified(2, SHM, &[]);
+    moe_verified(4, SHM, &["-skew", "1.5", "-wgs", "3", "-seed", "7"]);
+}
+
+#[test]
+fn moe_2_pes_tcp() {
+    moe_verified(2, TCP, &["-wgs", "1"]);
+}
+
+#[test]
+fn moe_bad_arguments_fail_clearly() {
+    let j = job(3, SHM, env!("CARGO_BIN_EXE_moe"), &["-experts", "16"], Duration::from_secs(60));
+    assert!(!j.status.success(), "{}", j.all);
+    assert!(j.all.contains("-experts 16 must be a positive multiple of the number of PEs (3)"), "{}", j.all);
+    let j = job(2, SHM, env!("CARGO_BIN_EXE_moe"), &["-experts", "4", "-k", "5"], Duration::from_secs(60));
+    assert!(!j.status.success(), "{}", j.all);
+    assert!(j.all.contains("-topk 5 must be in 1..=experts (4)"), "{}", j.all);
+}

@@ -37,6 +37,7 @@ fn main() {
     let cfg = FabricConfig {
         src_node: (!provider.starts_with("shm")).then(|| "127.0.0.1".to_owned()),
         provider: provider.clone(),
+        reach_timeout: None,
     };
     let heaps = [HostHeap::new(region_len(HEAP)), HostHeap::new(region_len(HEAP))];
     let eps: Vec<FabricEndpoint> = (0..2)

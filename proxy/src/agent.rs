@@ -37,6 +37,11 @@ pub struct AgentKernel {
     /// Puts, gets and their copies of at most this many bytes land through
     /// the agent; larger ones use the copy engine (`CPNET_AGENT_BYTES`).
     pub max_bytes: u64,
+    /// Landing rings per service thread, each with its own agent on its own
+    /// stream (`CPNET_AGENT_LANES`, >= 1): records of one initiator queue
+    /// always take the same lane (applied in order), records of different
+    /// queues are applied in parallel.
+    pub lanes: usize,
 }
 
 /// A landing ring and its agent.

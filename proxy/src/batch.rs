@@ -58,6 +58,7 @@ use cpnet_device::ring::Outcome;
 
 use crate::decode::{Op, PutSrc};
 use crate::fabric::{Domain, Endpoint, FabricError, FiAddr, MemoryRegion, Post, RemoteMemory};
+use crate::reach::PeerWatch;
 use crate::service::{Finished, Submit, Tag};
 
 /// Largest put carried in a batch, in bytes; larger ones are one
@@ -246,6 +247,9 @@ pub(crate) struct Batcher {
     ack_due: Vec<u32>,
     /// Receive buffers to post again (the provider said -FI_EAGAIN).
     repost: Vec<u32>,
+    /// Batches sent and not yet acknowledged, per peer
+    /// ([`crate::reach`]; the transport sets the timeout).
+    pub(crate) watch: PeerWatch,
 }
 
 impl Batcher {
@@ -290,6 +294,7 @@ impl Batcher {
             waiting: Vec::new(),
             ack_due: Vec::new(),
             repost: Vec::new(),
+            watch: PeerWatch::new(n_pes.max(0) as usize, None),
         };
         for i in 0..recv_count {
             b.post_recv(mem, ep, i)?;
@@ -337,6 +342,12 @@ impl Batcher {
     }
 
     /// The last batch `pe` acknowledged, as last read.
+    /// The oldest put to `pe` not yet acknowledged, and how many wait.
+    pub(crate) fn oldest(&self, pe: i32) -> Option<(Op, usize)> {
+        let p = self.peers.get(pe as usize)?;
+        p.pending.front().map(|&(_, _, op)| (op, p.pending.len()))
+    }
+
     pub(crate) fn acked(&self, pe: i32) -> u64 {
         self.peers[pe as usize].acked
     }
@@ -427,12 +438,16 @@ impl Batcher {
         match unsafe { ep.send(src, o.len, self.addrs[p], CTX_SEND | u64::from(o.buf)) } {
             Ok(Post::Posted) => {
                 self.send_peer[o.buf as usize] = pe as u32;
+                self.watch.sent(pe);
                 let peer = &mut self.peers[p];
                 peer.open = None;
                 peer.sent = o.seq;
                 true
             }
-            Ok(Post::Again) => false,
+            Ok(Post::Again) => {
+                self.watch.blocked(pe);
+                false
+            }
             Err(e) => {
                 self.peers[p].open = None;
                 self.free_send.push(o.buf);
@@ -507,6 +522,7 @@ impl Batcher {
         let code = crate::transport::fabric_code(e);
         let peer = &mut self.peers[pe as usize];
         tracing::error!("PE {}: a batch of {} put(s) to PE {pe} failed in the fabric: {e}", self.my_pe, peer.pending.len());
+        self.watch.answered_n(pe, self.watch.pending(pe));
         // Nothing more of this stream will be acknowledged: stop batching
         // to it, the later puts go on their own (and fail or succeed alone).
         peer.on = false;
@@ -624,6 +640,9 @@ impl Batcher {
             // remote write; we report completion after this load.
             let acked = mem.mailbox.atomic(pe).load(Ordering::Acquire);
             let peer = &mut self.peers[pe];
+            if acked > peer.acked {
+                self.watch.answered_n(pe as i32, (acked - peer.acked).min(u64::from(u32::MAX)) as u32);
+            }
             peer.acked = peer.acked.max(acked);
             while let Some(&(seq, tag, op)) = peer.pending.front() {
                 if seq > peer.acked {

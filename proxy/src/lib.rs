@@ -24,6 +24,7 @@ pub mod decode;
 pub mod fabric;
 pub mod local;
 pub mod mirror;
+pub mod reach;
 pub mod service;
 pub mod staged;
 pub mod transport;

@@ -145,6 +145,14 @@ pub trait Transport {
     /// Whether a barrier across all PEs has completed, starting it if
     /// `start` (called repeatedly until it returns true).
     fn barrier(&mut self, start: bool) -> Result<bool, ErrorCode>;
+    /// A failure that ends this PE, once: a peer the fabric cannot reach
+    /// ([`crate::reach`]), as a report naming the peer, an operation, the
+    /// provider and the endpoints. Called every [`ACTIVE_REFRESH_PASSES`]
+    /// passes; the service publishes the report in its [`Heartbeat`], on
+    /// which the runtime's watchdog aborts the PE. By default none.
+    fn fatal(&mut self) -> Option<String> {
+        None
+    }
 }
 
 /// A rejected or failed command, as the proxy reports it to the host.
@@ -195,6 +203,8 @@ pub struct Heartbeat {
     step_pe_seq: std::sync::atomic::AtomicU64,
     /// Target heap offset of the command in `step`.
     step_addr: std::sync::atomic::AtomicU64,
+    /// The transport's fatal report ([`Transport::fatal`]), set once.
+    fatal: std::sync::OnceLock<String>,
 }
 
 /// Where a service thread is, as [`Heartbeat::step`] reports it.
@@ -241,6 +251,12 @@ impl Heartbeat {
     /// Commands taken from the queues so far.
     pub fn taken(&self) -> u64 {
         self.taken.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The transport's fatal report, once it made one ([`Transport::fatal`]:
+    /// a peer the fabric cannot reach). The watchdog aborts the PE with it.
+    pub fn fatal(&self) -> Option<&str> {
+        self.fatal.get().map(String::as_str)
     }
 
     /// What the thread was last doing.
@@ -647,6 +663,13 @@ impl<T: Transport> Service<T> {
         self.done.clear();
         if self.claims_moved() || (pass.is_multiple_of(u64::from(ACTIVE_REFRESH_PASSES)) && self.slow_refresh_due()) {
             self.refresh_active();
+        }
+        if pass.is_multiple_of(u64::from(ACTIVE_REFRESH_PASSES))
+            && let Some(report) = self.transport.fatal()
+        {
+            // The watchdog prints it and aborts the PE.
+            tracing::debug!("{report}");
+            let _ = self.heartbeat.fatal.set(report);
         }
         if !self.mirror_step(None, QueueMirror::pull_slots) {
             return work;

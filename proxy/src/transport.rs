@@ -72,6 +72,7 @@ use crate::fabric::{
     InfoRequest, LocalBuf, LocalBufMut, MSG_CAPS, MemoryRegion, MrKey, Post, RemoteMemory, RemoteTarget,
 };
 use crate::local::apply_local;
+use crate::reach::{PeerWatch, unreachable_report};
 use crate::service::{Finished, Submit, Tag, Transport};
 
 /// Bytes after the symmetric heap that the proxy keeps for itself: the
@@ -97,6 +98,10 @@ pub struct FabricConfig {
     /// Local address to bind (IP providers), e.g. `"127.0.0.1"` for a
     /// single-host job over tcp. `None`: the provider's choice.
     pub src_node: Option<String>,
+    /// A peer whose operations wait this long without any completion from
+    /// it is unreachable: the transport reports it ([`crate::reach`],
+    /// `CPNET_REACH_TIMEOUT`). `None`: never.
+    pub reach_timeout: Option<std::time::Duration>,
 }
 
 /// The `fi_getinfo` result the transport opens for `cfg`: an RDM endpoint
@@ -129,13 +134,17 @@ pub struct PeerCard {
     /// ([`crate::batch`]); `None` where the endpoint has no messages (no
     /// batches to or from it).
     pub mailbox: Option<RemoteMemory>,
+    /// The provider libfabric granted this endpoint (`fi_fabric_attr::prov_name`,
+    /// e.g. `"shm"`, `"tcp;ofi_rxm"`): every PE must use the same one.
+    pub provider: String,
 }
 
 impl PeerCard {
     /// Little-endian: base u64, len u64, key u64, name length u32, name,
-    /// then, with a mailbox, its base, len and key.
+    /// provider length u16, provider, then, with a mailbox, its base, len
+    /// and key.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(52 + self.name.len());
+        let mut b = Vec::with_capacity(54 + self.name.len() + self.provider.len());
         let mem = |b: &mut Vec<u8>, m: &RemoteMemory| {
             b.extend_from_slice(&m.base.to_le_bytes());
             b.extend_from_slice(&m.len.to_le_bytes());
@@ -144,6 +153,8 @@ impl PeerCard {
         mem(&mut b, &self.mem);
         b.extend_from_slice(&(self.name.len() as u32).to_le_bytes());
         b.extend_from_slice(&self.name);
+        b.extend_from_slice(&(self.provider.len() as u16).to_le_bytes());
+        b.extend_from_slice(self.provider.as_bytes());
         if let Some(m) = &self.mailbox {
             mem(&mut b, m);
         }
@@ -157,13 +168,43 @@ impl PeerCard {
         let mem = mem_at(0)?;
         let n = u32::from_le_bytes(b.get(24..28)?.try_into().ok()?) as usize;
         let name = b.get(28..28 + n)?.to_vec();
-        let mailbox = match b.len() - (28 + n).min(b.len()) {
+        let p = u16::from_le_bytes(b.get(28 + n..30 + n)?.try_into().ok()?) as usize;
+        let provider = String::from_utf8(b.get(30 + n..30 + n + p)?.to_vec()).ok()?;
+        let end = 30 + n + p;
+        let mailbox = match b.len() - end {
             0 => None,
-            24 => Some(mem_at(28 + n)?),
+            24 => Some(mem_at(end)?),
             _ => return None,
         };
-        (b.len() >= 28 + n).then_some(PeerCard { name, mem, mailbox })
+        Some(PeerCard { name, mem, mailbox, provider })
     }
+}
+
+/// Providers cpnet refuses, with why: `udp;ofi_rxd` (what `fi_getinfo`
+/// grants for `CPNET_PROVIDER=udp`) crashes inside libfabric 1.17 on
+/// cpnet's first atomic (a segfault in the provider, seen with `cpnet-check
+/// ops`), so it is refused at init with a clear error instead.
+pub(crate) fn refuse_broken(pe: i32, provider: &str) -> Result<(), TransportError> {
+    if provider.contains("ofi_rxd") {
+        return Err(TransportError::Config {
+            pe,
+            why: format!(
+                "libfabric granted provider {provider}, which cpnet does not use: its RMA and atomics crash inside \
+                 libfabric 1.17 (a segfault in the provider); for IP networks use CPNET_PROVIDER='tcp;ofi_rxm'"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The error text for PE `a` on provider `pa` and PE `b` on `pb`
+/// (issue 19, bad input: mismatched providers).
+pub(crate) fn mismatched_providers(a: i32, pa: &str, b: i32, pb: &str) -> String {
+    format!(
+        "PE {a} opened provider {pa}, PE {b} {pb}: every PE of a job must use the same provider (set CPNET_PROVIDER \
+         alike on every PE; without it, PEs that all share one host pick shm and others tcp;ofi_rxm, so a launcher that \
+         reports hosts differently to different PEs splits the job)"
+    )
 }
 
 /// Errors of opening and connecting a transport ([`FabricEndpoint`],
@@ -228,6 +269,8 @@ pub struct FabricEndpoint {
     cq: Rc<CompletionQueue>,
     domain: Rc<Domain>,
     provider: String,
+    /// [`FabricConfig::reach_timeout`].
+    reach_timeout: Option<std::time::Duration>,
     /// What libfabric granted, for [`FabricTransport::describe`].
     granted: Granted,
     my_pe: i32,
@@ -320,6 +363,7 @@ impl FabricEndpoint {
             move |source| TransportError::Fabric { pe: my_pe, what, provider, source }
         };
         let info = fabric_info(cfg).map_err(err("fi_getinfo (RMA + atomics, RDM endpoint)"))?;
+        refuse_broken(my_pe, &info.provider_name())?;
         let fabric = Fabric::open(&info).map_err(err("fi_fabric"))?;
         let domain = Domain::open(&fabric).map_err(err("fi_domain"))?;
         let cq = CompletionQueue::open(&domain, 2 * MAX_INFLIGHT).map_err(err("fi_cq_open"))?;
@@ -368,6 +412,7 @@ impl FabricEndpoint {
             cq,
             domain,
             provider: cfg.provider.clone(),
+            reach_timeout: cfg.reach_timeout,
             granted,
             my_pe,
             region,
@@ -378,7 +423,12 @@ impl FabricEndpoint {
 
     /// What the peers need to reach us.
     pub fn card(&self) -> PeerCard {
-        PeerCard { name: self.ep.name().to_vec(), mem: self.heap_mr.remote(), mailbox: self.batch.as_ref().map(BatchMem::mailbox) }
+        PeerCard {
+            name: self.ep.name().to_vec(),
+            mem: self.heap_mr.remote(),
+            mailbox: self.batch.as_ref().map(BatchMem::mailbox),
+            provider: self.granted.provider.clone(),
+        }
     }
 
     /// Insert every PE's card (index = PE; ours included, unused) and
@@ -394,6 +444,13 @@ impl FabricEndpoint {
         let mut remote = Vec::with_capacity(cards.len());
         let mut peer_addrs = Vec::with_capacity(cards.len());
         for (pe, card) in cards.iter().enumerate() {
+            if card.provider != self.granted.provider {
+                return Err(TransportError::BadCard {
+                    pe: my_pe,
+                    peer: pe as i32,
+                    why: mismatched_providers(pe as i32, &card.provider, my_pe, &self.granted.provider),
+                });
+            }
             if card.mem.len != self.region.size() {
                 return Err(TransportError::BadCard {
                     pe: my_pe,
@@ -441,6 +498,10 @@ impl FabricEndpoint {
             ),
             None => None,
         };
+        let mut batcher = batcher;
+        if let Some(b) = &mut batcher {
+            b.watch = PeerWatch::new(cards.len(), self.reach_timeout);
+        }
         Ok(FabricTransport {
             free: (0..MAX_INFLIGHT as u32).rev().collect(),
             slots: vec![SlotState::default(); MAX_INFLIGHT],
@@ -457,6 +518,7 @@ impl FabricEndpoint {
             batcher,
             early: Vec::new(),
             behind: Vec::new(),
+            watch: PeerWatch::new(cards.len(), self.reach_timeout),
             inner: self,
         })
     }
@@ -473,7 +535,7 @@ enum Stage {
     /// The signal atomic of a put-signal.
     Signal,
     /// A barrier flag increment (no command).
-    BarrierFlag,
+    BarrierFlag(i32),
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -515,6 +577,8 @@ pub struct FabricTransport {
     /// Operations waiting for batches to their PE to be acknowledged, and
     /// the batch each waits for (B6 in [`crate::batch`]).
     behind: Vec<(Tag, u64)>,
+    /// Operations posted per peer and not finished ([`crate::reach`]).
+    watch: PeerWatch,
     // Last: owns the regions, queues and the arena (see FabricEndpoint).
     inner: FabricEndpoint,
 }
@@ -562,7 +626,7 @@ pub(crate) fn fabric_code(e: &FabricError) -> ErrorCode {
 
 /// `addr` as the provider prints it, or why it cannot (for the transport map
 /// only, so a failure is text rather than an error).
-fn printable(av: &AddressVector, addr: &[u8]) -> String {
+pub(crate) fn printable(av: &AddressVector, addr: &[u8]) -> String {
     av.straddr(addr).unwrap_or_else(|e| format!("(address not printable: {e})"))
 }
 
@@ -686,7 +750,7 @@ impl FabricTransport {
                     }
                 }
             }
-            (Stage::BarrierFlag, _) => {
+            (Stage::BarrierFlag(_), _) => {
                 let peer = (self.inner.my_pe + (1 << self.barrier.round)) % self.n_pes;
                 self.set_word(slot, 0, 1);
                 let t = self.target(peer, self.flags + 8 * u64::from(self.barrier.round), 8);
@@ -718,9 +782,15 @@ impl FabricTransport {
                     op.size(),
                     self.inner.provider
                 );
+                if let Some(pe) = op.pe() {
+                    self.watch.answered(pe);
+                }
                 done.push(Finished { tag, outcome: Outcome::Failed(code), op });
             }
             _ => {
+                if let Stage::BarrierFlag(pe) = st.stage {
+                    self.watch.answered(pe);
+                }
                 tracing::error!("PE {}: barrier flag update failed ({}): {e}", self.inner.my_pe, self.inner.provider);
                 self.barrier.failed = Some(code);
             }
@@ -730,6 +800,16 @@ impl FabricTransport {
 
     fn completed(&mut self, slot: u32, done: &mut Vec<Finished>) {
         let st = self.slots[slot as usize];
+        // The peer answered (a data stage's signal that follows counts anew).
+        if let Stage::BarrierFlag(pe) = st.stage {
+            self.watch.answered(pe);
+        }
+        if let Some(pe) = st.op.and_then(|op| op.pe()) {
+            self.watch.answered(pe);
+            if matches!(st.stage, Stage::Data) {
+                self.watch.sent(pe);
+            }
+        }
         let outcome = match (st.stage, st.op) {
             (Stage::Data, Some(_)) => {
                 self.slots[slot as usize].stage = Stage::Signal;
@@ -824,8 +904,12 @@ impl Transport for FabricTransport {
         };
         self.slots[slot as usize] = SlotState { stage, tag: Some(tag), op: Some(*op) };
         match self.post(slot) {
-            Ok(Post::Posted) => Submit::Pending,
+            Ok(Post::Posted) => {
+                self.watch.sent(pe);
+                Submit::Pending
+            }
             Ok(Post::Again) => {
+                self.watch.blocked(pe);
                 self.release(slot);
                 Submit::Busy
             }
@@ -893,6 +977,31 @@ impl Transport for FabricTransport {
         }
     }
 
+    fn fatal(&mut self) -> Option<String> {
+        let o = match self.watch.overdue() {
+            Some(o) => Some(o),
+            None => self.batcher.as_mut().and_then(|b| b.watch.overdue()),
+        }?;
+        // An operation of that peer still in flight, for the report.
+        let oldest = self
+            .slots
+            .iter()
+            .filter_map(|s| s.op)
+            .find(|op| op.pe() == Some(o.pe))
+            .map(|op| format!("{} to heap+{:#x}, {} bytes", op.name(), op.addr(), op.size()))
+            .or_else(|| self.batcher.as_ref().and_then(|b| b.oldest(o.pe)).map(|(op, n)| {
+                format!("{} to heap+{:#x}, {} bytes, in a batch of puts ({n} waiting)", op.name(), op.addr(), op.size())
+            }));
+        let me = self.inner.my_pe as usize;
+        let route = format!(
+            "{} -> {}",
+            self.peer_addrs.get(me).map_or("?", String::as_str),
+            self.peer_addrs.get(o.pe as usize).map_or("?", String::as_str)
+        );
+        let timeout = self.watch.timeout().unwrap_or_default();
+        Some(unreachable_report(self.inner.my_pe, &o, &self.inner.granted.provider, oldest, &route, timeout))
+    }
+
     fn barrier(&mut self, start: bool) -> Result<bool, ErrorCode> {
         if self.n_pes <= 1 {
             return Ok(true);
@@ -915,10 +1024,15 @@ impl Transport for FabricTransport {
             }
             if !self.barrier.posted {
                 let Some(slot) = self.free.pop() else { return Ok(false) };
-                self.slots[slot as usize] = SlotState { stage: Stage::BarrierFlag, tag: None, op: None };
+                let peer = (self.inner.my_pe + (1 << self.barrier.round)) % self.n_pes;
+                self.slots[slot as usize] = SlotState { stage: Stage::BarrierFlag(peer), tag: None, op: None };
                 match self.post(slot) {
-                    Ok(Post::Posted) => self.barrier.posted = true,
+                    Ok(Post::Posted) => {
+                        self.watch.sent(peer);
+                        self.barrier.posted = true;
+                    }
                     Ok(Post::Again) => {
+                        self.watch.blocked(peer);
                         self.release(slot);
                         return Ok(false);
                     }
@@ -953,18 +1067,18 @@ mod tests {
     #[test]
     fn card_round_trips_with_and_without_a_mailbox() {
         for mailbox in [None, Some(mem(0x7000))] {
-            let card = PeerCard { name: b"fi_shm://1234:0:1".to_vec(), mem: mem(0x1000), mailbox };
+            let card = PeerCard { name: b"fi_shm://1234:0:1".to_vec(), mem: mem(0x1000), mailbox, provider: "shm".into() };
             assert_eq!(PeerCard::from_bytes(&card.to_bytes()), Some(card));
         }
     }
 
     #[test]
     fn malformed_cards_are_refused() {
-        let card = PeerCard { name: vec![7; 16], mem: mem(1), mailbox: Some(mem(2)) };
+        let card = PeerCard { name: vec![7; 16], mem: mem(1), mailbox: Some(mem(2)), provider: "tcp;ofi_rxm".into() };
         let b = card.to_bytes();
         // Cut anywhere (but at the end of the card without its mailbox), or
         // a byte too many: not a card.
-        for n in (0..b.len()).filter(|&n| n != 28 + 16) {
+        for n in (0..b.len()).filter(|&n| n != 30 + 16 + 11) {
             assert_eq!(PeerCard::from_bytes(&b[..n]), None, "{n} bytes");
         }
         let mut long = b.clone();

@@ -60,6 +60,7 @@
 //! | `CPNET_WAIT_TIMEOUT` | how long any device-side or work-group wait (`wait_until`, `signal_wait_until`, quiet, a blocking call, a full ring) may take before it reports what it waits for; `0` or `none` waits forever (host collectives: `CPNET_COLLECTIVE_TIMEOUT`) | seconds (decimal) | `60` |
 //! | `CPNET_COLLECTIVE_TIMEOUT` | how long a host collective (`barrier_all`, `shmalloc`, `shfree`, the rendezvous's allgathers, finalize) may wait for the other PEs before the job fails with a report naming the PEs that had not arrived; `0` or `none` waits forever. Longer than `CPNET_WAIT_TIMEOUT` because PEs legitimately spend long apart between host collectives (one PE computing a reference, writing a checkpoint); the same 10 minutes as PyTorch's NCCL process groups (pytorch/pytorch#110947). Init's collectives and finalize's last one wait at least `CPNET_CONNECT_TIMEOUT` | seconds (decimal) | `600` |
 //! | `CPNET_PROXY_STALL_TIMEOUT` | the watchdog: a proxy thread whose polling loop has not moved for this long (stuck inside a libfabric or CUDA call, say) is reported, with the queues, PEs and operations it had pending, and the PE is aborted (its waits return `ABORTED`, the process exits with status 1 after `CPNET_ABORT_GRACE`); `0` or `none` turns the watchdog off | seconds (decimal) | `10` |
+//! | `CPNET_REACH_TIMEOUT` | a peer whose operations (puts, gets, AMOs, their batches) have waited this long without any completion from it is unreachable: the proxy reports it, naming the peer, an operation, the provider and both endpoints' addresses, and the PE is aborted (its waits return `ABORTED`, the process exits with status 1 after `CPNET_ABORT_GRACE`), instead of hanging while the provider retries (the rendezvous may reach a host whose fabric ports a firewall blocks). Shorter than `CPNET_WAIT_TIMEOUT`, so that it is the one that speaks; `0` or `none`: never | seconds (decimal) | `30` |
 //! | `CPNET_ABORT_GRACE` | after learning that a peer died, how long a PE lets its program end on its own before the runtime exits the process with status 1 | seconds (decimal) | `5` |
 //! | `CPNET_CONNECT_TIMEOUT` | how long a PE may take to reach the rendezvous, and all PEs to arrive there | seconds (decimal), > 0 | `60` |
 //! | `CPNET_PROXY_IDLE_SLEEP` | once a proxy thread has had no command to take for 5 ms, sleep this long per polling pass (saves CPU while idle, but the provider's target-side progress, which rxm and shm atomics and delivery-complete writes need, then waits up to a sleep, plus the kernel's timer slack); `0` spins (yielding) forever | microseconds | `0` |
@@ -69,6 +70,7 @@
 //! | `CPNET_STAGE_CREDITS` | GPU PEs on the staged path: requests in flight per proxy thread and target PE | count, `1..=1024` | `8` |
 //! | `CPNET_STAGE_BUFS` | GPU PEs on the staged path: send buffers per proxy thread | count, `1..=4096` | `16` |
 //! | `CPNET_AGENT_BYTES` | GPU PEs on the staged path: puts, gets and their pieces of at most this many bytes move between the GPU heap and the pinned staging buffers through the landing agent (a one-block kernel each proxy thread starts, `cpnet/agent.cuh`: no CUDA driver call per message); larger ones through copy-engine copies and events. Signals and AMOs always go through the agent. `0`: data never does | bytes (K/M/G), `0..=CPNET_STAGE_CHUNK` | `16K` |
+//! | `CPNET_AGENT_LANES` | GPU PEs on the staged path: landing lanes per proxy thread, each a landing ring with its own agent (one block, its own stream), so records of different queues are applied in parallel; the records of one queue (an initiator's queue, seen from either end) always take the same lane, so they are applied in order | integer, `1..=16` | `4` |
 //! | `CPNET_AGENT_IDLE` | GPU PEs: a landing agent with nothing to do for this long exits (it holds one block of one SM while it runs, and a device synchronize waits for it); the next record starts it again with one kernel launch | microseconds, `1..=10000000` | `2000` |
 //! | `CPNET_PAYLOAD_BYTES` | GPU PEs: each queue slot has a payload slot of this many bytes in pinned host memory mapped into the GPU (`cmd.h` P0); a put or put-with-signal through the queue of more than 8 and at most this many bytes is copied there by the work-group itself, so the proxy sends it without a copy out of the GPU heap. Halved until all queues' slots fit in 64 MiB (`queues x depth x bytes`), and at most `CPNET_STAGE_CHUNK`; `0`: none | bytes (K), `0` or a power of two in `16..=64K` | `4K` |
 //! | `CPNET_TRANSPORT_MAP` | `1`: right after init each PE prints on stderr one line per PE of the job (itself included) naming the path its operations to that PE take and the provider, as libfabric reports it: `cpnet: transport map: PE <me> -> PE <peer>: <path> via <provider> [<details>]`, path one of `self`, `p2p stores`, `ipc copy`, `rma`, `staged active messages` ([`crate::transport_map`]); `cpnet-run --transport-map` sets it for its PEs | `0` or `1` | `0` |
@@ -119,6 +121,8 @@ pub const COLLECTIVE_TIMEOUT: &str = "CPNET_COLLECTIVE_TIMEOUT";
 pub const PROXY_STALL_TIMEOUT: &str = "CPNET_PROXY_STALL_TIMEOUT";
 /// `CPNET_INJECT_PROXY_STALL`: `T:N[:PE]`, fault injection (tests only).
 pub const INJECT_PROXY_STALL: &str = "CPNET_INJECT_PROXY_STALL";
+/// `CPNET_REACH_TIMEOUT`: seconds a peer may leave operations unanswered before it is unreachable.
+pub const REACH_TIMEOUT: &str = "CPNET_REACH_TIMEOUT";
 /// `CPNET_ABORT_GRACE`: seconds a PE waits after a peer failure before exiting.
 pub const ABORT_GRACE: &str = "CPNET_ABORT_GRACE";
 /// `CPNET_CONNECT_TIMEOUT`: seconds to reach the rendezvous and for all PEs to arrive.
@@ -137,6 +141,8 @@ pub const STAGE_BUFS: &str = "CPNET_STAGE_BUFS";
 pub const PROXY_IDLE_SLEEP: &str = "CPNET_PROXY_IDLE_SLEEP";
 /// `CPNET_AGENT_BYTES`: data of at most this many bytes moves through the landing agent.
 pub const AGENT_BYTES: &str = "CPNET_AGENT_BYTES";
+/// `CPNET_AGENT_LANES`: landing rings (each with its own agent) per proxy thread.
+pub const AGENT_LANES: &str = "CPNET_AGENT_LANES";
 /// `CPNET_AGENT_IDLE`: microseconds an idle landing agent waits before it exits.
 pub const AGENT_IDLE: &str = "CPNET_AGENT_IDLE";
 /// `CPNET_PAYLOAD_BYTES`: bytes per payload slot of a GPU PE's queues (`cmd.h` P0).
@@ -202,6 +208,9 @@ pub const DEFAULT_COLLECTIVE_TIMEOUT: Duration = Duration::from_secs(600);
 pub const DEFAULT_PROXY_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default of `CPNET_ABORT_GRACE`.
 pub const DEFAULT_ABORT_GRACE: Duration = Duration::from_secs(5);
+/// Default of `CPNET_REACH_TIMEOUT`: longer than TCP's first SYN retries
+/// (1, 3, 7, 15 s), shorter than `CPNET_WAIT_TIMEOUT`.
+pub const DEFAULT_REACH_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default of `CPNET_CONNECT_TIMEOUT`.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -469,6 +478,10 @@ pub struct Tuning {
     /// `CPNET_ABORT_GRACE`: after a peer failure, how long the program may
     /// take to end on its own before the runtime exits the process (status 1).
     pub abort_grace: Duration,
+    /// `CPNET_REACH_TIMEOUT`: how long a peer may leave this PE's
+    /// operations without any completion before it is reported unreachable
+    /// and the PE aborted; `None` = never.
+    pub reach_timeout: Option<Duration>,
     /// `CPNET_CONNECT_TIMEOUT`: how long to reach the rendezvous, and for all
     /// PEs to arrive there (> 0).
     pub connect_timeout: Duration,
@@ -490,6 +503,8 @@ pub struct Tuning {
     pub agent_bytes: u64,
     /// `CPNET_AGENT_IDLE`: an idle landing agent exits after this long.
     pub agent_idle: Duration,
+    /// `CPNET_AGENT_LANES`: landing rings, each with its own agent, per proxy thread.
+    pub agent_lanes: usize,
     /// `CPNET_PAYLOAD_BYTES`: requested bytes per payload slot (0: none);
     /// [`Tuning::payload_slot_bytes`] gives the size in use.
     pub payload_bytes: u32,
@@ -514,6 +529,7 @@ impl Default for Tuning {
             proxy_stall_timeout: Some(DEFAULT_PROXY_STALL_TIMEOUT),
             inject_proxy_stall: None,
             abort_grace: DEFAULT_ABORT_GRACE,
+            reach_timeout: Some(DEFAULT_REACH_TIMEOUT),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             proxy_idle_sleep: None,
             gpu_ipc: true,
@@ -523,6 +539,7 @@ impl Default for Tuning {
             stage_bufs: 16,
             agent_bytes: 16 << 10,
             agent_idle: Duration::from_micros(2000),
+            agent_lanes: 4,
             payload_bytes: 4096,
             transport_map: false,
         }
@@ -637,6 +654,13 @@ impl Tuning {
                 .map(Duration::from_micros)
                 .ok_or_else(|| invalid(AGENT_IDLE, &v, "whole microseconds in 1..=10000000"))?;
         }
+        if let Some(v) = get(AGENT_LANES) {
+            t.agent_lanes = v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (1..=16).contains(n))
+                .ok_or_else(|| invalid(AGENT_LANES, &v, "an integer in 1..=16"))?;
+        }
         if let Some(v) = get(QUEUES) {
             t.queues = v
                 .parse::<usize>()
@@ -716,6 +740,15 @@ impl Tuning {
                 None => None,
             };
             t.inject_proxy_stall = Some((thread, nth, pe));
+        }
+        if let Some(v) = get(REACH_TIMEOUT) {
+            t.reach_timeout = if v.eq_ignore_ascii_case("none") {
+                None
+            } else {
+                let d = parse_seconds(&v)
+                    .ok_or_else(|| invalid(REACH_TIMEOUT, &v, "seconds (e.g. 30 or 2.5), or 0 or none to never give up on a peer"))?;
+                (!d.is_zero()).then_some(d)
+            };
         }
         if let Some(v) = get(ABORT_GRACE) {
             t.abort_grace = parse_seconds(&v)
@@ -1120,6 +1153,7 @@ mod tests {
         assert_eq!(t.wait_timeout, Some(Duration::from_secs(60)));
         assert_eq!(t.abort_grace, Duration::from_secs(5));
         assert_eq!(t.connect_timeout, Duration::from_secs(60));
+        assert_eq!(t.reach_timeout, Some(Duration::from_secs(30)));
         assert_eq!((t.provider, t.fabric_node), (None, None));
     }
 
@@ -1138,8 +1172,10 @@ mod tests {
             (PROXY_STALL_TIMEOUT, "1.5"),
             (COLLECTIVE_TIMEOUT, "30"),
             (INJECT_PROXY_STALL, "2:100:1"),
+            (REACH_TIMEOUT, "3"),
         ]))
         .unwrap();
+        assert_eq!(t.reach_timeout, Some(Duration::from_secs(3)));
         assert_eq!(t.proxy_stall_timeout, Some(Duration::from_millis(1500)));
         assert_eq!(t.collective_timeout, Some(Duration::from_secs(30)));
         assert_eq!(t.inject_proxy_stall, Some((2, 100, Some(1))));
@@ -1228,6 +1264,9 @@ mod tests {
         assert_eq!((t.agent_bytes, t.agent_idle), (4096, Duration::from_micros(500)));
         assert!(Tuning::from_lookup(env(&[(STAGE_CHUNK, "64K"), (AGENT_BYTES, "128K")])).is_err(), "agent bytes above the chunk");
         assert!(Tuning::from_lookup(env(&[(AGENT_IDLE, "0")])).is_err());
+        assert_eq!(Tuning::from_lookup(env(&[(AGENT_LANES, "8")])).unwrap().agent_lanes, 8);
+        assert!(Tuning::from_lookup(env(&[(AGENT_LANES, "0")])).is_err());
+        assert!(Tuning::from_lookup(env(&[(AGENT_LANES, "17")])).is_err());
         assert_eq!(Tuning::from_lookup(env(&[])).unwrap().payload_bytes, 4096);
         assert_eq!(Tuning::from_lookup(env(&[(PAYLOAD_BYTES, "1K")])).unwrap().payload_bytes, 1024);
         assert_eq!(Tuning::from_lookup(env(&[(PAYLOAD_BYTES, "0")])).unwrap().payload_bytes, 0);

@@ -554,6 +554,7 @@ fn landing_agent(cuda: &Arc<CudaContext>, tuning: &Tuning) -> Result<AgentKernel
         function,
         idle_ns: tuning.agent_idle.as_nanos().min(u128::from(u64::MAX)) as u64,
         max_bytes: tuning.agent_bytes,
+        lanes: tuning.agent_lanes,
     })
 }
 

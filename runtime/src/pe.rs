@@ -260,22 +260,24 @@ impl PeCore {
         let r = proxies.connect(&boot, me).and_then(|()| boot.barrier().map_err(|cause| Error::Bootstrap { pe: me, cause }));
         // Set up: from here on every host collective waits CPNET_COLLECTIVE_TIMEOUT.
         boot.set_wait_timeout(tuning.collective_timeout);
-        let r = match (r, tuning.proxy_stall_timeout) {
-            (Ok(()), Some(timeout)) => {
+        // The watchdog runs also with stall detection off: it ends the PE
+        // on a transport's fatal report (a peer the fabric cannot reach).
+        let r = match r {
+            Ok(()) => {
                 let (abandon, grace) = (Arc::clone(&proxies.abandon), tuning.abort_grace);
                 proxies.start_watchdog(
                     me,
-                    timeout,
+                    tuning.proxy_stall_timeout,
                     Box::new(move |report: String| {
                         say(&report);
                         // Release: pairs with the service threads' Acquire in drain.
                         abandon.store(true, std::sync::atomic::Ordering::Release);
                         abort(ErrorCode::Aborted);
-                        exit_after_grace(me, grace, "a proxy thread stalled".to_owned());
+                        exit_after_grace(me, grace, "a proxy thread stalled, or a peer is unreachable".to_owned());
                     }),
                 )
             }
-            (r, _) => r,
+            r => r,
         };
         let core = PeCore {
             launch,
@@ -443,7 +445,7 @@ pub(crate) fn default_fabric(launch: &Launch, tuning: &Tuning, rendezvous_ip: Op
         .clone()
         .or_else(|| rendezvous_ip.map(|a| a.to_string()))
         .or_else(|| all_local.then(|| "127.0.0.1".to_owned()));
-    FabricConfig { provider, src_node: if ip { src_node } else { None } }
+    FabricConfig { provider, src_node: if ip { src_node } else { None }, reach_timeout: tuning.reach_timeout }
 }
 
 impl Pe {

@@ -205,7 +205,7 @@ impl Proxies {
     /// Start the watchdog over the service threads (once; see
     /// [`crate::watchdog`]): `on_stall` gets the report of the first thread
     /// still for `timeout`.
-    pub(crate) fn start_watchdog(&mut self, me: i32, timeout: Duration, on_stall: Box<dyn FnOnce(String) + Send>) -> Result<()> {
+    pub(crate) fn start_watchdog(&mut self, me: i32, timeout: Option<Duration>, on_stall: Box<dyn FnOnce(String) + Send>) -> Result<()> {
         let watched = std::mem::take(&mut self.watched);
         if watched.is_empty() || self.watchdog.is_some() {
             return Ok(());

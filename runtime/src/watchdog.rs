@@ -17,6 +17,11 @@
 //! `ABORTED`), and the process exits with status 1 if the program has not
 //! ended within `CPNET_ABORT_GRACE`.
 //!
+//! The watchdog also ends the PE when a service thread's transport made a
+//! fatal report ([`Heartbeat::fatal`]: a peer the fabric cannot reach,
+//! `CPNET_REACH_TIMEOUT`), with that report; this works with the stall
+//! detection off too.
+//!
 //! A thread that has not started its loop yet (connecting) or has left it
 //! (stopped) is not watched. When the watchdog itself wakes far later than
 //! planned (the process was stopped by a debugger or SIGSTOP, or starved),
@@ -52,11 +57,13 @@ pub(crate) struct Watchdog {
 
 impl Watchdog {
     /// Start watching `watched` for PE `me`: a thread still for `timeout`
-    /// makes the watchdog call `on_stall` once with the report, and end.
+    /// (`None`: stalls are not watched), or one whose transport made a
+    /// fatal report, makes the watchdog call `on_stall` once with the
+    /// report, and end.
     pub(crate) fn spawn(
         me: i32,
         watched: Vec<Watched>,
-        timeout: Duration,
+        timeout: Option<Duration>,
         on_stall: Box<dyn FnOnce(String) + Send>,
     ) -> std::io::Result<Watchdog> {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
@@ -87,11 +94,11 @@ impl Drop for Watchdog {
 fn watch(
     me: i32,
     watched: &[Watched],
-    timeout: Duration,
+    timeout: Option<Duration>,
     stop: &(Mutex<bool>, Condvar),
     on_stall: Box<dyn FnOnce(String) + Send>,
 ) {
-    let period = (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let period = timeout.map_or(Duration::from_millis(250), |t| (t / 4).clamp(Duration::from_millis(10), Duration::from_secs(1)));
     // Per thread: the pass count last seen and since when it has not moved.
     let mut seen: Vec<(u64, Instant)> = watched.iter().map(|w| (w.heartbeat.passes(), Instant::now())).collect();
     let (lock, cv) = stop;
@@ -111,6 +118,12 @@ fn watch(
         let late = now - looked > 2 * period + Duration::from_millis(500);
         looked = now;
         for (w, (last, since)) in watched.iter().zip(seen.iter_mut()) {
+            if let Some(fatal) = w.heartbeat.fatal() {
+                drop(stopped);
+                on_stall(format!("cpnet: {fatal}; aborting this PE"));
+                return;
+            }
+            let Some(timeout) = timeout else { continue };
             let passes = w.heartbeat.passes();
             if late || passes != *last || passes == 0 || w.heartbeat.step().phase == Phase::Stopped {
                 (*last, *since) = (passes, now);
@@ -217,7 +230,7 @@ mod tests {
         let mut dog = Watchdog::spawn(
             0,
             vec![Watched { thread: 0, heartbeat: Arc::clone(&hb), queues: vec![pool.queue(0), q1.clone()] }],
-            Duration::from_millis(200),
+            Some(Duration::from_millis(200)),
             Box::new(move |r| tx.send(r).unwrap()),
         )
         .unwrap();
@@ -259,7 +272,7 @@ mod tests {
         let mut dog = Watchdog::spawn(
             0,
             vec![Watched { thread: 0, heartbeat: Arc::clone(&hb), queues: vec![shadows.queue(0)] }],
-            Duration::from_millis(200),
+            Some(Duration::from_millis(200)),
             Box::new(move |r| tx.send(r).unwrap()),
         )
         .unwrap();
@@ -297,11 +310,70 @@ mod tests {
         let mut dog = Watchdog::spawn(
             0,
             vec![Watched { thread: 0, heartbeat: hb, queues: vec![pool.queue(0)] }],
-            Duration::from_millis(50),
+            Some(Duration::from_millis(50)),
             Box::new(move |r| tx.send(r).unwrap()),
         )
         .unwrap();
         assert!(rx.recv_timeout(Duration::from_millis(600)).is_err(), "no report for a live service");
+        // Release: pairs with the service's Acquire load.
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        svc.join().unwrap();
+        dog.stop();
+    }
+
+    /// The loopback transport, with a fatal report after a few calls.
+    struct Unreachable {
+        inner: LoopbackTransport,
+        calls: u32,
+    }
+
+    impl cpnet_proxy::service::Transport for Unreachable {
+        fn submit(&mut self, tag: cpnet_proxy::service::Tag, op: &cpnet_proxy::decode::Op) -> cpnet_proxy::service::Submit {
+            self.inner.submit(tag, op)
+        }
+        fn progress(&mut self, done: &mut Vec<cpnet_proxy::service::Finished>) {
+            self.inner.progress(done);
+        }
+        fn barrier(&mut self, start: bool) -> Result<bool, cpnet_device::layout::ErrorCode> {
+            self.inner.barrier(start)
+        }
+        fn fatal(&mut self) -> Option<String> {
+            self.calls += 1;
+            (self.calls == 3).then(|| "PE 0 cannot reach PE 1 over tcp;ofi_rxm: test".to_owned())
+        }
+    }
+
+    /// A transport's fatal report (an unreachable peer) ends the PE through
+    /// the watchdog even with stall detection off, once, with the report.
+    #[test]
+    fn a_fatal_report_is_passed_on_with_stalls_unwatched() {
+        let pool = QueuePool::new_host(1, QueueGeometry::new(8).unwrap());
+        let heap = cpnet_device::cpu::HostHeap::new(4096);
+        let view = heap.view();
+        let hb = Arc::new(Heartbeat::default());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let q0 = pool.queue(0);
+        let svc = {
+            let (hb, stop) = (Arc::clone(&hb), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let t = Unreachable { inner: LoopbackTransport::new(view), calls: 0 };
+                let mut s = Service::new(vec![q0], t, cpnet_proxy::decode::Limits { n_pes: 1, heap_size: 4096 }, 0);
+                s.set_heartbeat(hb);
+                // Acquire: pairs with the test's Release store below.
+                s.run(move || stop.load(std::sync::atomic::Ordering::Acquire));
+            })
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut dog = Watchdog::spawn(
+            0,
+            vec![Watched { thread: 0, heartbeat: Arc::clone(&hb), queues: vec![pool.queue(0)] }],
+            None,
+            Box::new(move |r| tx.send(r).unwrap()),
+        )
+        .unwrap();
+        let report = rx.recv_timeout(Duration::from_secs(20)).expect("the watchdog passes the fatal report on");
+        assert_eq!(report, "cpnet: PE 0 cannot reach PE 1 over tcp;ofi_rxm: test; aborting this PE");
+        assert_eq!(hb.fatal(), Some("PE 0 cannot reach PE 1 over tcp;ofi_rxm: test"));
         // Release: pairs with the service's Acquire load.
         stop.store(true, std::sync::atomic::Ordering::Release);
         svc.join().unwrap();

@@ -73,3 +73,80 @@ fn a_late_pe_within_the_timeout_is_fine() {
         assert!(j.all.contains(&format!("stuck-barrier PE {pe}: barrier passed")), "{}", j.all);
     }
 }
+
+/// Two PEs on different providers (issue 19, bad input: mismatched
+/// providers), launched as mpirun would, with a different CPNET_PROVIDER
+/// each: both fail at init within seconds, each naming both PEs and both
+/// providers, instead of an address-vector error or a hang.
+#[test]
+fn mismatched_providers_fail_at_init_naming_both() {
+    use std::process::{Command, Stdio};
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        l.local_addr().expect("its address").port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let t = std::time::Instant::now();
+    let pes: Vec<_> = [(0, "shm"), (1, "tcp;ofi_rxm")]
+        .into_iter()
+        .map(|(r, provider)| {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_cpnet-check"));
+            cmd.arg("ops")
+                .env("OMPI_COMM_WORLD_RANK", r.to_string())
+                .env("OMPI_COMM_WORLD_SIZE", "2")
+                .env("OMPI_COMM_WORLD_LOCAL_RANK", r.to_string())
+                .env("OMPI_COMM_WORLD_LOCAL_SIZE", "2")
+                .env("CPNET_BOOTSTRAP_ADDR", &addr)
+                .env("CPNET_PROVIDER", provider)
+                .env("CPNET_CONNECT_TIMEOUT", "30")
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for v in ["CPNET_PE", "CPNET_N_PES", "CPNET_LOCAL_PE", "CPNET_LOCAL_SIZE", "FI_PROVIDER"] {
+                cmd.env_remove(v);
+            }
+            cmd.spawn().expect("start cpnet-check")
+        })
+        .collect();
+    let outs: Vec<_> = pes.into_iter().map(|p| p.wait_with_output().expect("wait for cpnet-check")).collect();
+    let all: String = outs
+        .iter()
+        .map(|o| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+        .collect();
+    assert!(t.elapsed() < Duration::from_secs(20), "took {:?}:\n{all}", t.elapsed());
+    for (pe, o) in outs.iter().enumerate() {
+        assert!(!o.status.success(), "PE {pe} must fail:\n{all}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        let line = err
+            .lines()
+            .find(|l| l.contains("init failed"))
+            .unwrap_or_else(|| panic!("PE {pe} printed no init failure:\n{all}"));
+        assert!(line.contains(&format!("cpnet-check: init failed: PE {pe}:")), "{line}");
+        assert!(
+            line.contains("PE 1 opened provider tcp;ofi_rxm, PE 0 shm")
+                || line.contains("PE 0 opened provider shm, PE 1 tcp;ofi_rxm"),
+            "{line}"
+        );
+        assert!(line.contains("every PE of a job must use the same provider"), "{line}");
+    }
+}
+
+/// A provider cpnet refuses (`udp;ofi_rxd`, which `CPNET_PROVIDER=udp`
+/// gets, segfaults inside libfabric 1.17 on the first atomic): every PE
+/// fails at init with a message naming it and the provider to use, instead
+/// of a crash in the provider.
+#[test]
+fn a_broken_provider_is_refused_at_init() {
+    let j = job(2, "udp", &["ops"], &[]);
+    assert!(!j.status.success(), "the job must fail:\n{}", j.all);
+    assert!(j.elapsed < Duration::from_secs(20), "took {:?}:\n{}", j.elapsed, j.all);
+    assert!(!j.all.contains("signal 11"), "a crash, not a refusal:\n{}", j.all);
+    for pe in 0..2 {
+        assert!(
+            j.all.contains(&format!("init failed: PE {pe}: proxy service thread 0: PE {pe}: libfabric granted provider udp;ofi_rxd, which cpnet does not use")),
+            "PE {pe}:\n{}",
+            j.all
+        );
+    }
+    assert!(j.all.contains("use CPNET_PROVIDER='tcp;ofi_rxm'"), "{}", j.all);
+}

@@ -54,6 +54,10 @@ pub struct InfoRequest {
     pub src_node: Option<String>,
     /// Capabilities to ask for; `None` means [`CAPS`] (RMA and atomics).
     pub caps: Option<u64>,
+    /// Memory-registration mode bits offered beyond [`MR_MODE_SUPPORTED`]
+    /// (e.g. `FI_MR_HMEM`, which a provider needs to register GPU memory
+    /// with `FI_HMEM`); 0 normally.
+    pub mr_mode_extra: i32,
 }
 
 impl InfoRequest {
@@ -63,7 +67,14 @@ impl InfoRequest {
             provider: Some(name.to_owned()),
             src_node: None,
             caps: None,
+            mr_mode_extra: 0,
         }
+    }
+
+    /// Offers memory-registration mode bits `bits` beyond [`MR_MODE_SUPPORTED`].
+    pub fn with_mr_mode(mut self, bits: i32) -> Self {
+        self.mr_mode_extra |= bits;
+        self
     }
 
     /// Asks for capabilities `caps` instead of [`CAPS`] (for example [`MSG_CAPS`]).
@@ -283,7 +294,7 @@ impl Hints {
             d.threading = sys::FI_THREAD_DOMAIN;
             d.control_progress = sys::FI_PROGRESS_MANUAL;
             d.data_progress = sys::FI_PROGRESS_MANUAL;
-            d.mr_mode = MR_MODE_SUPPORTED;
+            d.mr_mode = MR_MODE_SUPPORTED | req.mr_mode_extra;
             d.av_type = sys::FI_AV_TABLE;
             (*h.tx_attr).msg_order = sys::FI_ORDER_SAS;
             (*h.rx_attr).msg_order = sys::FI_ORDER_SAS;

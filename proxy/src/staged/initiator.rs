@@ -60,7 +60,7 @@ impl StagedTransport {
                         PutSrc::Host { dev, .. } => put_rec(dst, size, Some(dev), 0, signal),
                         PutSrc::Payload => unreachable!("refused in start_op"),
                     };
-                    self.land(rec, After::LocalDone { op: i });
+                    self.land(rec, After::LocalDone { op: i }, self.op_lane(i));
                     return Ok(());
                 }
                 self.local_put(i, dst, src, size)?;
@@ -81,7 +81,7 @@ impl StagedTransport {
             }
             Op::Get { dst: GetDst::Heap(dst), src, size, .. } => {
                 if self.agent_sized(size) {
-                    self.land(put_rec(dst, size, Some(self.dev(src)), 0, None), After::LocalDone { op: i });
+                    self.land(put_rec(dst, size, Some(self.dev(src)), 0, None), After::LocalDone { op: i }, self.op_lane(i));
                     return Ok(());
                 }
                 // SAFETY: decoder-checked heap ranges of this PE's heap.
@@ -93,11 +93,11 @@ impl StagedTransport {
                 // reads are zero-extended.
                 unsafe { self.scratch(i, 2).write(0) };
                 let to = self.staging_dev(self.scratch(i, 2).cast());
-                self.land(copy_out_rec(src, size, to), After::LocalResult { op: i });
+                self.land(copy_out_rec(src, size, to), After::LocalResult { op: i }, self.op_lane(i));
                 Ok(())
             }
             Op::Amo { ty, op, dst, value, cond, .. } => {
-                self.land_amo(AmoItem { ty, op, dst, value, cond, done: AmoDone::Local { op: i } });
+                self.land_amo(AmoItem { ty, op, dst, value, cond, done: AmoDone::Local { op: i }, lane: self.op_lane(i) });
                 Ok(())
             }
             Op::Nop | Op::Fence | Op::Quiet | Op::BarrierAll => unreachable!("no data"),
@@ -229,13 +229,17 @@ impl StagedTransport {
         let chunk = self.inner.cfg.chunk as u64;
         let k = u64::from(s.started);
         let tag = self.tag_of(i);
+        // The receiver lands this op's records in the lane of our queue.
+        let hint = lane_hint(self.op_lane(i));
         if s.phase == Phase::Signal {
             assert!(matches!(op, Op::PutSignal { .. }), "signal phase of a put-signal");
             let mut h = self.hdr(K_PUT);
             h.tag = tag;
+            h.flags |= hint;
             h.add_signal(&op);
             self.send_small(pe, h, Some(i));
             self.credits[pe as usize] -= 1;
+            self.watch.sent(pe);
             let s = &mut self.ops[i as usize];
             s.started += 1;
             s.outstanding += 1;
@@ -249,6 +253,7 @@ impl StagedTransport {
                 let last = s.started + 1 == s.chunks;
                 let mut h = self.hdr(K_PUT);
                 h.tag = tag;
+                h.flags |= hint;
                 h.dst = dst + off;
                 h.size = len;
                 if last && s.chunks == 1 {
@@ -260,7 +265,7 @@ impl StagedTransport {
                 if self.agent_sized(len) {
                     // SAFETY: the payload area of big buffer b, ours until its send completes.
                     let to = self.staging_dev(unsafe { self.big_ptr(b).add(HDR_BYTES) });
-                    self.land(copy_out_rec(src + off, len, to), send);
+                    self.land(copy_out_rec(src + off, len, to), send, self.op_lane(i));
                 } else {
                     // SAFETY: the big buffer is ours (popped) until its send
                     // completes; the source range is decoder-checked.
@@ -276,6 +281,7 @@ impl StagedTransport {
                 let Some(b) = self.free_big.pop() else { return Ok(false) };
                 let mut h = self.hdr(K_PUT);
                 h.tag = tag;
+                h.flags |= hint;
                 h.dst = dst;
                 h.size = size;
                 h.add_signal(&op);
@@ -294,9 +300,10 @@ impl StagedTransport {
             | Op::PutSignal { dst, src: PutSrc::Inline(bits), size, .. } => {
                 let mut h = self.hdr(K_PUT);
                 h.tag = tag;
+                h.flags |= hint;
                 h.dst = dst;
                 h.size = size;
-                h.flags = F_INLINE;
+                h.flags |= F_INLINE;
                 h.value = bits;
                 h.add_signal(&op);
                 self.send_small(pe, h, Some(i));
@@ -306,6 +313,7 @@ impl StagedTransport {
                 let len = (size - off.min(size)).min(chunk);
                 let mut h = self.hdr(K_GET);
                 h.tag = tag;
+                h.flags |= hint;
                 h.dst = src + off;
                 h.size = len;
                 h.value = off;
@@ -314,6 +322,7 @@ impl StagedTransport {
             Op::Amo { ty, op: aop, dst, value, cond, .. } => {
                 let mut h = self.hdr(K_AMO);
                 h.tag = tag;
+                h.flags |= hint;
                 h.dst = dst;
                 h.ty = ty as u8;
                 h.sub = aop as u8;
@@ -324,6 +333,7 @@ impl StagedTransport {
             Op::Nop | Op::Fence | Op::Quiet | Op::BarrierAll => unreachable!("no data"),
         }
         self.credits[pe as usize] -= 1;
+        self.watch.sent(pe);
         let s = &mut self.ops[i as usize];
         s.started += 1;
         s.outstanding += 1;

@@ -91,7 +91,8 @@ use crate::fabric::{
     LocalBufMut, MSG_CAPS, MemoryRegion, Post,
 };
 use crate::service::{Finished, Submit, Tag, Transport};
-use crate::transport::{FabricConfig, TransportError, fabric_code};
+use crate::reach::{PeerWatch, unreachable_report};
+use crate::transport::{FabricConfig, TransportError, fabric_code, printable};
 
 mod initiator;
 mod target;
@@ -170,9 +171,9 @@ pub struct StagedEndpoint {
     _domain: Rc<Domain>,
     events: EventPool,
     stream: Stream,
-    /// Before `mem`: it stops the agent (which reads and writes the staging
-    /// memory) when dropped.
-    landing: Landing,
+    /// Before `mem`: they stop their agents (which read and write the
+    /// staging memory) when dropped. One per lane (`AgentKernel::lanes`).
+    lanes: Vec<Landing>,
     mem: Pinned,
     layout: Layout,
     provider: String,
@@ -247,6 +248,7 @@ impl StagedEndpoint {
             req = req.with_src_node(n);
         }
         let info = Info::get(&req).map_err(err("fi_getinfo (messages, RDM endpoint)"))?;
+        crate::transport::refuse_broken(my_pe, &info.provider_name())?;
         if info.max_msg_size() < HDR_BYTES + cfg.chunk {
             return Err(TransportError::Config {
                 pe: my_pe,
@@ -271,7 +273,10 @@ impl StagedEndpoint {
         let mr = unsafe { MemoryRegion::register(&domain, mem.ptr(), mem.len(), Some(&ep)) }
             .map_err(err("fi_mr_reg (staging buffers)"))?;
         let stream = Stream::new().map_err(cuda_err)?;
-        let landing = Landing::new(agent, u64::from(CPNET_AGENT_DEFAULT_DEPTH), heap.base, heap.size).map_err(cuda_err)?;
+        let lanes = (0..agent.lanes.max(1))
+            .map(|_| Landing::new(agent.clone(), u64::from(CPNET_AGENT_DEFAULT_DEPTH), heap.base, heap.size))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(cuda_err)?;
         tracing::debug!(pe = my_pe, provider = %info.provider_name(), staging = layout.total, "staged endpoint open");
         Ok(StagedEndpoint {
             mr,
@@ -281,7 +286,7 @@ impl StagedEndpoint {
             _domain: domain,
             events: EventPool::default(),
             stream,
-            landing,
+            lanes,
             mem,
             layout,
             provider: info.provider_name(),
@@ -295,18 +300,35 @@ impl StagedEndpoint {
         })
     }
 
-    /// What the peers need to reach us: the endpoint's address.
+    /// What the peers need to reach us: the provider granted (length u16
+    /// little-endian, then its name: every PE must use the same one), then
+    /// the endpoint's address.
     pub fn card(&self) -> Vec<u8> {
-        self.ep.name().to_vec()
+        let mut c = (self.provider.len() as u16).to_le_bytes().to_vec();
+        c.extend_from_slice(self.provider.as_bytes());
+        c.extend_from_slice(self.ep.name());
+        c
     }
 
     /// Insert every PE's card (index = PE; ours included, unused), post the
     /// receive buffers and become a transport.
     ///
     /// # Errors
-    /// `fi_av_insert` and `fi_recv` failures.
+    /// [`TransportError::BadCard`] for a malformed card or a peer on
+    /// another provider; `fi_av_insert` and `fi_recv` failures.
     pub fn connect(self, cards: &[Vec<u8>]) -> Result<StagedTransport, TransportError> {
         let my_pe = self.my_pe;
+        let mut names = Vec::with_capacity(cards.len());
+        for (pe, card) in cards.iter().enumerate() {
+            let bad = |why: String| TransportError::BadCard { pe: my_pe, peer: pe as i32, why };
+            let n = card.get(..2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize).ok_or_else(|| bad("truncated card".into()))?;
+            let prov = card.get(2..2 + n).and_then(|p| std::str::from_utf8(p).ok()).ok_or_else(|| bad("truncated card".into()))?;
+            if prov != self.provider {
+                return Err(bad(crate::transport::mismatched_providers(pe as i32, prov, my_pe, &self.provider)));
+            }
+            names.push(card[2 + n..].to_vec());
+        }
+        let cards = &names;
         let mut peers = Vec::with_capacity(cards.len());
         for (pe, card) in cards.iter().enumerate() {
             if pe as i32 == my_pe {
@@ -322,7 +344,10 @@ impl StagedEndpoint {
         }
         let n = self.n_pes.max(1) as usize;
         let rounds = if self.n_pes <= 1 { 0 } else { 32 - ((self.n_pes - 1) as u32).leading_zeros() };
+        let peer_addrs = cards.iter().map(|c| printable(&self.av, c)).collect();
         let t = StagedTransport {
+            watch: PeerWatch::new(n, self.cfg.fabric.reach_timeout),
+            peer_addrs,
             timing: tracing::enabled!(tracing::Level::DEBUG),
             clock: StageClock::default(),
             recv_at: vec![None; self.layout.n_recv],
@@ -341,8 +366,8 @@ impl StagedEndpoint {
             small_backlog: VecDeque::new(),
             get_wait: VecDeque::new(),
             recv_repost: Vec::new(),
-            landed: VecDeque::new(),
-            landing_backlog: VecDeque::new(),
+            landed: (0..self.lanes.len()).map(|_| VecDeque::new()).collect(),
+            landing_backlog: (0..self.lanes.len()).map(|_| VecDeque::new()).collect(),
             barrier: BarrierState { epoch: 0, round: 0, sent: false },
             rounds,
             poll_buf: vec![0; 64],
@@ -400,8 +425,9 @@ enum After {
     LocalDone { op: u32 },
     /// A local `g` finished: the value is in the op's scratch word 2.
     LocalResult { op: u32 },
-    /// A received PUT was applied: repost `recv`, then ACK (or run the ADD signal first).
-    Applied { recv: u32, pe: i32, tag: u64, sig_add: Option<(u64, u64)> },
+    /// A received PUT was applied: repost `recv`, then ACK (or run the ADD
+    /// signal first, in landing lane key `lane`: the message's).
+    Applied { recv: u32, pe: i32, tag: u64, sig_add: Option<(u64, u64)>, lane: u32 },
     /// A GET reply was copied into the heap: repost `recv`, one answer less for `op`.
     GetApplied { recv: u32, op: u32 },
     /// An AMO (or ADD signal) ran in the landing agent; the record's value
@@ -426,6 +452,8 @@ struct AmoItem {
     value: u64,
     cond: u64,
     done: AmoDone,
+    /// Landing lane key ([`StagedTransport::land`]).
+    lane: u32,
 }
 
 struct BarrierState {
@@ -490,15 +518,20 @@ pub struct StagedTransport {
     get_wait: VecDeque<Hdr>,
     /// Receive buffers to post again (`-FI_EAGAIN`).
     recv_repost: Vec<u32>,
-    /// Landing records in flight, in seq order, with what to do once applied.
-    landed: VecDeque<(u64, After)>,
-    /// Records that found the landing ring full.
-    landing_backlog: VecDeque<(AgentRec, After)>,
+    /// Per landing lane: records in flight, in seq order, with what to do
+    /// once applied.
+    landed: Vec<VecDeque<(u64, After)>>,
+    /// Per landing lane: records that found the lane's ring full.
+    landing_backlog: Vec<VecDeque<(AgentRec, After)>>,
     barrier: BarrierState,
     rounds: u32,
     poll_buf: Vec<u64>,
     /// A CUDA failure: the context is unusable; every later op fails.
     broken: Option<String>,
+    /// Requests sent per peer and not yet answered ([`crate::reach`]).
+    watch: PeerWatch,
+    /// Per PE: its endpoint's printable address (index = PE, ours too).
+    peer_addrs: Vec<String>,
     // Last: owns the regions, endpoint, stream and memory.
     inner: StagedEndpoint,
 }
@@ -511,14 +544,20 @@ impl Drop for StagedTransport {
         if let Err(e) = self.inner.stream.synchronize() {
             tracing::warn!("PE {}: staged transport teardown: {e}", self.inner.my_pe);
         }
-        self.inner.landing.stop();
-        let (n, tr, ta, tp) = self.inner.landing.times();
+        let (mut n, mut tr, mut ta, mut tp, mut launches, mut refused) = (0, 0, 0, 0, 0, 0);
+        for l in &mut self.inner.lanes {
+            l.stop();
+            let (a, b, c, d) = l.times();
+            (n, tr, ta, tp) = (n + a, tr + b, ta + c, tp + d);
+            (launches, refused) = (launches + l.launches(), refused + l.refused());
+        }
         let per = |t: u64| t as f64 / n.max(1) as f64 / 1e3;
         let c = &self.clock;
         if let (Some(a), Some(b)) = (c.first_pass, c.last_pass) {
             tracing::debug!(
-                "PE {}: landing agent: {n} records; per record {:.2} us reading, {:.2} us applying, {:.2} us publishing",
+                "PE {}: landing agents ({} lanes): {n} records; per record {:.2} us reading, {:.2} us applying, {:.2} us publishing",
                 self.inner.my_pe,
+                self.inner.lanes.len(),
                 per(tr),
                 per(ta),
                 per(tp)
@@ -531,8 +570,8 @@ impl Drop for StagedTransport {
                 StageClock::show(c.land),
                 StageClock::show(c.post),
                 StageClock::show(c.answer),
-                self.inner.landing.launches(),
-                self.inner.landing.refused()
+                launches,
+                refused
             );
         }
     }
@@ -651,6 +690,9 @@ impl StagedTransport {
         };
         tracing::error!("PE {}: fi_send failed ({}): {e}", self.inner.my_pe, self.inner.provider);
         if let Some(op) = owner {
+            if let Some(pe) = self.ops[op as usize].op.and_then(|o| o.pe()) {
+                self.watch.answered(pe);
+            }
             self.fail_op(op, fabric_code(e));
         }
     }
@@ -684,19 +726,29 @@ impl StagedTransport {
 
     /// Whether `bytes` of data land (or leave the heap) through the agent.
     fn agent_sized(&self, bytes: u64) -> bool {
-        bytes <= self.inner.landing.max_bytes()
+        bytes <= self.inner.lanes[0].max_bytes()
     }
 
-    /// Hand `rec` to the landing agent; `after` runs once it is applied
-    /// (records are applied, and their `after`s run, in order).
-    fn land(&mut self, rec: AgentRec, after: After) {
-        if self.landing_backlog.is_empty()
-            && let Some(seq) = self.inner.landing.push(&rec)
+    /// Hand `rec` to the landing agent of lane key `lane`; `after` runs
+    /// once it is applied. Records of one key are applied, and their
+    /// `after`s run, in order; different keys may take different lanes,
+    /// applied in parallel. The key is the queue a record comes from: the
+    /// local queue ([`Self::op_lane`]) or, for a received message, the
+    /// sender's PE and queue hint ([`msg_lane`]).
+    fn land(&mut self, rec: AgentRec, after: After, lane: u32) {
+        let l = lane as usize % self.inner.lanes.len();
+        if self.landing_backlog[l].is_empty()
+            && let Some(seq) = self.inner.lanes[l].push(&rec)
         {
-            self.landed.push_back((seq, after));
+            self.landed[l].push_back((seq, after));
             return;
         }
-        self.landing_backlog.push_back((rec, after));
+        self.landing_backlog[l].push_back((rec, after));
+    }
+
+    /// The landing lane key of op `i`: its local queue.
+    fn op_lane(&self, i: u32) -> u32 {
+        self.ops[i as usize].tag.map_or(0, |t| t.queue)
     }
 
     /// An AMO (or ADD signal) on this PE's heap: always the landing agent.
@@ -710,27 +762,33 @@ impl StagedTransport {
             value: it.value,
             ..AgentRec::default()
         };
-        self.land(rec, After::Amo(it.done));
+        self.land(rec, After::Amo(it.done), it.lane);
     }
 
     /// Act on every applied landing record, in order; publish the backlog;
     /// start the agent if records wait.
     fn drain_landed(&mut self, done: &mut Vec<Finished>) -> Result<(), CudaError> {
-        while let Some(&(seq, after)) = self.landed.front() {
-            if !self.inner.landing.is_done(seq) {
-                break;
+        for l in 0..self.inner.lanes.len() {
+            while let Some(&(seq, after)) = self.landed[l].front() {
+                if !self.inner.lanes[l].is_done(seq) {
+                    break;
+                }
+                self.landed[l].pop_front();
+                let value = self.inner.lanes[l].value(seq);
+                self.inner.lanes[l].retire(seq);
+                self.run_after(after, value, done)?;
             }
-            self.landed.pop_front();
-            let value = self.inner.landing.value(seq);
-            self.inner.landing.retire(seq);
-            self.run_after(after, value, done)?;
         }
-        while let Some(&(rec, after)) = self.landing_backlog.front() {
-            let Some(seq) = self.inner.landing.push(&rec) else { break };
-            self.landing_backlog.pop_front();
-            self.landed.push_back((seq, after));
+        // After every lane's `after`s ran (they may land more records).
+        for l in 0..self.inner.lanes.len() {
+            while let Some(&(rec, after)) = self.landing_backlog[l].front() {
+                let Some(seq) = self.inner.lanes[l].push(&rec) else { break };
+                self.landing_backlog[l].pop_front();
+                self.landed[l].push_back((seq, after));
+            }
+            self.inner.lanes[l].kick()?;
         }
-        self.inner.landing.kick()
+        Ok(())
     }
 
     /// Act on every copy whose event has passed, in stream order.
@@ -757,7 +815,7 @@ impl StagedTransport {
                 self.ops[op as usize].value = v;
                 self.answered(op, done);
             }
-            After::Applied { recv, pe, tag, sig_add } => {
+            After::Applied { recv, pe, tag, sig_add, lane } => {
                 if let Some(t) = self.recv_at[recv as usize].take() {
                     StageClock::add(&mut self.clock.land, t);
                 }
@@ -770,6 +828,7 @@ impl StagedTransport {
                         value,
                         cond: 0,
                         done: AmoDone::Ack { pe, tag },
+                        lane,
                     }),
                     None => {
                         let mut a = self.hdr(K_ACK);
@@ -789,6 +848,7 @@ impl StagedTransport {
                 value,
                 cond: 0,
                 done: AmoDone::Local { op },
+                lane: self.op_lane(op),
             }),
             After::Amo(AmoDone::Local { op }) => {
                 if let Some(Op::Amo { ty, .. }) = self.ops[op as usize].op {
@@ -816,8 +876,8 @@ impl StagedTransport {
         // waits forever, and drop queued copies (their events never pass).
         self.copies.clear();
         self.to_stage.clear();
-        self.landed.clear();
-        self.landing_backlog.clear();
+        self.landed.iter_mut().for_each(VecDeque::clear);
+        self.landing_backlog.iter_mut().for_each(VecDeque::clear);
         for i in 0..MAX_OPS as u32 {
             let s = self.ops[i as usize];
             if s.phase != Phase::Free {
@@ -959,6 +1019,21 @@ impl Transport for StagedTransport {
             }
         }
     }
+
+    fn fatal(&mut self) -> Option<String> {
+        let o = self.watch.overdue()?;
+        let oldest = self
+            .ops
+            .iter()
+            .filter(|s| s.phase != Phase::Free)
+            .filter_map(|s| s.op)
+            .find(|op| op.pe() == Some(o.pe))
+            .map(|op| format!("{} to heap+{:#x}, {} bytes", op.name(), op.addr(), op.size()));
+        let addr = |pe: i32| self.peer_addrs.get(pe as usize).map_or("?", String::as_str);
+        let route = format!("{} -> {}", addr(self.inner.my_pe), addr(o.pe));
+        let timeout = self.watch.timeout().unwrap_or_default();
+        Some(unreachable_report(self.inner.my_pe, &o, &self.inner.provider, oldest, &route, timeout))
+    }
 }
 
 #[cfg(test)]
@@ -984,7 +1059,7 @@ mod tests {
     #[test]
     fn header_is_one_cache_line() {
         assert_eq!(std::mem::size_of::<Hdr>(), 64);
-        let l = Layout::new(&StagedConfig::new(FabricConfig { provider: "shm".into(), src_node: None }), 4);
+        let l = Layout::new(&StagedConfig::new(FabricConfig { provider: "shm".into(), src_node: None, reach_timeout: None }), 4);
         assert_eq!(l.n_recv, 2 * 8 * 3 + BARRIER_BUFS);
         assert!(l.total >= l.scratch + MAX_OPS * 32);
         assert_eq!(l.scratch % 8, 0);

@@ -39,7 +39,7 @@ impl StagedTransport {
                         // SAFETY: the payload follows the header in the buffer.
                         put_rec(h.dst, h.size, Some(self.staging_dev(unsafe { p.add(HDR_BYTES) })), 0, signal)
                     };
-                    self.land(rec, After::Applied { recv: r, pe, tag: h.tag, sig_add: None });
+                    self.land(rec, After::Applied { recv: r, pe, tag: h.tag, sig_add: None, lane: msg_lane(&h) }, msg_lane(&h));
                     return Ok(());
                 }
                 if h.size > 0 {
@@ -67,7 +67,7 @@ impl StagedTransport {
                         }
                     }
                 }
-                self.after(After::Applied { recv: r, pe, tag: h.tag, sig_add })?;
+                self.after(After::Applied { recv: r, pe, tag: h.tag, sig_add, lane: msg_lane(&h) })?;
             }
             K_GET => {
                 self.repost(r);
@@ -93,6 +93,7 @@ impl StagedTransport {
                             value: h.value,
                             cond: h.cond,
                             done: AmoDone::Reply { pe: h.src_pe, tag: h.tag },
+                            lane: msg_lane(&h),
                         });
                     }
                     _ => {
@@ -106,6 +107,7 @@ impl StagedTransport {
             K_ACK | K_AMO_REPLY => {
                 self.repost(r);
                 self.credits[h.src_pe as usize] += 1;
+                self.watch.answered(h.src_pe);
                 if let Some(i) = self.op_of(h.tag) {
                     if h.cond != 0 {
                         self.ops[i as usize].error.get_or_insert(ErrorCode::from_i32(h.cond as i32).unwrap_or(ErrorCode::Fabric));
@@ -118,6 +120,7 @@ impl StagedTransport {
             }
             K_GET_REPLY => {
                 self.credits[h.src_pe as usize] += 1;
+                self.watch.answered(h.src_pe);
                 let Some(i) = self.op_of(h.tag) else {
                     self.repost(r);
                     return Ok(());
@@ -142,7 +145,7 @@ impl StagedTransport {
                     Some(Op::Get { dst: GetDst::Heap(dst), .. }) if self.agent_sized(h.size) => {
                         // SAFETY: the payload follows the header in the buffer.
                         let from = self.staging_dev(unsafe { p.add(HDR_BYTES) });
-                        self.land(put_rec(dst + h.value, h.size, Some(from), 0, None), After::GetApplied { recv: r, op: i });
+                        self.land(put_rec(dst + h.value, h.size, Some(from), 0, None), After::GetApplied { recv: r, op: i }, self.op_lane(i));
                     }
                     Some(Op::Get { dst: GetDst::Heap(dst), .. }) => {
                         if h.size > 0 {
@@ -194,7 +197,7 @@ impl StagedTransport {
             if self.agent_sized(h.size) {
                 // SAFETY: the payload area of big buffer b, ours until its send completes.
                 let to = self.staging_dev(unsafe { self.big_ptr(b).add(HDR_BYTES) });
-                self.land(copy_out_rec(h.dst, h.size, to), send);
+                self.land(copy_out_rec(h.dst, h.size, to), send, msg_lane(&h));
             } else {
                 // SAFETY: the big buffer is ours until its send completes; the
                 // range was checked against the heap.

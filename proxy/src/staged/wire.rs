@@ -68,6 +68,22 @@ pub(super) const K_BARRIER: u8 = 7;
 
 pub(super) const F_SIGNAL: u8 = 1;
 pub(super) const F_INLINE: u8 = 2;
+/// Bits 4..7 of a request's flags: the sender's queue (mod 16), so that the
+/// receiver lands the records of one queue in one landing lane, in order
+/// ([`msg_lane`]).
+pub(super) const F_LANE_SHIFT: u8 = 4;
+
+/// The flag bits naming local queue `queue`'s landing lane to a receiver.
+pub(super) fn lane_hint(queue: u32) -> u8 {
+    ((queue & 15) as u8) << F_LANE_SHIFT
+}
+
+/// The landing lane key of a received request: its sender and the sender's
+/// queue hint, so requests of one queue of one PE share a lane and those of
+/// different queues or PEs spread over the lanes.
+pub(super) fn msg_lane(h: &Hdr) -> u32 {
+    (h.src_pe as u32).wrapping_add(u32::from(h.flags >> F_LANE_SHIFT))
+}
 
 /// Completion contexts: the buffer class in the top byte, the index below.
 pub(super) const CTX_RECV: u64 = 1 << 56;

@@ -1,0 +1,176 @@
+/*
+ * The MoE dispatch/combine kernel of `moe -variant intra-kernel` (design in
+ * apps/src/moe.rs, the same steps as the CPU work-groups'; host side
+ * apps/src/moe/gpu.rs).
+ *
+ * Prepended by the host: the #defines of apps/src/gpu.rs (APP_CTL_*,
+ * APP_OP_*) and of moe/gpu.rs (MOE_*), then gpu/common.cuh.
+ *
+ * One cooperative launch runs warmup + iters iterations. Blocks share the
+ * work round-robin; grid barriers separate the phases of an iteration:
+ *   dispatch puts (every (token, k) pair) -> quiet -> grid barrier ->
+ *   counts + dispatch signal per PE -> wait for every source's signal ->
+ *   experts on the received slots -> grid barrier -> outputs put home ->
+ *   quiet -> grid barrier -> combine signal per source -> wait for every
+ *   PE's.
+ * Block 0's leader sums the dispatch, experts and combine times
+ * (%globaltimer) of the timed iterations into MOE_CTL_DISPATCH_NS,
+ * MOE_CTL_EXPERTS_NS and MOE_CTL_COMBINE_NS. After
+ * the last iteration every block computes out[t] = sum_j w_j y_j for its
+ * tokens, in f32 with j in order and no contraction (__fmul_rn,
+ * __fadd_rn), the same operations as the host's reference.
+ */
+
+struct moe_params {
+    app_u64 x;          /* heap: bf16 [T][H] */
+    app_u64 recv;       /* heap: bf16 [E/n][n][T][H] */
+    app_u64 meta;       /* heap: u64 [E/n][n][T] (t | j << 32) */
+    app_u64 counts;     /* heap: u64 [n][E/n] (row per source) */
+    app_u64 disp_sig;   /* heap: u64 [n] */
+    app_u64 comb_sig;   /* heap: u64 [n] */
+    app_u64 comb;       /* heap: bf16 [T][k][H] */
+    app_u64 meta_out;   /* heap: u64 [T][k], filled by the host */
+    app_u64 counts_out; /* heap: u64 [n][E/n], filled by the host */
+    app_u64 route_e;    /* device: u32 [T][k] expert */
+    app_u64 route_w;    /* device: f32 [T][k] weight */
+    app_u64 slot;       /* device: u32 [T][k] receive slot */
+    app_u64 out;        /* device: f32 [T][H] */
+    app_u64 ctl;        /* the control block */
+    app_i64 tokens, hidden, topk, experts, n_pes, me;
+    app_i64 warmup, iters;
+};
+
+__device__ __forceinline__ float moe_f32(unsigned short b) { return __uint_as_float(((unsigned)b) << 16); }
+
+/* f32 -> bf16 bits, round to nearest even (the host's bf16()). */
+__device__ __forceinline__ unsigned short moe_bf16(float x)
+{
+    const unsigned b = __float_as_uint(x);
+    if (x != x) return (unsigned short)((b >> 16) | 0x40u);
+    return (unsigned short)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+
+/* Expert e's output element (the host's expert()): one fused multiply-add. */
+__device__ __forceinline__ unsigned short moe_expert(app_i64 e, app_i64 experts, unsigned short x)
+{
+    const float s = __fadd_rn(1.0f, __fdiv_rn((float)e, (float)experts));
+    const float b = __fdiv_rn((float)e, 1024.0f);
+    return moe_bf16(__fmaf_rn(moe_f32(x), s, b));
+}
+
+/* Record a failed cpnet call (leader) and say whether to stop. */
+__device__ __forceinline__ bool moe_failed(const moe_params& p, int e, app_u64 op, app_u64 it, int me)
+{
+    if (e == CPNET_E_OK) return false;
+    if (threadIdx.x == 0) app_fail_leader((app_u64*)p.ctl, e, op, it, me, ~0ull, 0, 0);
+    return true;
+}
+
+extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_run(cpnet_handle_t h, moe_params p)
+{
+    __shared__ cpnet_ctx_t ctx;
+    app_u64* ctl = (app_u64*)p.ctl;
+    const int me = (int)p.me;
+    const app_i64 n = p.n_pes, T = p.tokens, H = p.hidden, K = p.topk, EL = p.experts / p.n_pes;
+    const app_u64 hb = (app_u64)H * 2;
+    if (moe_failed(p, cpnet_ctx_create(&h, &ctx), APP_OP_CTX_CREATE, 0, me)) return;
+    const unsigned* route_e = (const unsigned*)p.route_e;
+    const float* route_w = (const float*)p.route_w;
+    const unsigned* slot = (const unsigned*)p.slot;
+    app_u64 gen = 0, disp_ns = 0, exp_ns = 0, comb_ns = 0;
+    int fail = 0;
+    const app_i64 total = p.warmup + p.iters;
+    for (app_i64 it = 0; it < total && fail == 0; ++it) {
+        const app_u64 epoch = (app_u64)it + 1;
+        if ((fail = app_grid_sync(&h, ctl, ++gen, it)) != 0) break;
+        const app_u64 t0 = cpnet_globaltimer_ns();
+        /* Dispatch: one put per (token, expert) into the expert's receive
+         * slot for this PE, and its (t, j) record. */
+        for (app_i64 i = blockIdx.x; i < T * K; i += gridDim.x) {
+            const app_i64 t = i / K, e = route_e[i];
+            const int d = (int)(e / EL);
+            const app_u64 idx = (app_u64)(((e % EL) * n + me) * T + slot[i]);
+            cpnet_putmem_nbi(&ctx, (void*)(p.recv + idx * hb), (const void*)(p.x + (app_u64)t * hb), hb, d);
+            cpnet_putmem_nbi(&ctx, (void*)(p.meta + idx * 8), (const void*)(p.meta_out + (app_u64)i * 8), 8, d);
+        }
+        if (moe_failed(p, cpnet_quiet(&ctx), MOE_OP_DISPATCH, it, me)) { fail = 1; break; }
+        if ((fail = app_grid_sync(&h, ctl, ++gen, it)) != 0) break;
+        for (app_i64 d = blockIdx.x; d < n; d += gridDim.x)
+            cpnet_putmem_signal_nbi(&ctx, (void*)(p.counts + (app_u64)(me * EL) * 8),
+                                    (const void*)(p.counts_out + (app_u64)(d * EL) * 8), (app_u64)EL * 8,
+                                    (uint64_t*)(p.disp_sig + (app_u64)me * 8), epoch, CPNET_SIGNAL_SET, (int)d);
+        for (app_i64 s = 0; s < n && fail == 0; ++s)
+            fail = app_wait_ge(&h, ctl, (const app_u64*)(p.disp_sig + (app_u64)s * 8), epoch, MOE_OP_DISPATCH, it);
+        if (fail != 0) break;
+        const app_u64 t1 = cpnet_globaltimer_ns();
+        /* Experts (pass 0: every received slot, round-robin over the
+         * blocks, the output replacing the input in its slot), a grid
+         * barrier, then the combine (pass 1: the same slots, each output
+         * put home). Timed apart, as DeepEP times its combine kernel
+         * without the experts' GEMMs. */
+        app_u64 te = 0;
+        for (int pass = 0; pass < 2; ++pass) {
+            app_u64 item = 0;
+            for (app_i64 s = 0; s < n; ++s) {
+                for (app_i64 el = 0; el < EL; ++el) {
+                    const app_u64 cnt = cpnet_ld_acquire_sys_u64((const uint64_t*)(p.counts + (app_u64)(s * EL + el) * 8));
+                    for (app_u64 q = 0; q < cnt; ++q, ++item) {
+                        if (item % gridDim.x != blockIdx.x) continue;
+                        const app_u64 idx = (app_u64)((el * n + s) * T) + q;
+                        unsigned short* y = (unsigned short*)(p.recv + idx * hb);
+                        if (pass == 0) {
+                            const app_i64 e = (app_i64)me * EL + el;
+                            for (app_i64 i = threadIdx.x; i < H; i += blockDim.x) y[i] = moe_expert(e, p.experts, y[i]);
+                        } else {
+                            const app_u64 m = *(volatile const app_u64*)(p.meta + idx * 8);
+                            const app_u64 t = m & 0xffffffffull, j = m >> 32;
+                            cpnet_putmem_nbi(&ctx, (void*)(p.comb + (t * (app_u64)K + j) * hb), (const void*)y, hb, (int)s);
+                        }
+                    }
+                }
+            }
+            if (pass == 0) {
+                if ((fail = app_grid_sync(&h, ctl, ++gen, it)) != 0) break;
+                te = cpnet_globaltimer_ns();
+            }
+        }
+        if (fail != 0) break;
+        if (moe_failed(p, cpnet_quiet(&ctx), MOE_OP_COMBINE, it, me)) { fail = 1; break; }
+        if ((fail = app_grid_sync(&h, ctl, ++gen, it)) != 0) break;
+        for (app_i64 s = blockIdx.x; s < n; s += gridDim.x) {
+            uint64_t* sig = (uint64_t*)(p.comb_sig + (app_u64)me * 8);
+            cpnet_putmem_signal_nbi(&ctx, sig, sig, 0, sig, epoch, CPNET_SIGNAL_SET, (int)s);
+        }
+        if (moe_failed(p, cpnet_quiet(&ctx), MOE_OP_COMBINE, it, me)) { fail = 1; break; }
+        for (app_i64 d = 0; d < n && fail == 0; ++d)
+            fail = app_wait_ge(&h, ctl, (const app_u64*)(p.comb_sig + (app_u64)d * 8), epoch, MOE_OP_COMBINE, it);
+        if (fail != 0) break;
+        const app_u64 t2 = cpnet_globaltimer_ns();
+        if (it >= p.warmup) {
+            disp_ns += t1 - t0;
+            exp_ns += te - t1;
+            comb_ns += t2 - te;
+        }
+        if (it + 1 == total) {
+            /* Combine: out[t] = sum_j w_j y_j, no contraction. */
+            float* out = (float*)p.out;
+            for (app_i64 t = blockIdx.x; t < T; t += gridDim.x) {
+                for (app_i64 i = threadIdx.x; i < H; i += blockDim.x) {
+                    float acc = 0.0f;
+                    for (app_i64 j = 0; j < K; ++j) {
+                        const unsigned short yb =
+                            *(volatile const unsigned short*)(p.comb + ((app_u64)(t * K + j) * H + (app_u64)i) * 2);
+                        acc = __fadd_rn(acc, __fmul_rn(route_w[t * K + j], moe_f32(yb)));
+                    }
+                    out[t * H + i] = acc;
+                }
+            }
+        }
+    }
+    if (fail == 0 && blockIdx.x == 0 && threadIdx.x == 0) {
+        ctl[MOE_CTL_DISPATCH_NS] = disp_ns;
+        ctl[MOE_CTL_COMBINE_NS] = comb_ns;
+        ctl[MOE_CTL_EXPERTS_NS] = exp_ns;
+    }
+    if (fail == 0) moe_failed(p, cpnet_ctx_destroy(&ctx), APP_OP_QUIET, 0, me);
+}
