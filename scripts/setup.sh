@@ -2,20 +2,21 @@
 # Installs what cpnet needs on a fresh Debian 12 / Ubuntu 24.04 machine
 # (no GPU needed): libfabric (>= 1.17) and its tools, libclang for bindgen,
 # pkg-config, a TrueType font for cpnet-plot's figures (fonts-dejavu-core),
-# iproute2 and nftables (`ip netns` and a firewall, for scripts/twohost.sh), and NVRTC 13.x from PyPI so
+# iproute2 and nftables (`ip netns` and a firewall, for scripts/twohost.sh), make
+# (apps/c's Makefile), and NVRTC 13.x from PyPI so
 # the device headers can be compiled without a CUDA toolkit. Safe to run
 # again. Source it (`. scripts/setup.sh`) to also get CPNET_NVRTC_LIB_DIR and
 # LD_LIBRARY_PATH in your shell.
 set -euo pipefail
 
 need_apt=0
-for p in libfabric-dev libfabric-bin libclang-dev clang pkg-config fonts-dejavu-core iproute2 nftables; do
+for p in libfabric-dev libfabric-bin libclang-dev clang pkg-config fonts-dejavu-core iproute2 nftables make; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt=1
 done
 if [ "$need_apt" = 1 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libfabric-dev libfabric-bin libclang-dev clang pkg-config fonts-dejavu-core iproute2 nftables >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libfabric-dev libfabric-bin libclang-dev clang pkg-config fonts-dejavu-core iproute2 nftables make >/dev/null
 fi
 
 PY=${PYTHON:-python3}

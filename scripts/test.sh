@@ -7,7 +7,10 @@
 #      proxy daemon's isolation and fault tests, tests/tests/daemon.rs,
 #      run one as root and skip it with a line otherwise: another uid);
 #   2. the loom model of the queue protocol (`--cfg loom`);
-#   3. scripts/twohost.sh: a two-host job between two network namespaces
+#   3. scripts/test-c.sh: libcpnet and shmem.h as a C user gets them
+#      (scripts/install.sh into a temporary prefix; C programs built with
+#      oshcc and run with oshrun -np 2 and 4; bad input; apps/c);
+#   4. scripts/twohost.sh: a two-host job between two network namespaces
 #      over tcp;ofi_rxm, with the debug binaries step 1 built (it skips
 #      with one line where `ip netns` does not work, e.g. not as root).
 # GPU tests skip with a message on a machine without a GPU.
@@ -18,4 +21,5 @@ export CPNET_REQUIRE_NVRTC=1
 cargo test --workspace --locked
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test --locked -p cpnet-device --no-default-features --test loom --release
+bash scripts/test-c.sh
 TWOHOST_PROFILE=debug bash scripts/twohost.sh

@@ -261,6 +261,20 @@ impl Pe {
         Ok(v)
     }
 
+    /// A context on a queue of this PE's pool for work-group id `wg`, kept
+    /// by the caller (`shmem_ctx_create`, OpenSHMEM 1.5 §9.4.1): what the C
+    /// API (`libcpnet`) gives each thread or `shmem_ctx_t`. One-sided, local.
+    /// Destroy it ([`WorkGroup::destroy`]) before [`Pe::finalize`]; the
+    /// queue's memory outlives the PE (the pool is reference-counted), but
+    /// operations issued after finalize fail (no proxy serves them).
+    ///
+    /// # Errors
+    /// [`cpnet_device::cpu::Error::NoQueue`] when every queue
+    /// (`CPNET_QUEUES`) is in use.
+    pub fn ctx_create(&self, wg: u32) -> Result<WorkGroup> {
+        Ok(CpuCtx::create(&self.pool, self.pe_info(), wg)?)
+    }
+
     /// Wait until every PE has called it (`shmem_barrier_all`, §9.9.1, from
     /// the host). **Collective.** Work-group operations issued by
     /// [`Pe::run_work_groups`] are complete when it returns, so after this
