@@ -35,6 +35,7 @@ pub mod figure_csv;
 pub mod floor;
 pub mod gpu;
 pub mod gpu_p2p;
+pub mod graph;
 pub mod jacobi;
 pub mod mem;
 pub mod proxy_cpu;
