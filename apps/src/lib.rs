@@ -30,6 +30,7 @@
 #![warn(missing_docs)]
 
 pub mod allreduce;
+pub mod bfs;
 pub mod cli;
 pub mod figure_csv;
 pub mod floor;

@@ -15,6 +15,7 @@
 //!   leaving its vertices (Graph500 §4, kernel 1);
 //! - [`build`]: kernel 1 itself (input -> each PE's CSR) and the memory
 //!   check that refuses a SCALE too large before any PE starts work;
+//! - [`keys`]: the 64 search keys (§5);
 //! - [`stats`]: the Graph500 output block (§9).
 //!
 //! Weights (SSSP) are fixed point: `w_q = round(w * WEIGHT_ONE)` with
@@ -25,6 +26,7 @@
 
 pub mod build;
 pub mod exchange;
+pub mod keys;
 pub mod kron;
 pub mod load;
 pub mod stats;
@@ -38,7 +40,9 @@ pub fn quantize(w: f64) -> u64 {
 }
 
 /// The 1D block partition of `n` vertices over `n_pes` PEs: PE `p` owns
-/// `[p * block, min(n, (p + 1) * block))` with `block = ceil(n / n_pes)`.
+/// `[p * block, min(n, (p + 1) * block))` with `block = ceil(n / n_pes)`
+/// rounded up to a multiple of 64 (so a PE's block is whole words of a
+/// vertex bitmap).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Partition {
     /// Vertices in the graph.
@@ -52,7 +56,7 @@ pub struct Partition {
 impl Partition {
     /// The partition of `n` vertices over `n_pes` PEs.
     pub fn new(n: u64, n_pes: i32) -> Partition {
-        Partition { n, n_pes, block: n.div_ceil(n_pes.max(1) as u64).max(1) }
+        Partition { n, n_pes, block: n.div_ceil(n_pes.max(1) as u64).max(1).next_multiple_of(64) }
     }
 
     /// The PE owning vertex `v`.
