@@ -218,7 +218,7 @@ pub fn bfs(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partition, r
             let out = vec![mine; p];
             let mut global = vec![0u64; block_words * p];
             let mut at = vec![0usize; p];
-            ex.all_to_all(wg, &out, |s, w| {
+            ex.all_to_all(wg, &out, 1, |s, w| {
                 let s = s as usize;
                 global[s * block_words + at[s]..][..w.len()].copy_from_slice(w);
                 at[s] += w.len();
@@ -245,7 +245,7 @@ pub fn bfs(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partition, r
                     }
                 }
             }
-            ex.all_to_all(wg, &out, |_, w| {
+            ex.all_to_all(wg, &out, 2, |_, w| {
                 for pair in w.chunks_exact(2) {
                     claim((pair[0] - lo) as usize, pair[1], &mut next, &mut parent, &mut level);
                 }

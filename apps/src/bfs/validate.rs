@@ -37,7 +37,6 @@ const SHOW: usize = 5;
 pub fn validate(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partition, root: u64, s: &Search) -> Result<u64> {
     let me = wg.my_pe();
     let p = part.n_pes as usize;
-    let (lo, _) = part.range(me);
     let n = part.n as usize;
     // Gather (parent, level) of every vertex.
     let mine: Vec<u64> = s.parent.iter().zip(&s.level).flat_map(|(&pa, &l)| [pa, u64::from(l)]).collect();
@@ -45,7 +44,7 @@ pub fn validate(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partiti
     let mut parent = vec![NO_PARENT; n];
     let mut level = vec![UNVISITED; n];
     let mut at = vec![0usize; p];
-    ex.all_to_all(wg, &out, |src, w| {
+    ex.all_to_all(wg, &out, 2, |src, w| {
         let base = part.lo(src) as usize + at[src as usize];
         for (i, pair) in w.chunks_exact(2).enumerate() {
             parent[base + i] = pair[0];
@@ -53,13 +52,20 @@ pub fn validate(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partiti
         }
         at[src as usize] += w.len() / 2;
     })?;
-    let mut errors = 0u64;
-    let mut report = |msg: String| {
-        if (errors as usize) < SHOW {
-            eprintln!("bfs validation, PE {me}, root {root}: {msg}");
-        }
-        errors += 1;
-    };
+    let bad = check_local(csr, part, me, root, &parent, &level);
+    for msg in bad.iter().take(SHOW) {
+        eprintln!("bfs validation, PE {me}, root {root}: {msg}");
+    }
+    Ok(ex.sum(wg, &[bad.len() as u64])?[0])
+}
+
+/// The violations among PE `me`'s vertices and arcs of the tree given by
+/// the global `parent` and `level` arrays of the search from `root`, one
+/// message each (see the module docs for the rules).
+pub fn check_local(csr: &Csr, part: &Partition, me: i32, root: u64, parent: &[u64], level: &[u32]) -> Vec<String> {
+    let (lo, _) = part.range(me);
+    let mut bad = Vec::new();
+    let mut report = |msg: String| bad.push(msg);
     if part.owner(root) == me && (parent[root as usize] != root || level[root as usize] != 0) {
         report(format!("the root has parent {} and level {} (expected itself and 0)", parent[root as usize] as i64, level[root as usize]));
     }
@@ -102,5 +108,43 @@ pub fn validate(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partiti
             }
         }
     }
-    Ok(ex.sum(wg, &[errors])?[0])
+    bad
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The path 0 - 1 - 2 - 3 plus the edge 0 - 2 and an isolated vertex 4,
+    /// on one PE.
+    fn graph() -> (Csr, Partition) {
+        let e = [(0, 1), (1, 2), (2, 3), (0, 2)];
+        let arcs = e.iter().flat_map(|&(u, v)| [(u, v, 1), (v, u, 1)]).collect();
+        (Csr::from_arcs(0, 5, arcs), Partition::new(5, 1))
+    }
+
+    #[test]
+    fn a_bfs_tree_passes_and_each_broken_rule_is_named() {
+        let (csr, part) = graph();
+        let n = NO_PARENT;
+        let u = UNVISITED;
+        let check = |p: [u64; 5], l: [u32; 5]| check_local(&csr, &part, 0, 0, &p, &l);
+        assert_eq!(check([0, 0, 0, 2, n], [0, 1, 1, 2, u]), Vec::<String>::new());
+        // Vertex 3 one level too deep: rule 2 (its tree edge) and rule 3
+        // (its edge to 2 stays within one level, so only the tree edge).
+        let e = check([0, 0, 0, 2, n], [0, 1, 1, 3, u]);
+        assert!(e.iter().any(|m| m.starts_with("rule 2: tree edge (2, 3)")), "{e:?}");
+        // 2 reached through 1 at level 2: the edge 0 - 2 joins levels 0 and 2.
+        let e = check([0, 0, 1, 2, n], [0, 1, 2, 3, u]);
+        assert!(e.iter().any(|m| m.starts_with("rule 3: edge (0, 2) joins levels 0 and 2")), "{e:?}");
+        // 3 left out: the component is not spanned.
+        let e = check([0, 0, 0, n, n], [0, 1, 1, u, u]);
+        assert!(e.iter().any(|m| m.starts_with("rule 4: edge (2, 3) leaves the tree")), "{e:?}");
+        // 3's parent is 1, not a neighbour.
+        let e = check([0, 0, 0, 1, n], [0, 1, 1, 2, u]);
+        assert!(e.iter().any(|m| m.starts_with("rule 5: vertex 3 has parent 1")), "{e:?}");
+        // A cycle 1 -> 2 -> 1 cannot keep levels decreasing: rule 2 (rule 1).
+        let e = check([0, 2, 1, 2, n], [0, 1, 1, 2, u]);
+        assert!(e.iter().any(|m| m.starts_with("rule 2: tree edge (2, 1)")), "{e:?}");
+    }
 }

@@ -149,7 +149,7 @@ pub fn build_csr(pe: &Pe, ex: &mut Exchange, input: &Input, part: &Partition, th
             let mut arcs = Vec::with_capacity(out[me as usize].len() / 3 * n_pes as usize);
             // The closure's own failures travel in its Ok value (with_ctx's
             // error type is the work-group's).
-            pe.with_ctx(0, |wg| Ok(ex.all_to_all(wg, &out, |_, w| arcs.extend(w.chunks_exact(3).map(|t| (t[0], t[1], t[2] as u32))))))??;
+            pe.with_ctx(0, |wg| Ok(ex.all_to_all(wg, &out, 3, |_, w| arcs.extend(w.chunks_exact(3).map(|t| (t[0], t[1], t[2] as u32))))))??;
             drop(out);
             Ok(Csr::from_arcs(lo, (hi - lo) as usize, arcs))
         }

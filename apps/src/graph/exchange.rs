@@ -109,17 +109,22 @@ impl Exchange {
     }
 
     /// Send `out[d]` to every PE `d` and hand every PE's records for this
-    /// PE to `recv(source, words)` (in pieces, in order per source; this
-    /// PE's own `out[me]` directly). **Collective** (one work-group per PE).
+    /// PE to `recv(source, words)`: in pieces of whole records of `rec`
+    /// words, in order per source (this PE's own `out[me]` in one piece).
+    /// **Collective** (one work-group per PE).
     ///
     /// # Errors
     /// A cpnet operation failed; a peer made no progress for 120 s (named).
     ///
     /// # Panics
-    /// If `out.len()` is not the number of PEs.
-    pub fn all_to_all(&mut self, wg: &mut WorkGroup, out: &[Vec<u64>], mut recv: impl FnMut(i32, &[u64])) -> Result<()> {
+    /// If `out.len()` is not the number of PEs, `rec` is 0 or larger than
+    /// the chunk, or a list is not whole records.
+    pub fn all_to_all(&mut self, wg: &mut WorkGroup, out: &[Vec<u64>], rec: usize, mut recv: impl FnMut(i32, &[u64])) -> Result<()> {
         let p = self.n_pes as usize;
         assert_eq!(out.len(), p, "one outgoing list per PE");
+        assert!(rec >= 1 && rec <= self.chunk, "records of {rec} words in messages of {}", self.chunk);
+        assert!(out.iter().all(|o| o.len() % rec == 0), "outgoing lists of whole {rec}-word records");
+        let per_msg = self.chunk / rec * rec;
         let me = self.me as usize;
         recv(self.me, &out[me]);
         let mut pos = vec![0usize; p];
@@ -135,7 +140,7 @@ impl Exchange {
                 if sent[d] || self.word(self.ack, d as i32) != self.out_seq[d] {
                     continue;
                 }
-                let n = (out[d].len() - pos[d]).min(self.chunk);
+                let n = (out[d].len() - pos[d]).min(per_msg);
                 let last = pos[d] + n == out[d].len();
                 // SAFETY: send slot d is ours: the proxy finished reading
                 // it for message out_seq[d] (acknowledged above, after it
@@ -202,14 +207,7 @@ impl Exchange {
     /// # Errors
     /// As [`Exchange::all_to_all`].
     pub fn sum(&mut self, wg: &mut WorkGroup, vals: &[u64]) -> Result<Vec<u64>> {
-        let out = vec![vals.to_vec(); self.n_pes as usize];
-        let mut acc = vec![0u64; vals.len()];
-        self.all_to_all(wg, &out, |_, w| {
-            for (a, x) in acc.iter_mut().zip(w) {
-                *a = a.wrapping_add(*x);
-            }
-        })?;
-        Ok(acc)
+        self.reduce(wg, vals, u64::wrapping_add)
     }
 
     /// The element-wise maximum over all PEs. **Collective.**
@@ -217,13 +215,20 @@ impl Exchange {
     /// # Errors
     /// As [`Exchange::all_to_all`].
     pub fn max(&mut self, wg: &mut WorkGroup, vals: &[u64]) -> Result<Vec<u64>> {
+        self.reduce(wg, vals, u64::max)
+    }
+
+    fn reduce(&mut self, wg: &mut WorkGroup, vals: &[u64], op: fn(u64, u64) -> u64) -> Result<Vec<u64>> {
         let out = vec![vals.to_vec(); self.n_pes as usize];
-        let mut acc = vec![0u64; vals.len()];
-        self.all_to_all(wg, &out, |_, w| {
-            for (a, x) in acc.iter_mut().zip(w) {
-                *a = (*a).max(*x);
+        let mut acc: Vec<Option<u64>> = vec![None; vals.len()];
+        let mut at = vec![0usize; self.n_pes as usize];
+        self.all_to_all(wg, &out, 1, |s, w| {
+            let at = &mut at[s as usize];
+            for (a, x) in acc[*at..].iter_mut().zip(w) {
+                *a = Some(a.map_or(*x, |a| op(a, *x)));
             }
+            *at += w.len();
         })?;
-        Ok(acc)
+        Ok(acc.into_iter().map(|a| a.unwrap_or(0)).collect())
     }
 }
