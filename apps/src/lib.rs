@@ -40,4 +40,5 @@ pub mod graph;
 pub mod jacobi;
 pub mod mem;
 pub mod proxy_cpu;
+pub mod sssp;
 pub mod team;

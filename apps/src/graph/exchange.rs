@@ -110,7 +110,8 @@ impl Exchange {
 
     /// Send `out[d]` to every PE `d` and hand every PE's records for this
     /// PE to `recv(source, words)`: in pieces of whole records of `rec`
-    /// words, in order per source (this PE's own `out[me]` in one piece).
+    /// words, in order per source (this PE's own `out[me]` in one piece;
+    /// never an empty piece).
     /// **Collective** (one work-group per PE).
     ///
     /// # Errors
@@ -126,7 +127,9 @@ impl Exchange {
         assert!(out.iter().all(|o| o.len() % rec == 0), "outgoing lists of whole {rec}-word records");
         let per_msg = self.chunk / rec * rec;
         let me = self.me as usize;
-        recv(self.me, &out[me]);
+        if !out[me].is_empty() {
+            recv(self.me, &out[me]);
+        }
         let mut pos = vec![0usize; p];
         let mut sent = vec![false; p];
         let mut got = vec![false; p];
@@ -174,7 +177,9 @@ impl Exchange {
                 // SAFETY: receive slot s holds message in_seq+1, delivered
                 // before its signal (acquired above); source s does not
                 // write it again before our acknowledgement below.
-                recv(s as i32, unsafe { self.recv.slice(s * self.chunk, n) });
+                if n > 0 {
+                    recv(s as i32, unsafe { self.recv.slice(s * self.chunk, n) });
+                }
                 self.in_seq[s] += 1;
                 wg.p::<u64>(self.ack.add(8 * me as u64), self.in_seq[s], s as i32)?;
                 got[s] = v & 1 == 1;
