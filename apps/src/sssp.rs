@@ -51,7 +51,7 @@
 pub mod controller;
 pub mod dijkstra;
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, RwLock};
 use std::time::Instant;
 
@@ -121,7 +121,10 @@ struct Shared {
     team: TeamBarrier,
     near: RwLock<Vec<u32>>,
     active: AtomicU32,
-    stop: AtomicBool,
+    /// Searches finished (work-group 0 bumps it at the end of each; a
+    /// helper in search `k` stops when it exceeds `k`). Monotonic, so no
+    /// reset can race with a helper's read.
+    finished: AtomicU64,
     /// Per global vertex: the smallest word this PE sent for it (remote
     /// relaxations skip anything not smaller).
     best: Vec<AtomicU64>,
@@ -304,8 +307,8 @@ fn lead_search(wg: &mut WorkGroup, ex: &mut Exchange, c: &Ctx, sh: &Shared, root
             break;
         }
     }
-    sh.stop.store(true, Ordering::Relaxed);
-    // Release the helpers from A.
+    sh.finished.fetch_add(1, Ordering::Relaxed);
+    // Release the helpers from A (the barrier orders the bump before their reads).
     if !sh.team.wait() {
         bail!("a work-group of this PE failed");
     }
@@ -313,19 +316,14 @@ fn lead_search(wg: &mut WorkGroup, ex: &mut Exchange, c: &Ctx, sh: &Shared, root
     Ok(Outcome { secs, buckets: bucket as usize, rounds: total_rounds, deltas: ctl.history })
 }
 
-/// A helper work-group's side of one search: relax its share each round
-/// until work-group 0 says stop.
-fn helper_search(wg: &mut WorkGroup, c: &Ctx, sh: &Shared) -> Result<()> {
+/// A helper work-group's side of search number `search`: relax its share
+/// each round until work-group 0 has finished that search.
+fn helper_search(wg: &mut WorkGroup, c: &Ctx, sh: &Shared, search: u64) -> Result<()> {
     loop {
         if !sh.team.wait() {
             bail!("work-group 0 of this PE failed");
         }
-        if sh.stop.load(Ordering::Relaxed) {
-            // Leave the stop flag to work-group 0 (it clears it before the
-            // next search, behind a team barrier).
-            if !sh.team.wait() {
-                bail!("work-group 0 of this PE failed");
-            }
+        if sh.finished.load(Ordering::Relaxed) > search {
             return Ok(());
         }
         let active = sh.active.load(Ordering::Relaxed);
@@ -436,7 +434,7 @@ fn searches(
         team: TeamBarrier::new(args.wgs as usize),
         near: RwLock::new(Vec::new()),
         active: AtomicU32::new(0),
-        stop: AtomicBool::new(false),
+        finished: AtomicU64::new(0),
         best: (0..part.n).map(|_| AtomicU64::new(INF)).collect(),
         relaxations: AtomicU64::new(0),
         error: Mutex::new(None),
@@ -446,7 +444,7 @@ fn searches(
         let r = if wg.wg() == 0 {
             lead(wg, &mut lock(), &c, &sh, &keys, delta0, args, full.as_slice(), &report)
         } else {
-            keys.iter().try_for_each(|_| helper_search(wg, &c, &sh))
+            (0..keys.len() as u64).try_for_each(|k| helper_search(wg, &c, &sh, k))
         };
         if let Err(e) = r {
             sh.team.abort();
@@ -499,7 +497,6 @@ fn lead(
 ) -> Result<()> {
     let me = wg.my_pe();
     for (k, &root) in keys.iter().enumerate() {
-        sh.stop.store(false, Ordering::Relaxed);
         sh.relaxations.store(0, Ordering::Relaxed);
         let o = lead_search(wg, ex, c, sh, root, delta0, args.controller, args.wgs)?;
         let secs = f64::from_bits(ex.max(wg, &[o.secs.to_bits()])?[0]);
