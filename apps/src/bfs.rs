@@ -58,9 +58,9 @@ use anyhow::{Result, bail};
 use clap::{Parser, ValueEnum};
 use cpnet::WorkGroup;
 
-use crate::cli::{Variant, init_pe};
-use crate::graph::build::{Input, build_csr, check_memory};
-use crate::graph::exchange::{DEFAULT_CHUNK_WORDS, Exchange};
+use crate::cli::init_pe;
+use crate::graph::build::{GraphFlags, Input, build_csr, check_memory};
+use crate::graph::exchange::Exchange;
 use crate::graph::keys::search_keys;
 use crate::graph::{Csr, Partition, load, stats};
 
@@ -85,19 +85,9 @@ pub struct Args {
     /// log2 of the vertex count of the Kronecker graph (edge factor 16).
     #[arg(long, default_value_t = 16)]
     pub scale: u32,
-    /// Generator and search-key seed.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Read the graph from this file instead (.mtx Matrix Market, .gr
-    /// DIMACS, otherwise a `u v` edge list).
-    #[arg(long)]
-    pub file: Option<std::path::PathBuf>,
     /// Search keys (Graph500: 64).
     #[arg(long, default_value_t = 64)]
     pub nbfs: usize,
-    /// One search from this root instead of the sampled keys.
-    #[arg(long)]
-    pub root: Option<u64>,
     /// Top-down only, or direction-optimizing.
     #[arg(long, value_enum, default_value_t = Direction::Hybrid)]
     pub direction: Direction,
@@ -108,15 +98,9 @@ pub struct Args {
     /// Switch back to top-down when the frontier has fewer than n / beta vertices.
     #[arg(long, default_value_t = 24.0)]
     pub beta: f64,
-    /// Validate every search tree (Graph500 §8's five rules); exit 1 on a violation.
-    #[arg(long)]
-    pub verify: bool,
-    /// Exchange message size in 8-byte words.
-    #[arg(long, default_value_t = DEFAULT_CHUNK_WORDS)]
-    pub chunk: usize,
-    /// Where the work-groups run (GPU variants are not built yet).
-    #[arg(long, value_enum, default_value_t = Variant::Cpu)]
-    pub variant: Variant,
+    /// Input, validation and placement flags.
+    #[command(flatten)]
+    pub g: GraphFlags,
 }
 
 /// Read the input named by the flags and check it, before start-up:
@@ -266,15 +250,15 @@ pub fn bfs(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partition, r
 /// # Errors
 /// Bad input (before start-up), start-up failures, communication failures.
 pub fn run(args: &Args) -> Result<bool> {
-    args.variant.require_available()?;
-    if args.variant.is_gpu() {
-        bail!("-variant {}: the GPU variants of bfs are not built yet; run -variant cpu", args.variant.name());
+    args.g.variant.require_available()?;
+    if args.g.variant.is_gpu() {
+        bail!("-variant {}: the GPU variants of bfs are not built yet; run -variant cpu", args.g.variant.name());
     }
     if args.nbfs == 0 {
         bail!("-nbfs must be at least 1");
     }
-    let input = prepare_input(args.file.as_deref(), args.scale, args.seed, args.root, false)?;
-    let chunk = args.chunk.max(16);
+    let input = prepare_input(args.g.file.as_deref(), args.scale, args.g.seed, args.g.root, false)?;
+    let chunk = args.g.chunk.max(16);
     let (pe, _) = init_pe(|n| Exchange::heap_bytes(n, chunk) + (1 << 20))?;
     let (me, n_pes) = (pe.my_pe(), pe.n_pes());
     let part = Partition::new(input.n(), n_pes);
@@ -295,9 +279,9 @@ pub fn run(args: &Args) -> Result<bool> {
 fn searches(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partition, input: &Input, args: &Args, construction: f64) -> Result<bool> {
     let me = wg.my_pe();
     let construction = f64::from_bits(ex.max(wg, &[construction.to_bits()])?[0]);
-    let keys = match args.root {
+    let keys = match args.g.root {
         Some(r) => vec![r],
-        None => search_keys(wg, ex, csr, part, args.seed, args.nbfs)?,
+        None => search_keys(wg, ex, csr, part, args.g.seed, args.nbfs)?,
     };
     if keys.is_empty() {
         bail!("the graph has no vertex with an edge to another vertex: nothing to search");
@@ -312,7 +296,7 @@ fn searches(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partition, 
         let secs = t.elapsed().as_secs_f64();
         let deg: u64 = (0..csr.n_local()).filter(|&i| s.level[i] != UNVISITED).map(|i| csr.degree(i)).sum();
         let nedge = ex.sum(wg, &[deg])?[0] / 2;
-        if args.verify {
+        if args.g.verify {
             let tv = Instant::now();
             let errors = validate::validate(wg, ex, csr, part, root, &s)?;
             validate_time += tv.elapsed().as_secs_f64();
@@ -330,24 +314,20 @@ fn searches(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partition, 
                 nedge as f64 / secs,
                 s.levels.0,
                 s.levels.1,
-                if args.verify { "  valid" } else { "" }
+                if args.g.verify { "  valid" } else { "" }
             );
         }
         times.push(secs);
         nedges.push(nedge as f64);
     }
     if me == 0 {
-        println!("SCALE: {}", if args.file.is_some() { (input.n() as f64).log2().ceil() as u32 } else { args.scale });
-        println!("edgefactor: {}", if args.file.is_some() { input.m() as f64 / input.n() as f64 } else { 16.0 });
-        println!("NBFS: {}", keys.len());
-        println!("graph_generation: {}", input.name());
-        println!("num_mpi_processes: {}", part.n_pes);
-        println!("construction_time: {construction:.17e}");
+        let kron = args.g.file.is_none().then_some(args.scale);
+        print!("{}", stats::header(input, kron, "NBFS", keys.len(), part.n_pes, construction));
         print!("{}", stats::kernel_block("bfs", &times, &nedges));
-        if args.verify {
+        if args.g.verify {
             println!("bfs_mean_validate: {:.17e}", validate_time / keys.len() as f64);
         }
-        println!("direction: {:?}  validation: {}", args.direction, if !args.verify { "not run (-verify)" } else if all_ok { "PASSED" } else { "FAILED" });
+        println!("direction: {:?}  validation: {}", args.direction, if !args.g.verify { "not run (-verify)" } else if all_ok { "PASSED" } else { "FAILED" });
     }
     Ok(all_ok)
 }

@@ -61,9 +61,9 @@ use cpnet::device::cpu::{HeapView, SymAddr};
 use cpnet::{Pe, WorkGroup};
 
 use crate::bfs::prepare_input;
-use crate::cli::{Variant, init_pe};
-use crate::graph::build::{Input, build_csr};
-use crate::graph::exchange::{DEFAULT_CHUNK_WORDS, Exchange};
+use crate::cli::init_pe;
+use crate::graph::build::{GraphFlags, Input, build_csr};
+use crate::graph::exchange::Exchange;
 use crate::graph::keys::search_keys;
 use crate::graph::{Csr, Partition, WEIGHT_ONE, stats};
 use crate::team::TeamBarrier;
@@ -77,19 +77,9 @@ pub struct Args {
     /// log2 of the vertex count of the Kronecker graph (edge factor 16).
     #[arg(long, default_value_t = 14)]
     pub scale: u32,
-    /// Generator, weight and search-key seed.
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// Read the graph from this file instead (.mtx, .gr, or a `u v [w]`
-    /// edge list); edges without a weight get Graph500 kernel 3's.
-    #[arg(long)]
-    pub file: Option<std::path::PathBuf>,
     /// Search keys (Graph500: 64).
     #[arg(long, default_value_t = 64)]
     pub nsssp: usize,
-    /// One search from this root instead of the sampled keys.
-    #[arg(long)]
-    pub root: Option<u64>,
     /// Initial bucket width in weight units (default: the largest weight
     /// over the average degree).
     #[arg(long)]
@@ -100,15 +90,9 @@ pub struct Args {
     /// Work-groups per PE (CPU threads, each with its own queue).
     #[arg(long, default_value_t = 1)]
     pub wgs: u32,
-    /// Compare every search with a sequential Dijkstra on PE 0; exit 1 on a difference.
-    #[arg(long)]
-    pub verify: bool,
-    /// Exchange message size in 8-byte words.
-    #[arg(long, default_value_t = DEFAULT_CHUNK_WORDS)]
-    pub chunk: usize,
-    /// Where the work-groups run (GPU variants are not built yet).
-    #[arg(long, value_enum, default_value_t = Variant::Cpu)]
-    pub variant: Variant,
+    /// Input, validation and placement flags.
+    #[command(flatten)]
+    pub g: GraphFlags,
 }
 
 /// Bits of a vertex id in a distance word for `n` vertices.
@@ -343,9 +327,9 @@ fn helper_search(wg: &mut WorkGroup, c: &Ctx, sh: &Shared, search: u64) -> Resul
 /// Bad input (before start-up), start-up failures, communication failures,
 /// a distance overflow.
 pub fn run(args: &Args) -> Result<bool> {
-    args.variant.require_available()?;
-    if args.variant.is_gpu() {
-        bail!("-variant {}: the GPU variants of sssp are not built yet; run -variant cpu", args.variant.name());
+    args.g.variant.require_available()?;
+    if args.g.variant.is_gpu() {
+        bail!("-variant {}: the GPU variants of sssp are not built yet; run -variant cpu", args.g.variant.name());
     }
     if args.nsssp == 0 || args.wgs == 0 {
         bail!("-nsssp and -wgs must be at least 1");
@@ -355,7 +339,7 @@ pub fn run(args: &Args) -> Result<bool> {
     {
         bail!("-delta {d} must be a positive number of weight units");
     }
-    let input = prepare_input(args.file.as_deref(), args.scale, args.seed, args.root, true)?;
+    let input = prepare_input(args.g.file.as_deref(), args.scale, args.g.seed, args.g.root, true)?;
     let idb = id_bits(input.n());
     let dmax = (u64::MAX >> idb) - 1;
     if let Input::File(g) = &input {
@@ -364,7 +348,7 @@ pub fn run(args: &Args) -> Result<bool> {
             bail!("weight {wmax} does not fit a distance word ({} bits for distances in units of 1/{WEIGHT_ONE})", 64 - idb);
         }
     }
-    let chunk = args.chunk.max(16);
+    let chunk = args.g.chunk.max(16);
     let n = input.n();
     let (pe, _) = init_pe(|p| Exchange::heap_bytes(p, chunk) + Partition::new(n, p).block * 8 + (1 << 20))?;
     let part = Partition::new(n, pe.n_pes());
@@ -403,13 +387,13 @@ fn searches(
         Ok((|| -> Result<_> {
             let mut ex = lock();
             let construction = f64::from_bits(ex.max(wg, &[construction.to_bits()])?[0]);
-            let keys = match args.root {
+            let keys = match args.g.root {
                 Some(r) => vec![r],
-                None => search_keys(wg, &mut ex, csr, &part, args.seed, args.nsssp)?,
+                None => search_keys(wg, &mut ex, csr, &part, args.g.seed, args.nsssp)?,
             };
             let arcs = ex.sum(wg, &[csr.n_arcs()])?[0];
             let mut full = Vec::new();
-            if args.verify {
+            if args.g.verify {
                 let mut out = vec![Vec::new(); part.n_pes as usize];
                 let lo = csr.lo;
                 out[0] = (0..csr.n_local())
@@ -457,14 +441,10 @@ fn searches(
     }
     let (times, nedges, ok, vtime) = report.into_inner().unwrap_or_else(PoisonError::into_inner);
     if me == 0 {
-        println!("SCALE: {}", if args.file.is_some() { (input.n() as f64).log2().ceil() as u32 } else { args.scale });
-        println!("edgefactor: {}", if args.file.is_some() { input.m() as f64 / input.n() as f64 } else { 16.0 });
-        println!("NSSSP: {}", keys.len());
-        println!("graph_generation: {}", input.name());
-        println!("num_mpi_processes: {}", part.n_pes);
-        println!("construction_time: {construction:.17e}");
+        let kron = args.g.file.is_none().then_some(args.scale);
+        print!("{}", stats::header(input, kron, "NSSSP", keys.len(), part.n_pes, construction));
         print!("{}", stats::kernel_block("sssp", &times, &nedges));
-        if args.verify {
+        if args.g.verify {
             println!("sssp_mean_validate: {:.17e}", vtime / keys.len() as f64);
         }
         println!(
@@ -472,7 +452,7 @@ fn searches(
             args.controller,
             delta0 as f64 / WEIGHT_ONE as f64,
             args.wgs,
-            if !args.verify { "not run (-verify)" } else if ok { "PASSED" } else { "FAILED" }
+            if !args.g.verify { "not run (-verify)" } else if ok { "PASSED" } else { "FAILED" }
         );
         if !ok {
             eprintln!("sssp: validation FAILED");
@@ -507,7 +487,7 @@ fn lead(
         let nedge = g[0] / 2;
         let mut valid = true;
         let mut vtime = 0.0;
-        if args.verify {
+        if args.g.verify {
             let tv = Instant::now();
             let mut out = vec![Vec::new(); c.part.n_pes as usize];
             out[0] = words.clone();
@@ -543,7 +523,7 @@ fn lead(
                 g[1],
                 dl.join(" "),
                 if o.deltas.len() > 6 { " ..." } else { "" },
-                if args.verify { if valid { "  valid" } else { "  INVALID" } } else { "" }
+                if args.g.verify { if valid { "  valid" } else { "  INVALID" } } else { "" }
             );
         }
         let mut r = report.lock().unwrap_or_else(PoisonError::into_inner);

@@ -4,12 +4,38 @@
 //! before any PE starts work (memory for the SCALE asked for).
 
 use anyhow::{Result, bail};
+use clap::Args;
 use cpnet::Pe;
 
 use super::exchange::Exchange;
 use super::kron::{self, Relabel};
 use super::load::EdgeList;
 use super::{Csr, Partition, quantize};
+
+/// The flags `bfs` and `sssp` share (flattened into each one's own).
+#[derive(Args, Debug, Clone)]
+pub struct GraphFlags {
+    /// Generator, weight and search-key seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Read the graph from this file instead of generating it (.mtx Matrix
+    /// Market, .gr DIMACS, otherwise a `u v [w]` edge list); edges without a
+    /// weight get Graph500 kernel 3's.
+    #[arg(long)]
+    pub file: Option<std::path::PathBuf>,
+    /// One search from this root instead of the sampled keys.
+    #[arg(long)]
+    pub root: Option<u64>,
+    /// Validate every search (exit 1 on a failure).
+    #[arg(long)]
+    pub verify: bool,
+    /// Exchange message size in 8-byte words.
+    #[arg(long, default_value_t = super::exchange::DEFAULT_CHUNK_WORDS)]
+    pub chunk: usize,
+    /// Where the work-groups run (GPU variants are not built yet).
+    #[arg(long, value_enum, default_value_t = crate::cli::Variant::Cpu)]
+    pub variant: crate::cli::Variant,
+}
 
 /// Where the graph comes from.
 #[derive(Clone, Debug)]

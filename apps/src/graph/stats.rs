@@ -81,6 +81,21 @@ pub fn kernel_block(prefix: &str, times: &[f64], nedges: &[f64]) -> String {
     o
 }
 
+/// The head of the §9 block: `SCALE`, `edgefactor`, the search count
+/// (`count_name`: "NBFS" or "NSSSP"), `graph_generation`,
+/// `num_mpi_processes`, `construction_time` (s). For a file, SCALE is
+/// `ceil(log2 n)` and the edge factor `m / n`.
+pub fn header(input: &crate::graph::build::Input, kron_scale: Option<u32>, count_name: &str, count: usize, n_pes: i32, construction: f64) -> String {
+    let (scale, ef) = match kron_scale {
+        Some(s) => (s, 16.0),
+        None => ((input.n() as f64).log2().ceil() as u32, input.m() as f64 / input.n() as f64),
+    };
+    format!(
+        "SCALE: {scale}\nedgefactor: {ef}\n{count_name}: {count}\ngraph_generation: {}\nnum_mpi_processes: {n_pes}\nconstruction_time: {construction:.17e}\n",
+        input.name()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
