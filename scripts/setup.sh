@@ -3,7 +3,8 @@
 # (no GPU needed): libfabric (>= 1.17) and its tools, libclang for bindgen,
 # pkg-config, a TrueType font for cpnet-plot's figures (fonts-dejavu-core),
 # iproute2 and nftables (`ip netns` and a firewall, for scripts/twohost.sh), make
-# (apps/c's Makefile), and NVRTC 13.x from PyPI so
+# (apps/c's Makefile), python3-networkx (its example edge list is the graph
+# loaders' real test graph), and NVRTC 13.x from PyPI so
 # the device headers can be compiled without a CUDA toolkit. Safe to run
 # again. Source it (`. scripts/setup.sh`) to also get CPNET_NVRTC_LIB_DIR and
 # LD_LIBRARY_PATH in your shell.
@@ -17,6 +18,15 @@ if [ "$need_apt" = 1 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libfabric-dev libfabric-bin libclang-dev clang pkg-config fonts-dejavu-core iproute2 nftables make >/dev/null
+fi
+
+# A real graph for the graph loaders' tests (apps/src/graph/load.rs): the
+# Hartford drug-user network that Debian's python3-networkx ships as an edge
+# list (one package, no recommends).
+if ! dpkg -s python3-networkx >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  [ "$need_apt" = 1 ] || $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3-networkx >/dev/null
 fi
 
 PY=${PYTHON:-python3}

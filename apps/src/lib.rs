@@ -30,13 +30,16 @@
 #![warn(missing_docs)]
 
 pub mod allreduce;
+pub mod bfs;
 pub mod cli;
 pub mod figure_csv;
 pub mod floor;
 pub mod gpu;
 pub mod gpu_p2p;
+pub mod graph;
 pub mod jacobi;
 pub mod mem;
 pub mod moe;
 pub mod proxy_cpu;
+pub mod sssp;
 pub mod team;

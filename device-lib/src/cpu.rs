@@ -834,6 +834,29 @@ impl CpuCtx {
     pub fn atomic_xor<T: AmoType>(&mut self, dest: SymAddr, value: T, pe: i32) -> Result<()> {
         self.amo(AmoOp::Xor, dest, value, T::from_bits(0), pe).map(drop)
     }
+
+    /// Atomically set `dest` on `pe` to `min(dest, value)`; returns the old
+    /// value. **A cpnet extension to OpenSHMEM 1.5** (which has no minimum
+    /// AMO; OpenSHMEM has min only as a reduction, §9.9.7): signed
+    /// comparison for `i32`/`i64`, unsigned for `u32`/`u64`. For floats,
+    /// pass their ordered encoding as `u32`/`u64` ([`crate::ordered`]).
+    /// Atomic with respect to every other cpnet AMO on the word.
+    ///
+    /// # Errors
+    /// As [`CpuCtx::atomic_fetch`].
+    pub fn atomic_fetch_min<T: AmoType>(&mut self, dest: SymAddr, value: T, pe: i32) -> Result<T> {
+        self.amo(AmoOp::FetchMin, dest, value, T::from_bits(0), pe)
+    }
+
+    /// Atomically set `dest` on `pe` to `min(dest, value)` (cpnet extension,
+    /// as [`CpuCtx::atomic_fetch_min`]). Non-blocking: complete at quiet,
+    /// ordered by fence, like the other non-fetching AMOs.
+    ///
+    /// # Errors
+    /// As [`CpuCtx::atomic_set`].
+    pub fn atomic_min<T: AmoType>(&mut self, dest: SymAddr, value: T, pe: i32) -> Result<()> {
+        self.amo(AmoOp::Min, dest, value, T::from_bits(0), pe).map(drop)
+    }
 }
 
 /// A value widened for reports (signed types keep their sign).

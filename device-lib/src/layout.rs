@@ -466,6 +466,12 @@ c_enum!(
         FetchXor = CPNET_AMO_FETCH_XOR,
         /// Atomic XOR.
         Xor = CPNET_AMO_XOR,
+        /// Atomic fetch-and-minimum (cpnet extension to OpenSHMEM 1.5:
+        /// signed or unsigned by the type; floats as ordered integers,
+        /// [`crate::ordered`]).
+        FetchMin = CPNET_AMO_FETCH_MIN,
+        /// Atomic minimum (cpnet extension, as [`AmoOp::FetchMin`]).
+        Min = CPNET_AMO_MIN,
     }
 );
 
@@ -485,6 +491,8 @@ impl AmoOp {
             AmoOp::Or => "atomic_or",
             AmoOp::FetchXor => "atomic_fetch_xor",
             AmoOp::Xor => "atomic_xor",
+            AmoOp::FetchMin => "atomic_fetch_min",
+            AmoOp::Min => "atomic_min",
         }
     }
 
@@ -499,6 +507,7 @@ impl AmoOp {
                 | AmoOp::FetchAnd
                 | AmoOp::FetchOr
                 | AmoOp::FetchXor
+                | AmoOp::FetchMin
         )
     }
 }

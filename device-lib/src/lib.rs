@@ -10,6 +10,8 @@
 //!   and consumer, following THE QUEUE PROTOCOL written in `cmd.h`;
 //! - [`cpu`]: the CPU work-group, which issues the same commands into the same
 //!   queues as a GPU work-group (`include/cpnet/device.cuh`);
+//! - [`ordered`]: floats as ordered integers for the minimum AMOs (a cpnet
+//!   extension to OpenSHMEM);
 //! - `nvrtc` (feature `nvrtc`): compiles user kernels that include
 //!   `<cpnet/device.cuh>` with NVRTC, loaded at run time.
 #![warn(missing_docs)]
@@ -18,6 +20,7 @@ pub mod cmd;
 #[cfg(not(loom))]
 pub mod cpu;
 pub mod layout;
+pub mod ordered;
 #[cfg(feature = "nvrtc")]
 pub mod nvrtc;
 pub mod ring;

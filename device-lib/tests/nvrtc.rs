@@ -67,6 +67,8 @@ const EVERY_CALL: &str = r#"
         cpnet_##NAME##_atomic_add(&ctx, p, (TYPE)7, pe);                    \
         sink += (long long)cpnet_##NAME##_atomic_fetch_inc(&ctx, p, pe);    \
         cpnet_##NAME##_atomic_inc(&ctx, p, pe);                             \
+        sink += (long long)cpnet_##NAME##_atomic_fetch_min(&ctx, p, (TYPE)3, pe); \
+        cpnet_##NAME##_atomic_min(&ctx, p, (TYPE)2, pe);                    \
     }
 
 #define AMO_BIT(NAME, TYPE, DT)                                             \
@@ -98,6 +100,10 @@ extern "C" __global__ void every_call(cpnet_handle_t h, unsigned char* heap, lon
     sink += (long long)cpnet_signal_fetch(&ctx, sig);
     sink += (long long)cpnet_signal_wait_until(&ctx, sig, CPNET_CMP_GE, 2);
     cpnet_fence(&ctx);
+    sink += (long long)cpnet_float_ord_atomic_fetch_min(&ctx, (uint32_t*)heap, -1.5f, pe);
+    cpnet_float_ord_atomic_min(&ctx, (uint32_t*)heap, 2.0f, pe);
+    sink += (long long)cpnet_double_ord_atomic_fetch_min(&ctx, (uint64_t*)heap, -1.5, pe);
+    cpnet_double_ord_atomic_min(&ctx, (uint64_t*)heap, 2.0, pe);
     sink += cpnet_quiet(&ctx);
     sink += cpnet_barrier_all(&ctx);
     sink += cpnet_ctx_last_error(&ctx);
@@ -186,6 +192,9 @@ fn every_device_api_function_compiles_for_sm_90() {
         assert!(header.contains(&format!("{list}(X)")), "{list} missing");
     }
     assert_eq!(typed_names().len(), 23 * 6 + 12 * 10 + 2 * 3 + 7 * 6);
+    for f in ["CPNET_AMO_STANDARD_TYPES(CPNET_DEFINE_AMO_MIN)", "cpnet_float_ord_atomic_min", "cpnet_f64_ord"] {
+        assert!(header.contains(f), "{f} missing from device.cuh");
+    }
     println!("every_call: {} bytes of PTX, {} bytes of CUBIN", out.ptx.len(), out.cubin.as_ref().unwrap().len());
     if !out.log.is_empty() {
         println!("NVRTC log:\n{}", out.log);

@@ -38,8 +38,9 @@ pub fn amo_local(heap: &HeapView, ty: AmoType, op: AmoOp, dst: u64, value: u64, 
     // each pairs with the Acquire loads of local waiters (wait_until,
     // signal_wait_until) and with other AMOs on the same word.
     macro_rules! run {
-        ($a:expr, $t:ty) => {{
+        ($a:expr, $t:ty, $s:ty) => {{
             let a = $a;
+            let signed = matches!(ty, AmoType::Int32 | AmoType::Int64);
             let v = value as $t;
             let c = cond as $t;
             let old = match op {
@@ -56,13 +57,21 @@ pub fn amo_local(heap: &HeapView, ty: AmoType, op: AmoOp, dst: u64, value: u64, 
                 AmoOp::FetchAnd | AmoOp::And => a.fetch_and(v, Ordering::AcqRel),
                 AmoOp::FetchOr | AmoOp::Or => a.fetch_or(v, Ordering::AcqRel),
                 AmoOp::FetchXor | AmoOp::Xor => a.fetch_xor(v, Ordering::AcqRel),
+                AmoOp::FetchMin | AmoOp::Min if signed => {
+                    // CAS loop on the signed view (AcqRel on success, Acquire
+                    // on a failed compare: pairs as the other RMWs above).
+                    match a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |o| ((v as $s) < (o as $s)).then_some(v)) {
+                        Ok(o) | Err(o) => o,
+                    }
+                }
+                AmoOp::FetchMin | AmoOp::Min => a.fetch_min(v, Ordering::AcqRel),
             };
             u64::from(old)
         }};
     }
     Ok(match ty.size() {
-        4 => run!(heap.atomic_u32(SymAddr(dst))?, u32),
-        _ => run!(heap.atomic_u64(SymAddr(dst))?, u64),
+        4 => run!(heap.atomic_u32(SymAddr(dst))?, u32, i32),
+        _ => run!(heap.atomic_u64(SymAddr(dst))?, u64, i64),
     })
 }
 

@@ -47,6 +47,13 @@
 //! the same words. The multi-PE tests check exact results of all AMOs under
 //! contention from every PE, local and remote mixed.
 //!
+//! The minimum AMOs (a cpnet extension) use `FI_MIN` where the provider
+//! reports it for the type (`fi_fetch_atomicvalid`, asked once at connect;
+//! shm and tcp;ofi_rxm 1.17 have it for 32/64-bit integers). Where it does
+//! not, they run as a remote compare-and-swap loop (`FI_ATOMIC_READ`, then
+//! `FI_CSWAP` until the word is at most the operand or the swap wins), which
+//! is atomic with respect to the provider's other atomics on the word.
+//!
 //! # Never blocking
 //!
 //! Posting never waits: `-FI_EAGAIN`, or no free operation slot, makes
@@ -68,7 +75,7 @@ use cpnet_fabric_sys as sys;
 use crate::decode::{GetDst, Op, PutSrc};
 use crate::batch::{BatchMem, Batcher, CTX_SEND};
 use crate::fabric::{
-    AddressVector, AtomicOp, AtomicType, CAPS, CompletionQueue, Domain, Endpoint, Fabric, FabricError, FiAddr, Info,
+    AddressVector, AtomicClass, AtomicOp, AtomicType, CAPS, CompletionQueue, Domain, Endpoint, Fabric, FabricError, FiAddr, Info,
     InfoRequest, LocalBuf, LocalBufMut, MSG_CAPS, MemoryRegion, MrKey, Post, RemoteMemory, RemoteTarget,
 };
 use crate::local::apply_local;
@@ -502,7 +509,12 @@ impl FabricEndpoint {
         if let Some(b) = &mut batcher {
             b.watch = PeerWatch::new(cards.len(), self.reach_timeout);
         }
+        let min_native = [AmoType::Int32, AmoType::Uint32, AmoType::Int64, AmoType::Uint64].map(|ty| {
+            matches!(self.ep.atomic_valid(AtomicClass::Fetch, AtomicOp::Min, fi_type(ty)), Ok(Some(n)) if n >= 1)
+        });
+        tracing::debug!(pe = my_pe, ?min_native, "FI_MIN per type (int32, uint32, int64, uint64)");
         Ok(FabricTransport {
+            min_native,
             free: (0..MAX_INFLIGHT as u32).rev().collect(),
             slots: vec![SlotState::default(); MAX_INFLIGHT],
             deferred: VecDeque::new(),
@@ -536,6 +548,11 @@ enum Stage {
     Signal,
     /// A barrier flag increment (no command).
     BarrierFlag(i32),
+    /// Emulated minimum AMO: the read of the target word.
+    MinRead,
+    /// Emulated minimum AMO: a compare-and-swap of the operand over the
+    /// value last seen (arena word 1).
+    MinCas,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -579,6 +596,9 @@ pub struct FabricTransport {
     behind: Vec<(Tag, u64)>,
     /// Operations posted per peer and not finished ([`crate::reach`]).
     watch: PeerWatch,
+    /// Per [`AmoType`] (index `ty as usize - 1`): the provider has a
+    /// fetching `FI_MIN` for it; otherwise minimum AMOs run as a CAS loop.
+    min_native: [bool; 4],
     // Last: owns the regions, queues and the arena (see FabricEndpoint).
     inner: FabricEndpoint,
 }
@@ -601,6 +621,7 @@ fn fi_op(op: AmoOp) -> AtomicOp {
         AmoOp::FetchAnd | AmoOp::And => AtomicOp::Band,
         AmoOp::FetchOr | AmoOp::Or => AtomicOp::Bor,
         AmoOp::FetchXor | AmoOp::Xor => AtomicOp::Bxor,
+        AmoOp::FetchMin | AmoOp::Min => AtomicOp::Min,
     }
 }
 
@@ -750,6 +771,24 @@ impl FabricTransport {
                     }
                 }
             }
+            (Stage::MinRead, Some(Op::Amo { pe, ty, value, dst, .. })) => {
+                self.set_word(slot, 0, value);
+                self.set_word(slot, 2, 0);
+                let t = self.target(pe, dst, ty.size());
+                // SAFETY: see above.
+                unsafe {
+                    self.inner.ep.fetch_atomic(AtomicOp::Read, fi_type(ty), self.arena_src(slot, 0), self.arena_buf(slot, 2), 1, t, ctx)
+                }
+            }
+            (Stage::MinCas, Some(Op::Amo { pe, ty, dst, .. })) => {
+                // Words 0 (operand) and 1 (compare: the value last seen) were
+                // set by `completed`.
+                self.set_word(slot, 2, 0);
+                let t = self.target(pe, dst, ty.size());
+                let (src, cmp, res) = (self.arena_src(slot, 0), self.arena_src(slot, 1), self.arena_buf(slot, 2));
+                // SAFETY: see above.
+                unsafe { self.inner.ep.compare_atomic(AtomicOp::Cswap, fi_type(ty), src, cmp, res, 1, t, ctx) }
+            }
             (Stage::BarrierFlag(_), _) => {
                 let peer = (self.inner.my_pe + (1 << self.barrier.round)) % self.n_pes;
                 self.set_word(slot, 0, 1);
@@ -811,6 +850,23 @@ impl FabricTransport {
             }
         }
         let outcome = match (st.stage, st.op) {
+            (Stage::MinRead | Stage::MinCas, Some(Op::Amo { pe, ty, op, value, .. })) => {
+                let seen = mask(self.get_word(slot, 2), ty.size());
+                let won = matches!(st.stage, Stage::MinCas) && seen == mask(self.get_word(slot, 1), ty.size());
+                if !won && crate::staged::amo_apply(ty, AmoOp::Min, seen, value, 0) != seen {
+                    // The operand is smaller than what the word holds: try
+                    // to swap it in over that value.
+                    self.set_word(slot, 0, value);
+                    self.set_word(slot, 1, seen);
+                    self.slots[slot as usize].stage = Stage::MinCas;
+                    self.watch.sent(pe);
+                    self.post_or_defer(slot, done);
+                    return;
+                }
+                // Swapped in over `seen`, or `seen` is already at most the
+                // operand: `seen` is the old value either way.
+                if op.fetches() { Outcome::Value(seen) } else { Outcome::Done }
+            }
             (Stage::Data, Some(_)) => {
                 self.slots[slot as usize].stage = Stage::Signal;
                 self.post_or_defer(slot, done);
@@ -898,6 +954,7 @@ impl Transport for FabricTransport {
         }
         let Some(slot) = self.free.pop() else { return Submit::Busy };
         let stage = match op {
+            Op::Amo { ty, op: AmoOp::Min | AmoOp::FetchMin, .. } if !self.min_native[*ty as usize - 1] => Stage::MinRead,
             Op::PutSignal { .. } if empty => Stage::Signal,
             Op::PutSignal { .. } => Stage::Data,
             _ => Stage::Single,
@@ -1059,6 +1116,82 @@ impl Transport for FabricTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cpnet_device::cpu::HostHeap;
+
+    /// Two PEs' transports in this process over shm; `emulate`: minimum
+    /// AMOs take the CAS-loop path whatever the provider offers.
+    fn min_amos_on_the_fabric(emulate: bool) {
+        const HEAP: u64 = 4096;
+        let cfg = FabricConfig { provider: "shm".into(), src_node: None, reach_timeout: None };
+        let heaps = [HostHeap::new(region_len(HEAP)), HostHeap::new(region_len(HEAP))];
+        let eps: Vec<FabricEndpoint> =
+            (0..2).map(|pe| FabricEndpoint::open(&cfg, pe, heaps[pe as usize].view(), HEAP).expect("shm endpoint")).collect();
+        let cards: Vec<PeerCard> = eps.iter().map(FabricEndpoint::card).collect();
+        let epoch = Arc::new(StdAtomicU64::new(0));
+        let mut ts: Vec<FabricTransport> = eps.into_iter().map(|e| e.connect(&cards, epoch.clone()).expect("connect")).collect();
+        if emulate {
+            ts[0].min_native = [false; 4];
+        }
+        let target = heaps[1].view();
+        let mut seq = 0;
+        let mut run = |ts: &mut Vec<FabricTransport>, ty: AmoType, op: AmoOp, dst: u64, value: u64| -> Outcome {
+            seq += 1;
+            let tag = Tag { queue: 0, seq };
+            let amo = Op::Amo { pe: 1, ty, op, dst, value, cond: 0 };
+            let mut done = Vec::new();
+            let mut tries = 0;
+            loop {
+                match ts[0].submit(tag, &amo) {
+                    Submit::Done(o) => return o,
+                    Submit::Pending => break,
+                    // -FI_EAGAIN while shm sets up the peer: progress, retry.
+                    Submit::Busy => {
+                        tries += 1;
+                        assert!(tries < 1_000_000, "{op:?} {ty:?} never accepted");
+                        ts[0].progress(&mut done);
+                        ts[1].progress(&mut Vec::new());
+                    }
+                }
+            }
+            for _ in 0..1_000_000 {
+                ts[0].progress(&mut done);
+                ts[1].progress(&mut Vec::new());
+                if let Some(f) = done.iter().find(|f| f.tag == tag) {
+                    return f.outcome;
+                }
+            }
+            panic!("{op:?} {ty:?} never completed");
+        };
+        // int32 at 0: signed order; uint32 at 4; int64 at 8; uint64 at 16.
+        target.write_bytes(SymAddr(0), &5i32.to_le_bytes()).unwrap();
+        target.write_bytes(SymAddr(4), &5u32.to_le_bytes()).unwrap();
+        target.write_bytes(SymAddr(8), &(-3i64).to_le_bytes()).unwrap();
+        target.write_bytes(SymAddr(16), &u64::MAX.to_le_bytes()).unwrap();
+        let m1 = u64::from(-1i32 as u32);
+        assert_eq!(run(&mut ts, AmoType::Int32, AmoOp::FetchMin, 0, m1), Outcome::Value(5));
+        assert_eq!(run(&mut ts, AmoType::Int32, AmoOp::FetchMin, 0, 7), Outcome::Value(m1), "-1 < 7 signed");
+        assert_eq!(run(&mut ts, AmoType::Uint32, AmoOp::FetchMin, 4, m1), Outcome::Value(5), "0xffffffff > 5 unsigned");
+        assert_eq!(run(&mut ts, AmoType::Uint32, AmoOp::Min, 4, 2), Outcome::Done);
+        assert_eq!(run(&mut ts, AmoType::Int64, AmoOp::FetchMin, 8, (-9i64) as u64), Outcome::Value((-3i64) as u64));
+        assert_eq!(run(&mut ts, AmoType::Uint64, AmoOp::Min, 16, 77), Outcome::Done);
+        assert_eq!(run(&mut ts, AmoType::Uint64, AmoOp::FetchMin, 16, 80), Outcome::Value(77));
+        let r = |o: u64, n: usize| {
+            let mut b = [0u8; 8];
+            target.read_bytes(SymAddr(o), &mut b[..n]).unwrap();
+            u64::from_le_bytes(b)
+        };
+        assert_eq!((r(0, 4), r(4, 4), r(8, 8), r(16, 8)), (m1, 2, (-9i64) as u64, 77));
+    }
+
+    #[test]
+    fn min_amos_use_fi_min_on_shm() {
+        min_amos_on_the_fabric(false);
+    }
+
+    #[test]
+    fn min_amos_fall_back_to_a_cas_loop_without_fi_min() {
+        min_amos_on_the_fabric(true);
+    }
 
     fn mem(base: u64) -> RemoteMemory {
         RemoteMemory { base, len: 4096 + base, key: MrKey(base ^ 0x55) }

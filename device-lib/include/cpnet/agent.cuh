@@ -60,9 +60,22 @@ __device__ __forceinline__ void block_copy_cv(uint8_t* dst, const uint8_t* src, 
     }
 }
 
-/** AMO `op` of 32- or 64-bit unsigned T at `p`; returns the old value. */
+/** The minimum AMOs (a cpnet extension): atomicMin on the signed view of
+ *  the word for CPNET_T_INT32/INT64, on the unsigned one otherwise. */
+__device__ __forceinline__ unsigned int amo_min(unsigned int* p, bool is_signed, unsigned int v)
+{
+    return is_signed ? (unsigned int)atomicMin((int*)p, (int)v) : atomicMin(p, v);
+}
+__device__ __forceinline__ unsigned long long amo_min(unsigned long long* p, bool is_signed, unsigned long long v)
+{
+    return is_signed ? (unsigned long long)atomicMin((long long*)p, (long long)v) : atomicMin(p, v);
+}
+
+/** AMO `op` of 32- or 64-bit unsigned T at `p` (`is_signed`: the record's
+ *  type is CPNET_T_INT32/INT64, which only the minimum reads); returns the
+ *  old value. */
 template <typename T>
-__device__ __forceinline__ T amo(T* p, uint8_t op, T v, T cmp)
+__device__ __forceinline__ T amo(T* p, uint8_t op, T v, T cmp, bool is_signed)
 {
     switch (op) {
         case CPNET_AMO_FETCH: return atomicAdd(p, (T)0);
@@ -77,6 +90,8 @@ __device__ __forceinline__ T amo(T* p, uint8_t op, T v, T cmp)
         case CPNET_AMO_OR: return atomicOr(p, v);
         case CPNET_AMO_FETCH_XOR:
         case CPNET_AMO_XOR: return atomicXor(p, v);
+        case CPNET_AMO_FETCH_MIN:
+        case CPNET_AMO_MIN: return amo_min(p, is_signed, v);
         default: return 0;
     }
 }
@@ -181,11 +196,13 @@ __device__ __forceinline__ void cpnet_agent_run(cpnet_agent_ctl_t* ctl, uint64_t
                 ok = rec.ty > CPNET_T_NONE && rec.ty < CPNET_T_COUNT && dst <= heap_size - es && (dst & (es - 1)) == 0;
                 if (ok && leader) {
                     uint64_t old;
+                    const bool sgn = rec.ty == CPNET_T_INT32 || rec.ty == CPNET_T_INT64;
                     if (es == 8)
-                        old = amo<unsigned long long>((unsigned long long*)(heap + dst), rec.sub, rec.value, rec.signal);
+                        old = amo<unsigned long long>((unsigned long long*)(heap + dst), rec.sub, rec.value, rec.signal,
+                                                      sgn);
                     else
                         old = amo<unsigned int>((unsigned int*)(heap + dst), rec.sub, (unsigned int)rec.value,
-                                                (unsigned int)rec.signal);
+                                                (unsigned int)rec.signal, sgn);
                     // The old value goes to the slot's result word; A5's
                     // fence and release publish it with `done`.
                     cpnet_st_relaxed_sys_u64(slot + CPNET_AGENT_SLOT_OFF_RESULT / 8, old);

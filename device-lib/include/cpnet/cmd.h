@@ -134,7 +134,17 @@ typedef unsigned long long uint64_t;
 #define CPNET_AMO_OR 9
 #define CPNET_AMO_FETCH_XOR 10
 #define CPNET_AMO_XOR 11
-#define CPNET_AMO_COUNT 12
+/* cpnet extension to OpenSHMEM 1.5 (which has no minimum AMO): the word
+ * becomes min(word, value), compared as `dtype` says (signed for
+ * CPNET_T_INT32/INT64, unsigned for CPNET_T_UINT32/UINT64). FETCH_MIN
+ * returns the old value. Floats travel as ORDERED INTEGERS (cpnet_f32_ord /
+ * cpnet_f64_ord in device.cuh, cpnet_device::ordered in Rust): the bit
+ * pattern with the sign bit flipped for x >= +0 and every bit flipped for
+ * x < 0 (and -0.0 mapped to +0.0), so unsigned min of the encodings is the
+ * float min (NaNs excluded); use CPNET_T_UINT32 / CPNET_T_UINT64 for them. */
+#define CPNET_AMO_FETCH_MIN 12
+#define CPNET_AMO_MIN 13
+#define CPNET_AMO_COUNT 14
 
 /* ------------------------------------------------------------------------ */
 /* Signal operations (cpnet_cmd_t.subop when opcode == CPNET_OP_PUT_SIGNAL) */

@@ -1200,9 +1200,86 @@ __device__ inline int cpnet_barrier_all(cpnet_ctx_t* ctx)
     CPNET_DEFINE_AMO_BITWISE_OP(NAME, TYPE, DT, _or, CPNET_AMO_FETCH_OR, CPNET_AMO_OR)              \
     CPNET_DEFINE_AMO_BITWISE_OP(NAME, TYPE, DT, _xor, CPNET_AMO_FETCH_XOR, CPNET_AMO_XOR)
 
+/*
+ * MINIMUM AMOs -- a cpnet EXTENSION to OpenSHMEM 1.5 (which has min only as
+ * a reduction, sec. 9.9.7). For every (NAME, TYPE) of CPNET_AMO_STANDARD_TYPES:
+ *   TYPE cpnet_NAME_atomic_fetch_min(ctx, TYPE* dest, TYPE value, int pe)
+ *        -- *dest = min(*dest, value), atomically; returns the old *dest (blocking)
+ *   void cpnet_NAME_atomic_min(ctx, TYPE* dest, TYPE value, int pe)
+ *        -- the same, fire-and-forget (complete at cpnet_quiet)
+ * Signed comparison for signed TYPEs, unsigned for unsigned ones. Atomic with
+ * respect to every other cpnet AMO on the word (cmd.h, CPNET_AMO_MIN).
+ *
+ * Floats as ORDERED INTEGERS: cpnet_f32_ord / cpnet_f64_ord map a float to
+ * an unsigned integer whose unsigned order is the float order (sign bit set
+ * for x >= +0, every bit flipped for x < 0; -0.0 maps to +0.0; NaNs are
+ * outside the contract); cpnet_f32_from_ord / cpnet_f64_from_ord invert it.
+ * Keep such words encoded in the heap and use
+ *   float  cpnet_float_ord_atomic_fetch_min(ctx, uint32_t* dest, float value, int pe)
+ *   void   cpnet_float_ord_atomic_min(ctx, uint32_t* dest, float value, int pe)
+ *   double cpnet_double_ord_atomic_fetch_min(ctx, uint64_t* dest, double value, int pe)
+ *   void   cpnet_double_ord_atomic_min(ctx, uint64_t* dest, double value, int pe)
+ * The same encoding is cpnet_device::ordered in Rust.
+ */
+#define CPNET_DEFINE_AMO_MIN(NAME, TYPE, DT)                                                       \
+    __device__ inline TYPE cpnet_##NAME##_atomic_fetch_min(cpnet_ctx_t* ctx, TYPE* dest, TYPE value, \
+                                                           int pe)                                 \
+    {                                                                                              \
+        return cpnet_detail::from_bits<TYPE>(cpnet_detail::fetch_blocking(                         \
+            ctx, cpnet_detail::amo_cmd<TYPE>(ctx, dest, CPNET_AMO_FETCH_MIN, DT, value, (TYPE)0, pe))); \
+    }                                                                                              \
+    __device__ inline void cpnet_##NAME##_atomic_min(cpnet_ctx_t* ctx, TYPE* dest, TYPE value, int pe) \
+    {                                                                                              \
+        cpnet_detail::enqueue_nbi(                                                                 \
+            ctx, cpnet_detail::amo_cmd<TYPE>(ctx, dest, CPNET_AMO_MIN, DT, value, (TYPE)0, pe));     \
+    }
+
 CPNET_AMO_STANDARD_TYPES(CPNET_DEFINE_AMO_STANDARD)
 CPNET_AMO_EXTENDED_ONLY_TYPES(CPNET_DEFINE_AMO_EXTENDED)
 CPNET_AMO_BITWISE_TYPES(CPNET_DEFINE_AMO_BITWISE)
+CPNET_AMO_STANDARD_TYPES(CPNET_DEFINE_AMO_MIN)
+
+/** The ordered encoding of `x` (see "MINIMUM AMOs" above). */
+__device__ inline uint32_t cpnet_f32_ord(float x)
+{
+    uint32_t b = __float_as_uint(x);
+    if (x == 0.0f) b = 0;
+    return (b >> 31) == 0 ? (b | 0x80000000u) : ~b;
+}
+/** The float whose ordered encoding is `e`. */
+__device__ inline float cpnet_f32_from_ord(uint32_t e)
+{
+    return __uint_as_float((e >> 31) ? (e & 0x7fffffffu) : ~e);
+}
+/** The ordered encoding of `x` (see "MINIMUM AMOs" above). */
+__device__ inline uint64_t cpnet_f64_ord(double x)
+{
+    uint64_t b = (uint64_t)__double_as_longlong(x);
+    if (x == 0.0) b = 0;
+    return (b >> 63) == 0 ? (b | 0x8000000000000000ull) : ~b;
+}
+/** The double whose ordered encoding is `e`. */
+__device__ inline double cpnet_f64_from_ord(uint64_t e)
+{
+    return __longlong_as_double((long long)((e >> 63) ? (e & 0x7fffffffffffffffull) : ~e));
+}
+__device__ inline float cpnet_float_ord_atomic_fetch_min(cpnet_ctx_t* ctx, uint32_t* dest, float value, int pe)
+{
+    return cpnet_f32_from_ord(cpnet_uint32_atomic_fetch_min(ctx, dest, cpnet_f32_ord(value), pe));
+}
+__device__ inline void cpnet_float_ord_atomic_min(cpnet_ctx_t* ctx, uint32_t* dest, float value, int pe)
+{
+    cpnet_uint32_atomic_min(ctx, dest, cpnet_f32_ord(value), pe);
+}
+__device__ inline double cpnet_double_ord_atomic_fetch_min(cpnet_ctx_t* ctx, uint64_t* dest, double value, int pe)
+{
+    return cpnet_f64_from_ord(cpnet_uint64_atomic_fetch_min(ctx, dest, cpnet_f64_ord(value), pe));
+}
+__device__ inline void cpnet_double_ord_atomic_min(cpnet_ctx_t* ctx, uint64_t* dest, double value, int pe)
+{
+    cpnet_uint64_atomic_min(ctx, dest, cpnet_f64_ord(value), pe);
+}
+#undef CPNET_DEFINE_AMO_MIN
 #undef CPNET_DEFINE_AMO_EXTENDED
 #undef CPNET_DEFINE_AMO_STANDARD
 #undef CPNET_DEFINE_AMO_BITWISE_OP

@@ -1057,6 +1057,23 @@ mod tests {
     }
 
     #[test]
+    fn amo_apply_min_compares_by_the_type() {
+        use AmoOp::*;
+        use AmoType::*;
+        let m1_32 = u64::from(-1i32 as u32);
+        assert_eq!(amo_apply(Int32, Min, 5, m1_32, 0), m1_32, "-1 < 5 signed");
+        assert_eq!(amo_apply(Uint32, Min, 5, m1_32, 0), 5, "0xffffffff > 5 unsigned");
+        assert_eq!(amo_apply(Int64, FetchMin, 3, (-7i64) as u64, 0), (-7i64) as u64);
+        assert_eq!(amo_apply(Uint64, FetchMin, 3, (-7i64) as u64, 0), 3);
+        assert_eq!(amo_apply(Int32, Min, 0x8000_0000, 0x7fff_ffff, 0), 0x8000_0000, "i32::MIN stays");
+        assert_eq!(amo_apply(Uint32, Min, 9, 0x1_0000_0004, 0), 4, "operands are masked to the type");
+        assert_eq!(amo_apply(Int64, Min, 2, 2, 0), 2);
+        use cpnet_device::ordered::{f64_from_ord, f64_ord};
+        let d = amo_apply(Uint64, Min, f64_ord(0.75), f64_ord(-0.5), 0);
+        assert_eq!(f64_from_ord(d), -0.5, "floats as ordered integers");
+    }
+
+    #[test]
     fn header_is_one_cache_line() {
         assert_eq!(std::mem::size_of::<Hdr>(), 64);
         let l = Layout::new(&StagedConfig::new(FabricConfig { provider: "shm".into(), src_node: None, reach_timeout: None }), 4);

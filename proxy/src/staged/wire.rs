@@ -109,6 +109,15 @@ pub fn amo_apply(ty: AmoType, op: AmoOp, old: u64, value: u64, cond: u64) -> u64
         AmoOp::FetchAnd | AmoOp::And => old & value,
         AmoOp::FetchOr | AmoOp::Or => old | value,
         AmoOp::FetchXor | AmoOp::Xor => old ^ value,
+        AmoOp::FetchMin | AmoOp::Min => {
+            let less = match ty {
+                // Sign-extend the masked 32-bit pattern.
+                AmoType::Int32 => (value as u32 as i32) < (old as u32 as i32),
+                AmoType::Int64 => (value as i64) < (old as i64),
+                AmoType::Uint32 | AmoType::Uint64 => value < old,
+            };
+            if less { value } else { old }
+        }
     };
     new & m
 }

@@ -482,6 +482,12 @@ pub fn model(cmd: &Cmd, heap: &mut [u8]) -> Expect {
                 CPNET_AMO_FETCH_ADD | CPNET_AMO_ADD => old.wrapping_add(v) & mask,
                 CPNET_AMO_FETCH_AND | CPNET_AMO_AND => old & v,
                 CPNET_AMO_FETCH_OR | CPNET_AMO_OR => old | v,
+                CPNET_AMO_FETCH_MIN | CPNET_AMO_MIN => {
+                    let signed = matches!(cmd.dtype, CPNET_T_INT32 | CPNET_T_INT64);
+                    let as_signed = |x: u64| if amo_size == 8 { x as i64 } else { i64::from(x as u32 as i32) };
+                    let less = if signed { as_signed(v) < as_signed(old) } else { v < old };
+                    if less { v } else { old }
+                }
                 _ => old ^ v, // FETCH_XOR, XOR
             };
             w(heap, cmd.dst, amo_size, new);
@@ -494,6 +500,7 @@ pub fn model(cmd: &Cmd, heap: &mut [u8]) -> Expect {
                     | CPNET_AMO_FETCH_AND
                     | CPNET_AMO_FETCH_OR
                     | CPNET_AMO_FETCH_XOR
+                    | CPNET_AMO_FETCH_MIN
             );
             Expect::Accept(if fetches { Outcome::Value(old) } else { Outcome::Done })
         }

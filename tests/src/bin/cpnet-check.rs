@@ -321,6 +321,11 @@ fn amo(pe: &Pe, wgs: u32, iters: u64) -> Result<()> {
     let words = pe.shmalloc(4096)?;
     let heap = *pe.heap();
     heap.write_bytes(words, &[0u8; 4096]).ok();
+    // Minimum words start at their type's maximum (u64: +inf, ordered).
+    heap.write_bytes(SymAddr(words.0 + 80), &i64::MAX.to_le_bytes()).ok();
+    heap.write_bytes(SymAddr(words.0 + 88), &u32::MAX.to_le_bytes()).ok();
+    heap.write_bytes(SymAddr(words.0 + 92), &i32::MAX.to_le_bytes()).ok();
+    heap.write_bytes(SymAddr(words.0 + 96), &cpnet::device::ordered::f64_ord(f64::INFINITY).to_le_bytes()).ok();
     pe.barrier_all()?;
     let total = u64::from(wgs) * n as u64;
     ensure!(total <= 32, "at most 32 work-groups in total (bit per work-group)");
@@ -354,6 +359,17 @@ fn amo(pe: &Pe, wgs: u32, iters: u64) -> Result<()> {
                 }
                 // Swap chain: unique values in, every value comes out once.
                 let _ = wg.atomic_swap::<u64>(SymAddr(words.0 + 64), (id << 32) | (i + 1), t)?;
+                // Minimum AMOs (cpnet extension): every work-group lowers the
+                // words with values unique to it; the final minimum is exact.
+                // 80 i64 (negative values: signed order), 88 u32 fetch_min,
+                // 92 i32, 96 u64 (floats as ordered integers).
+                let key = (i * total + id) as i64; // distinct per (wg, i)
+                wg.atomic_min::<i64>(SymAddr(words.0 + 80), -key, t)?;
+                let fm = wg.atomic_fetch_min::<u32>(SymAddr(words.0 + 88), (1000 + key) as u32, t)?;
+                ensure_wg!(wg, fm >= 1000, "fetch_min u32 old value in range")?;
+                wg.atomic_min::<i32>(SymAddr(words.0 + 92), (key as i32) - 5, t)?;
+                let d = cpnet::device::ordered::f64_ord(0.5 + key as f64 * 0.25);
+                wg.atomic_min::<u64>(SymAddr(words.0 + 96), d, t)?;
             }
         }
         wg.quiet()
@@ -375,7 +391,14 @@ fn amo(pe: &Pe, wgs: u32, iters: u64) -> Result<()> {
         ("cswap counter", r64(56)?, k),
         ("and u64", r64(72)?, 0),
     ];
-    for (what, got, want) in checks {
+    let kmax = (total * iters - 1) as i64;
+    let mins: [(&str, u64, u64); 4] = [
+        ("min i64", r64(80)?, (-kmax) as u64),
+        ("fetch_min u32", u64::from(r32(88)?), 1000),
+        ("min i32", u64::from(r32(92)?), u64::from(-5i32 as u32)),
+        ("min u64 (ordered f64)", r64(96)?, cpnet::device::ordered::f64_ord(0.5)),
+    ];
+    for (what, got, want) in checks.into_iter().chain(mins) {
         ensure!(got == want, "PE {me}: {what} after contention: {got:#x}, expected {want:#x}");
     }
     let last = r64(64)?;

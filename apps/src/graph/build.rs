@@ -1,0 +1,197 @@
+//! Kernel 1 (Graph500 specification v2.0 §4, "Graph Construction"): from
+//! the input (Kronecker generator or a file) to each PE's [`Csr`] of the
+//! arcs leaving its block of vertices, and the checks that must fail
+//! before any PE starts work (memory for the SCALE asked for).
+
+use anyhow::{Result, bail};
+use clap::Args;
+use cpnet::Pe;
+
+use super::exchange::Exchange;
+use super::kron::{self, Relabel};
+use super::load::EdgeList;
+use super::{Csr, Partition, quantize};
+
+/// The flags `bfs` and `sssp` share (flattened into each one's own).
+#[derive(Args, Debug, Clone)]
+pub struct GraphFlags {
+    /// Generator, weight and search-key seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Read the graph from this file instead of generating it (.mtx Matrix
+    /// Market, .gr DIMACS, otherwise a `u v [w]` edge list); edges without a
+    /// weight get Graph500 kernel 3's.
+    #[arg(long)]
+    pub file: Option<std::path::PathBuf>,
+    /// One search from this root instead of the sampled keys.
+    #[arg(long)]
+    pub root: Option<u64>,
+    /// Validate every search (exit 1 on a failure).
+    #[arg(long)]
+    pub verify: bool,
+    /// Exchange message size in 8-byte words.
+    #[arg(long, default_value_t = super::exchange::DEFAULT_CHUNK_WORDS)]
+    pub chunk: usize,
+    /// Where the work-groups run (GPU variants are not built yet).
+    #[arg(long, value_enum, default_value_t = crate::cli::Variant::Cpu)]
+    pub variant: crate::cli::Variant,
+}
+
+/// Where the graph comes from.
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// The Graph500 Kronecker graph of `2^scale` vertices, edge factor 16.
+    Kronecker {
+        /// log2 of the vertex count.
+        scale: u32,
+        /// Generator seed.
+        seed: u64,
+    },
+    /// A graph read from a file before start-up ([`super::load::read`]).
+    File(std::sync::Arc<EdgeList>),
+}
+
+impl Input {
+    /// Vertices in the graph.
+    pub fn n(&self) -> u64 {
+        match self {
+            Input::Kronecker { scale, .. } => 1 << scale,
+            Input::File(g) => g.n,
+        }
+    }
+
+    /// Input edges (undirected).
+    pub fn m(&self) -> u64 {
+        match self {
+            Input::Kronecker { scale, .. } => kron::n_edges(*scale),
+            Input::File(g) => g.edges.len() as u64,
+        }
+    }
+
+    /// The Graph500 `graph_generation` field (a name for the input).
+    pub fn name(&self) -> String {
+        match self {
+            Input::Kronecker { .. } => "Kronecker (Graph500 v2.0 section 3)".into(),
+            Input::File(_) => "file".into(),
+        }
+    }
+}
+
+/// Bytes of process memory one PE needs for `input` on `n_pes` PEs (the
+/// CSR, the generated edges and their exchange, the per-vertex arrays of
+/// the searches), with a quarter more for the imbalance of the Kronecker
+/// degrees.
+pub fn bytes_per_pe(input: &Input, n_pes: i32) -> u64 {
+    let p = n_pes.max(1) as u64;
+    let arcs = 2 * input.m() / p;
+    let generated = 2 * input.m() / p;
+    let verts = input.n() / p + 1;
+    (arcs * (8 + 4 + 24) + generated * 24 + verts * 48 + input.n() / 8) * 5 / 4
+}
+
+/// Memory this host has available (`MemAvailable` of /proc/meminfo), if known.
+pub fn available_bytes() -> Option<u64> {
+    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Refuse an input too large for this host's memory, before start-up:
+/// `local_pes` PEs of `n_pes` run here.
+///
+/// # Errors
+/// SCALE above [`kron::MAX_SCALE`]; a need above the available memory,
+/// saying how much is needed and how much there is.
+pub fn check_memory(input: &Input, n_pes: i32, local_pes: i32) -> Result<()> {
+    if let Input::Kronecker { scale, .. } = input
+        && (*scale == 0 || *scale > kron::MAX_SCALE)
+    {
+        bail!("-scale {scale} is outside 1..={}", kron::MAX_SCALE);
+    }
+    let need = bytes_per_pe(input, n_pes);
+    let here = need.saturating_mul(local_pes.max(1) as u64);
+    if let Some(avail) = available_bytes()
+        && here > avail
+    {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        bail!(
+            "the graph ({} vertices, {} edges) needs about {:.2} GiB per PE, {:.2} GiB for the {} PEs on this host, \
+             and this host has {:.2} GiB available: use a smaller -scale or more hosts",
+            input.n(),
+            input.m(),
+            gib(need),
+            gib(here),
+            local_pes,
+            gib(avail)
+        );
+    }
+    Ok(())
+}
+
+/// Kernel 1: this PE's CSR of `input` under `part`. Kronecker edges are
+/// generated in parallel (this PE's slice of the edge list, on `threads`
+/// threads) and each arc is sent to its source's owner through `ex`; a
+/// file is already on every PE, which keeps its own arcs. Weights: the
+/// file's, or Graph500 kernel 3's uniform `[0, 1)` per edge (from the
+/// counter stream of `seed`), in fixed point. **Collective.**
+///
+/// # Errors
+/// An exchange failure.
+pub fn build_csr(pe: &Pe, ex: &mut Exchange, input: &Input, part: &Partition, threads: usize) -> Result<Csr> {
+    let (me, n_pes) = (pe.my_pe(), pe.n_pes());
+    let (lo, hi) = part.range(me);
+    match input {
+        Input::Kronecker { scale, seed } => {
+            let (e_lo, e_hi) = kron::edge_slice(*scale, me, n_pes);
+            let relabel = Relabel::new(*scale, *seed);
+            let threads = threads.max(1) as u64;
+            let per = (e_hi - e_lo).div_ceil(threads);
+            let outs: Vec<Vec<Vec<u64>>> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..threads)
+                    .map(|t| {
+                        let relabel = &relabel;
+                        s.spawn(move || {
+                            let mut out = vec![Vec::new(); n_pes as usize];
+                            let (a, b) = ((e_lo + t * per).min(e_hi), (e_lo + (t + 1) * per).min(e_hi));
+                            for e in a..b {
+                                let (u, v, w) = kron::edge(*scale, *seed, relabel, e);
+                                let wq = quantize(w);
+                                out[part.owner(u) as usize].extend([u, v, wq]);
+                                out[part.owner(v) as usize].extend([v, u, wq]);
+                            }
+                            out
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().expect("generator thread")).collect()
+            });
+            let mut out = vec![Vec::new(); n_pes as usize];
+            for o in outs {
+                for (d, mut words) in o.into_iter().enumerate() {
+                    out[d].append(&mut words);
+                }
+            }
+            let mut arcs = Vec::with_capacity(out[me as usize].len() / 3 * n_pes as usize);
+            // The closure's own failures travel in its Ok value (with_ctx's
+            // error type is the work-group's).
+            pe.with_ctx(0, |wg| Ok(ex.all_to_all(wg, &out, 3, |_, w| arcs.extend(w.chunks_exact(3).map(|t| (t[0], t[1], t[2] as u32))))))??;
+            drop(out);
+            Ok(Csr::from_arcs(lo, (hi - lo) as usize, arcs))
+        }
+        Input::File(g) => {
+            let mut arcs = Vec::new();
+            let seed = 1;
+            for (e, &(u, v, w)) in g.edges.iter().enumerate() {
+                let wq = quantize(w.unwrap_or_else(|| kron::unit(seed, u64::MAX, e as u64))) as u32;
+                if part.owner(u) == me {
+                    arcs.push((u, v, wq));
+                }
+                if part.owner(v) == me {
+                    arcs.push((v, u, wq));
+                }
+            }
+            Ok(Csr::from_arcs(lo, (hi - lo) as usize, arcs))
+        }
+    }
+}

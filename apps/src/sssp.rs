@@ -1,0 +1,536 @@
+//! Distributed single-source shortest paths by delta-stepping (Meyer and
+//! Sanders, J. Algorithms 2003) in its near/far-pile form (Davidson et al.,
+//! IPDPS 2014), the Graph500 "Shortest Path" kernel (specification v2.0 §7
+//! kernel 3, §8 validation, §9 output), on cpnet with CPU work-groups.
+//! Remote relaxations are remote atomic minimums (`atomic_min`, the cpnet
+//! extension to OpenSHMEM of `CPNET_AMO_MIN`).
+//!
+//! # Distances
+//!
+//! Weights are fixed point ([`crate::graph::WEIGHT_ONE`] `= 2^16` per unit:
+//! Graph500's uniform `[0, 1)` weights become `0..=65536`). Each vertex has
+//! one 64-bit word in the symmetric heap of its owner: its distance in the
+//! high `64 - b` bits and its parent in the low `b` bits, `b` the bits of a
+//! vertex id (`u64::MAX`: not reached). An unsigned minimum of such words
+//! keeps the shorter distance and, with it, its parent, in one atomic
+//! operation, so a relaxation of `(u, v)` with weight `w` is one
+//! `atomic_min(word(v), (d(u) + w) << b | u)` on `v`'s owner (a heap atomic
+//! when `v` is local). A distance that would not fit the high bits stops
+//! the run with an error.
+//!
+//! # The algorithm (per search)
+//!
+//! The *near pile* of a PE holds its vertices whose distance fell below
+//! the current threshold `T` and that still have to relax their arcs; the
+//! *far pile* the improved vertices at `T` or beyond. A round: the active
+//! work-groups of every PE relax the arcs of the near pile (remote ones as
+//! non-blocking atomic minimums, a per-PE cache skipping any candidate not
+//! smaller than one already sent for that vertex), quiet, and a
+//! `barrier_all` makes every minimum visible; then work-group 0 of each PE
+//! scans its words for changes: improved vertices below `T` form the next
+//! near pile, the others join the far pile. One sum over the PEs (the
+//! [`Exchange`]) says whether any near pile is non-empty; if none is, the
+//! bucket is done: `T` grows by delta and the far pile vertices below the
+//! new `T` become the near pile (when none are, `T` jumps to the smallest
+//! far distance plus delta); the search ends when both piles are empty on
+//! every PE.
+//!
+//! Delta and the work-groups active per round come from
+//! [`controller::Controller`]: fixed (`-controller fixed`, the baseline) or
+//! adapted from the measured progress of each bucket (`-controller
+//! adaptive`).
+//!
+//! `-verify` gathers the graph and each search's words on PE 0 and compares
+//! them with a sequential Dijkstra on the same fixed-point weights
+//! ([`dijkstra`]): every distance equal, every parent closing its vertex's
+//! distance through an arc.
+//!
+//! Energy: on CPU PEs there is no NVML reading; the report says so. GPU
+//! variants are not built yet.
+
+pub mod controller;
+pub mod dijkstra;
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError, RwLock};
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+use clap::Parser;
+use cpnet::device::cpu::{HeapView, SymAddr};
+use cpnet::{Pe, WorkGroup};
+
+use crate::bfs::prepare_input;
+use crate::cli::init_pe;
+use crate::graph::build::{GraphFlags, Input, build_csr};
+use crate::graph::exchange::Exchange;
+use crate::graph::keys::search_keys;
+use crate::graph::{Csr, Partition, WEIGHT_ONE, stats};
+use crate::team::TeamBarrier;
+use controller::{Bucket, Controller, Mode};
+use dijkstra::INF;
+
+/// `sssp`'s flags (`-scale 14` and `--scale 14` both work).
+#[derive(Parser, Debug, Clone)]
+#[command(name = "sssp", about = "Graph500 shortest paths by delta-stepping over cpnet (run under cpnet-run)")]
+pub struct Args {
+    /// log2 of the vertex count of the Kronecker graph (edge factor 16).
+    #[arg(long, default_value_t = 14)]
+    pub scale: u32,
+    /// Search keys (Graph500: 64).
+    #[arg(long, default_value_t = 64)]
+    pub nsssp: usize,
+    /// Initial bucket width in weight units (default: the largest weight
+    /// over the average degree).
+    #[arg(long)]
+    pub delta: Option<f64>,
+    /// Fixed delta (baseline) or adapted from measured progress.
+    #[arg(long, value_enum, default_value_t = Mode::Adaptive)]
+    pub controller: Mode,
+    /// Work-groups per PE (CPU threads, each with its own queue).
+    #[arg(long, default_value_t = 1)]
+    pub wgs: u32,
+    /// Input, validation and placement flags.
+    #[command(flatten)]
+    pub g: GraphFlags,
+}
+
+/// Bits of a vertex id in a distance word for `n` vertices.
+pub fn id_bits(n: u64) -> u32 {
+    (64 - (n.max(2) - 1).leading_zeros()).max(1)
+}
+
+/// What the work-groups of a PE share during the searches.
+struct Shared {
+    team: TeamBarrier,
+    near: RwLock<Vec<u32>>,
+    active: AtomicU32,
+    /// Searches finished (work-group 0 bumps it at the end of each; a
+    /// helper in search `k` stops when it exceeds `k`). Monotonic, so no
+    /// reset can race with a helper's read.
+    finished: AtomicU64,
+    /// Per global vertex: the smallest word this PE sent for it (remote
+    /// relaxations skip anything not smaller).
+    best: Vec<AtomicU64>,
+    relaxations: AtomicU64,
+    error: Mutex<Option<anyhow::Error>>,
+}
+
+/// One PE's fixed facts of the run.
+struct Ctx<'a> {
+    csr: &'a Csr,
+    part: Partition,
+    heap: HeapView,
+    dist: SymAddr,
+    idb: u32,
+    dmax: u64,
+}
+
+impl Ctx<'_> {
+    fn word_addr(&self, owner: i32, v: u64) -> SymAddr {
+        self.dist.add(8 * (v - self.part.lo(owner)))
+    }
+
+    fn local_word(&self, i: usize) -> &std::sync::atomic::AtomicU64 {
+        self.heap.atomic_u64(self.dist.add(8 * i as u64)).expect("distance words lie in the heap")
+    }
+}
+
+/// Relax the arcs of `wg`'s share (index `k` of `active`) of the near pile.
+fn relax(wg: &mut WorkGroup, c: &Ctx, sh: &Shared, k: u32, active: u32) -> Result<()> {
+    let me = wg.my_pe();
+    let lo = c.part.lo(me);
+    let near = sh.near.read().unwrap_or_else(PoisonError::into_inner);
+    let mut count = 0u64;
+    for &u_l in near.iter().skip(k as usize).step_by(active as usize) {
+        let u_l = u_l as usize;
+        // Acquire: pairs with the AcqRel minimums (local, or applied by the
+        // proxy) that wrote the word; the barrier of the round ordered them.
+        let du = c.local_word(u_l).load(Ordering::Acquire) >> c.idb;
+        let u = lo + u_l as u64;
+        for j in c.csr.arcs(u_l) {
+            let (v, w) = (c.csr.cols[j], u64::from(c.csr.weights[j]));
+            let nd = du + w;
+            if nd > c.dmax {
+                bail!("distance {nd} / {WEIGHT_ONE} does not fit the {} bits a distance word leaves for it", 64 - c.idb);
+            }
+            let cand = (nd << c.idb) | u;
+            let o = c.part.owner(v);
+            count += 1;
+            if o == me {
+                // AcqRel: pairs with the scan's Acquire loads and with the
+                // other minimums on the word.
+                c.local_word((v - lo) as usize).fetch_min(cand, Ordering::AcqRel);
+            } else if sh.best[v as usize].fetch_min(cand, Ordering::Relaxed) > cand {
+                wg.atomic_min::<u64>(c.word_addr(o, v), cand, o)?;
+            }
+        }
+    }
+    sh.relaxations.fetch_add(count, Ordering::Relaxed);
+    Ok(())
+}
+
+/// The result of one search on this PE.
+struct Outcome {
+    secs: f64,
+    buckets: usize,
+    rounds: u32,
+    deltas: Vec<u64>,
+}
+
+/// Work-group 0's side of one search from `root` (**collective** across
+/// PEs; the other work-groups of the PE run [`helper_search`]).
+fn lead_search(wg: &mut WorkGroup, ex: &mut Exchange, c: &Ctx, sh: &Shared, root: u64, delta0: u64, mode: Mode, wgs: u32) -> Result<Outcome> {
+    let me = wg.my_pe();
+    let n_pes = c.part.n_pes;
+    let nl = c.csr.n_local();
+    let lo = c.part.lo(me);
+    for i in 0..nl {
+        // Relaxed: the barrier_all below orders these before every PE's
+        // first minimum of this search.
+        c.local_word(i).store(INF, Ordering::Relaxed);
+    }
+    for b in &sh.best {
+        b.store(INF, Ordering::Relaxed);
+    }
+    let mut known = vec![INF; nl];
+    let mut near: Vec<u32> = Vec::new();
+    if c.part.owner(root) == me {
+        let r = (root - lo) as usize;
+        known[r] = root;
+        c.local_word(r).store(root, Ordering::Relaxed);
+        near.push(r as u32);
+    }
+    wg.barrier_all()?;
+    let t0 = Instant::now();
+    let mut ctl = Controller::new(mode, delta0, wgs);
+    let mut t = ctl.delta();
+    let mut far: Vec<u32> = Vec::new();
+    let mut in_far = vec![false; nl];
+    // The bucket each vertex was last in the near pile for (settled counts).
+    let mut stamp = vec![u32::MAX; nl];
+    let (mut bucket, mut rounds, mut total_rounds) = (0u32, 0u32, 0u32);
+    let mut settled = 0u64;
+    let mut bucket_t = Instant::now();
+    let mut near_total = 1u64;
+    loop {
+        for &i in &near {
+            if stamp[i as usize] != bucket {
+                stamp[i as usize] = bucket;
+                settled += 1;
+            }
+        }
+        let active = ctl.active(near_total, n_pes);
+        *sh.near.write().unwrap_or_else(PoisonError::into_inner) = std::mem::take(&mut near);
+        sh.active.store(active, Ordering::Relaxed);
+        // A: the near pile and the active count are published (the team
+        // barrier orders them before the helpers' reads).
+        if !sh.team.wait() {
+            bail!("a work-group of this PE failed");
+        }
+        if active > 0 {
+            relax(wg, c, sh, 0, active)?;
+        }
+        wg.quiet()?;
+        // B: every work-group of this PE has relaxed and quieted.
+        if !sh.team.wait() {
+            bail!("a work-group of this PE failed");
+        }
+        // Every PE's minimums are complete and visible.
+        wg.barrier_all()?;
+        rounds += 1;
+        total_rounds += 1;
+        for i in 0..nl {
+            let w = c.local_word(i).load(Ordering::Acquire);
+            if w != known[i] {
+                known[i] = w;
+                if w >> c.idb < t {
+                    near.push(i as u32);
+                } else if !in_far[i] {
+                    in_far[i] = true;
+                    far.push(i as u32);
+                }
+            }
+        }
+        near_total = ex.sum(wg, &[near.len() as u64])?[0];
+        if near_total > 0 {
+            continue;
+        }
+        // The bucket is done: measure, adapt, move the threshold.
+        let s = ex.sum(wg, &[settled])?[0];
+        let secs = f64::from_bits(ex.max(wg, &[bucket_t.elapsed().as_secs_f64().to_bits()])?[0]);
+        let delta = ctl.bucket_done(Bucket { settled: s, rounds, secs });
+        bucket += 1;
+        settled = 0;
+        rounds = 0;
+        bucket_t = Instant::now();
+        t = t.saturating_add(delta);
+        loop {
+            let mut keep = Vec::with_capacity(far.len());
+            for &i in &far {
+                if known[i as usize] >> c.idb < t {
+                    in_far[i as usize] = false;
+                    near.push(i);
+                } else {
+                    keep.push(i);
+                }
+            }
+            far = keep;
+            let g = ex.sum(wg, &[near.len() as u64, far.len() as u64])?;
+            near_total = g[0];
+            if g[0] > 0 || g[1] == 0 {
+                break;
+            }
+            // Nothing below the new threshold anywhere: jump to the
+            // smallest far distance.
+            let local_min = far.iter().map(|&i| known[i as usize] >> c.idb).min().unwrap_or(u64::MAX);
+            let m = !ex.max(wg, &[!local_min])?[0];
+            t = m.saturating_add(delta);
+        }
+        if near_total == 0 {
+            break;
+        }
+    }
+    sh.finished.fetch_add(1, Ordering::Relaxed);
+    // Release the helpers from A (the barrier orders the bump before their reads).
+    if !sh.team.wait() {
+        bail!("a work-group of this PE failed");
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    Ok(Outcome { secs, buckets: bucket as usize, rounds: total_rounds, deltas: ctl.history })
+}
+
+/// A helper work-group's side of search number `search`: relax its share
+/// each round until work-group 0 has finished that search.
+fn helper_search(wg: &mut WorkGroup, c: &Ctx, sh: &Shared, search: u64) -> Result<()> {
+    loop {
+        if !sh.team.wait() {
+            bail!("work-group 0 of this PE failed");
+        }
+        if sh.finished.load(Ordering::Relaxed) > search {
+            return Ok(());
+        }
+        let active = sh.active.load(Ordering::Relaxed);
+        if wg.wg() < active {
+            relax(wg, c, sh, wg.wg(), active)?;
+        }
+        wg.quiet()?;
+        if !sh.team.wait() {
+            bail!("work-group 0 of this PE failed");
+        }
+    }
+}
+
+/// Run `sssp` as its flags say; `Ok(false)` if a validation failed.
+///
+/// # Errors
+/// Bad input (before start-up), start-up failures, communication failures,
+/// a distance overflow.
+pub fn run(args: &Args) -> Result<bool> {
+    args.g.variant.require_available()?;
+    if args.g.variant.is_gpu() {
+        bail!("-variant {}: the GPU variants of sssp are not built yet; run -variant cpu", args.g.variant.name());
+    }
+    if args.nsssp == 0 || args.wgs == 0 {
+        bail!("-nsssp and -wgs must be at least 1");
+    }
+    if let Some(d) = args.delta
+        && !(d.is_finite() && d > 0.0)
+    {
+        bail!("-delta {d} must be a positive number of weight units");
+    }
+    let input = prepare_input(args.g.file.as_deref(), args.scale, args.g.seed, args.g.root, true)?;
+    let idb = id_bits(input.n());
+    let dmax = (u64::MAX >> idb) - 1;
+    if let Input::File(g) = &input {
+        let wmax = g.edges.iter().filter_map(|e| e.2).fold(0.0f64, f64::max);
+        if crate::graph::quantize(wmax) > dmax {
+            bail!("weight {wmax} does not fit a distance word ({} bits for distances in units of 1/{WEIGHT_ONE})", 64 - idb);
+        }
+    }
+    let chunk = args.g.chunk.max(16);
+    let n = input.n();
+    let (pe, _) = init_pe(|p| Exchange::heap_bytes(p, chunk) + Partition::new(n, p).block * 8 + (1 << 20))?;
+    let part = Partition::new(n, pe.n_pes());
+    let mut ex = Exchange::new(&pe, chunk)?;
+    let dist = pe.shmalloc(part.block * 8)?;
+    let t0 = Instant::now();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).div_ceil(pe.n_pes().max(1) as usize);
+    let csr = build_csr(&pe, &mut ex, &input, &part, threads)?;
+    let construction = t0.elapsed().as_secs_f64();
+    let ok = searches(&pe, ex, &csr, part, dist, idb, dmax, &input, args, construction);
+    let fin = pe.finalize();
+    let ok = ok?;
+    fin?;
+    Ok(ok)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn searches(
+    pe: &Pe,
+    ex: Exchange,
+    csr: &Csr,
+    part: Partition,
+    dist: SymAddr,
+    idb: u32,
+    dmax: u64,
+    input: &Input,
+    args: &Args,
+    construction: f64,
+) -> Result<bool> {
+    let me = pe.my_pe();
+    let ex = Mutex::new(ex);
+    let lock = || ex.lock().unwrap_or_else(PoisonError::into_inner);
+    // Keys, the construction time, the average degree, and (with -verify)
+    // the whole graph on PE 0.
+    let (keys, construction, avg_deg, full) = pe.with_ctx(0, |wg| {
+        Ok((|| -> Result<_> {
+            let mut ex = lock();
+            let construction = f64::from_bits(ex.max(wg, &[construction.to_bits()])?[0]);
+            let keys = match args.g.root {
+                Some(r) => vec![r],
+                None => search_keys(wg, &mut ex, csr, &part, args.g.seed, args.nsssp)?,
+            };
+            let arcs = ex.sum(wg, &[csr.n_arcs()])?[0];
+            let mut full = Vec::new();
+            if args.g.verify {
+                let mut out = vec![Vec::new(); part.n_pes as usize];
+                let lo = csr.lo;
+                out[0] = (0..csr.n_local())
+                    .flat_map(|i| csr.arcs(i).flat_map(move |j| [lo + i as u64, csr.cols[j], u64::from(csr.weights[j])]))
+                    .collect();
+                ex.all_to_all(wg, &out, 3, |_, w| full.extend(w.chunks_exact(3).map(|t| (t[0], t[1], t[2] as u32))))?;
+            }
+            Ok((keys, construction, arcs as f64 / part.n as f64, full))
+        })())
+    })??;
+    if keys.is_empty() {
+        bail!("the graph has no vertex with an edge to another vertex: nothing to search");
+    }
+    let wmax = csr.weights.iter().copied().max().unwrap_or(0);
+    let wmax = u64::from(pe.with_ctx(0, |wg| Ok(lock().max(wg, &[u64::from(wmax)]).map(|v| v[0])))??.max(1) as u32);
+    let delta0 = match args.delta {
+        Some(d) => crate::graph::quantize(d).max(1),
+        None => ((wmax as f64 / avg_deg.max(1.0)) as u64).max(1),
+    };
+    let c = Ctx { csr, part, heap: *pe.heap(), dist, idb, dmax };
+    let sh = Shared {
+        team: TeamBarrier::new(args.wgs as usize),
+        near: RwLock::new(Vec::new()),
+        active: AtomicU32::new(0),
+        finished: AtomicU64::new(0),
+        best: (0..part.n).map(|_| AtomicU64::new(INF)).collect(),
+        relaxations: AtomicU64::new(0),
+        error: Mutex::new(None),
+    };
+    let report = Mutex::new((Vec::new(), Vec::new(), true, 0.0f64));
+    pe.run_work_groups(args.wgs, |wg| {
+        let r = if wg.wg() == 0 {
+            lead(wg, &mut lock(), &c, &sh, &keys, delta0, args, full.as_slice(), &report)
+        } else {
+            (0..keys.len() as u64).try_for_each(|k| helper_search(wg, &c, &sh, k))
+        };
+        if let Err(e) = r {
+            sh.team.abort();
+            sh.error.lock().unwrap_or_else(PoisonError::into_inner).get_or_insert(e);
+        }
+        Ok(())
+    })?;
+    if let Some(e) = sh.error.lock().unwrap_or_else(PoisonError::into_inner).take() {
+        return Err(e);
+    }
+    let (times, nedges, ok, vtime) = report.into_inner().unwrap_or_else(PoisonError::into_inner);
+    if me == 0 {
+        let kron = args.g.file.is_none().then_some(args.scale);
+        print!("{}", stats::header(input, kron, "NSSSP", keys.len(), part.n_pes, construction));
+        print!("{}", stats::kernel_block("sssp", &times, &nedges));
+        if args.g.verify {
+            println!("sssp_mean_validate: {:.17e}", vtime / keys.len() as f64);
+        }
+        println!(
+            "controller: {:?}  initial delta: {:.6}  work-groups: {}  energy: not measured (CPU PEs have no NVML)  validation: {}",
+            args.controller,
+            delta0 as f64 / WEIGHT_ONE as f64,
+            args.wgs,
+            if !args.g.verify { "not run (-verify)" } else if ok { "PASSED" } else { "FAILED" }
+        );
+        if !ok {
+            eprintln!("sssp: validation FAILED");
+        }
+    }
+    Ok(ok)
+}
+
+type Report = Mutex<(Vec<f64>, Vec<f64>, bool, f64)>;
+
+#[allow(clippy::too_many_arguments)]
+fn lead(
+    wg: &mut WorkGroup,
+    ex: &mut Exchange,
+    c: &Ctx,
+    sh: &Shared,
+    keys: &[u64],
+    delta0: u64,
+    args: &Args,
+    full: &[(u64, u64, u32)],
+    report: &Report,
+) -> Result<()> {
+    let me = wg.my_pe();
+    for (k, &root) in keys.iter().enumerate() {
+        sh.relaxations.store(0, Ordering::Relaxed);
+        let o = lead_search(wg, ex, c, sh, root, delta0, args.controller, args.wgs)?;
+        let secs = f64::from_bits(ex.max(wg, &[o.secs.to_bits()])?[0]);
+        let nl = c.csr.n_local();
+        let words: Vec<u64> = (0..nl).map(|i| c.local_word(i).load(Ordering::Acquire)).collect();
+        let deg: u64 = (0..nl).filter(|&i| words[i] != INF).map(|i| c.csr.degree(i)).sum();
+        let g = ex.sum(wg, &[deg, sh.relaxations.load(Ordering::Relaxed)])?;
+        let nedge = g[0] / 2;
+        let mut valid = true;
+        let mut vtime = 0.0;
+        if args.g.verify {
+            let tv = Instant::now();
+            let mut out = vec![Vec::new(); c.part.n_pes as usize];
+            out[0] = words.clone();
+            let mut all = vec![INF; if me == 0 { c.part.n as usize } else { 0 }];
+            let mut at = vec![0usize; c.part.n_pes as usize];
+            ex.all_to_all(wg, &out, 1, |s, w| {
+                let base = c.part.lo(s) as usize + at[s as usize];
+                all[base..base + w.len()].copy_from_slice(w);
+                at[s as usize] += w.len();
+            })?;
+            let mut bad = 0;
+            if me == 0 {
+                let want = dijkstra::dijkstra(c.part.n as usize, full, root);
+                let mask = (1u64 << c.idb) - 1;
+                let d: Vec<u64> = all.iter().map(|&w| if w == INF { INF } else { w >> c.idb }).collect();
+                let p: Vec<u64> = all.iter().map(|&w| if w == INF { u64::MAX } else { w & mask }).collect();
+                let (n, msgs) = dijkstra::check(full, root, &want, &d, &p, 5);
+                for m in msgs {
+                    eprintln!("sssp validation, root {root}: {m}");
+                }
+                bad = n;
+            }
+            valid = ex.sum(wg, &[bad])?[0] == 0;
+            vtime = tv.elapsed().as_secs_f64();
+        }
+        if me == 0 {
+            let dl: Vec<String> = o.deltas.iter().take(6).map(|d| format!("{:.4}", *d as f64 / WEIGHT_ONE as f64)).collect();
+            println!(
+                "search {k:2}: root {root:>10}  {secs:>9.6} s  {nedge:>10} edges  {:.4e} TEPS  {} buckets {} rounds  {} relaxations  delta {}{}{}",
+                nedge as f64 / secs,
+                o.buckets,
+                o.rounds,
+                g[1],
+                dl.join(" "),
+                if o.deltas.len() > 6 { " ..." } else { "" },
+                if args.g.verify { if valid { "  valid" } else { "  INVALID" } } else { "" }
+            );
+        }
+        let mut r = report.lock().unwrap_or_else(PoisonError::into_inner);
+        r.0.push(secs);
+        r.1.push(nedge as f64);
+        r.2 &= valid;
+        r.3 += vtime;
+    }
+    Ok(())
+}

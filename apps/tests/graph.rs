@@ -1,0 +1,124 @@
+//! `bfs` and `sssp` as a user runs them: N real processes under
+//! `cpnet-run`, over `shm` and `tcp;ofi_rxm`, validated (`-verify`: the
+//! five Graph500 rules for every BFS tree; every SSSP result against a
+//! sequential Dijkstra), on the Kronecker graph at SCALE 14 and 16 with 2
+//! and 4 PEs and on a real graph file; and their bad-input errors, which
+//! must stop every PE before any work. Jobs run one at a time (the CI
+//! machine has two cores).
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use cpnet_tests::launch::{self, Job};
+
+const SHM: &str = "shm";
+const TCP: &str = "tcp;ofi_rxm";
+const BFS: &str = env!("CARGO_BIN_EXE_bfs");
+const SSSP: &str = env!("CARGO_BIN_EXE_sssp");
+/// The real graph Debian's python3-networkx ships (scripts/setup.sh).
+const HARTFORD: &str = "/usr/share/doc/python3-networkx/examples/algorithms/hartford_drug.edgelist";
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn job(n: u32, provider: &str, bin: &str, args: &[&str]) -> Job {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    launch::run(Path::new(bin), n, provider, args, &[], Duration::from_secs(300))
+}
+
+fn ok(n: u32, provider: &str, bin: &str, args: &[&str]) -> String {
+    let j = job(n, provider, bin, args);
+    assert!(j.status.success(), "cpnet-run -n {n} {bin} {args:?} over {provider} failed:\n{}", j.all);
+    j.stdout
+}
+
+/// A validated BFS run: every search line says "valid", the Graph500 block
+/// is there with its harmonic mean, and the verdict is PASSED.
+fn bfs_valid(n: u32, provider: &str, args: &[&str], searches: usize) -> String {
+    let mut a = args.to_vec();
+    a.push("-verify");
+    let out = ok(n, provider, BFS, &a);
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("search ")).collect();
+    assert_eq!(lines.len(), searches, "{out}");
+    assert!(lines.iter().all(|l| l.ends_with("valid")), "{out}");
+    for field in ["bfs_harmonic_mean_TEPS: ", "bfs_median_time: ", &format!("num_mpi_processes: {n}"), "construction_time: "] {
+        assert!(out.contains(field), "{field} missing:\n{out}");
+    }
+    assert!(out.contains("validation: PASSED"), "{out}");
+    out
+}
+
+fn sssp_valid(n: u32, provider: &str, args: &[&str], searches: usize) -> String {
+    let mut a = args.to_vec();
+    a.push("-verify");
+    let out = ok(n, provider, SSSP, &a);
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("search ")).collect();
+    assert_eq!(lines.len(), searches, "{out}");
+    assert!(lines.iter().all(|l| l.ends_with("valid")), "{out}");
+    assert!(out.contains("sssp_harmonic_mean_TEPS: ") && out.contains("validation: PASSED"), "{out}");
+    out
+}
+
+#[test]
+fn bfs_scale_16_on_2_pes_is_valid() {
+    let out = bfs_valid(2, SHM, &["-scale", "16", "-nbfs", "8"], 8);
+    assert!(out.contains("SCALE: 16") && out.contains("NBFS: 8") && out.contains("edgefactor: 16"), "{out}");
+}
+
+#[test]
+fn bfs_scale_14_on_4_pes_top_down_and_hybrid_are_valid() {
+    let td = bfs_valid(4, TCP, &["-scale", "14", "-nbfs", "6", "-direction", "top-down"], 6);
+    assert!(td.contains("+ 0 bottom-up"), "top-down only:\n{td}");
+    let hy = bfs_valid(4, SHM, &["-scale", "14", "-nbfs", "6"], 6);
+    assert!(!hy.lines().filter(|l| l.starts_with("search ")).all(|l| l.contains("+ 0 bottom-up")), "hybrid took no bottom-up level:\n{hy}");
+}
+
+/// The Kronecker graph of a seed does not depend on the number of PEs: the
+/// same root reaches the same number of edges on 1 and 3 PEs.
+#[test]
+fn the_generated_graph_does_not_depend_on_the_pe_count() {
+    let edges = |n| {
+        let out = bfs_valid(n, SHM, &["-scale", "12", "-seed", "5", "-root", "17"], 1);
+        let l = out.lines().find(|l| l.starts_with("search ")).unwrap().to_owned();
+        l.split_whitespace().skip_while(|w| *w != "s").nth(1).unwrap().to_owned()
+    };
+    assert_eq!(edges(1), edges(3));
+}
+
+#[test]
+fn sssp_scale_14_on_2_and_4_pes_matches_dijkstra() {
+    sssp_valid(2, SHM, &["-scale", "14", "-nsssp", "4"], 4);
+    let f = sssp_valid(4, TCP, &["-scale", "14", "-nsssp", "2", "-controller", "fixed", "-wgs", "2"], 2);
+    assert!(f.contains("controller: Fixed") && f.contains("work-groups: 2"), "{f}");
+}
+
+#[test]
+fn a_real_graph_from_a_package_is_searched_validly() {
+    bfs_valid(3, SHM, &["-file", HARTFORD, "-nbfs", "4"], 4);
+    sssp_valid(3, SHM, &["-file", HARTFORD, "-nsssp", "4", "-wgs", "2"], 4);
+}
+
+/// Bad input stops every PE before any work, with a message that names it.
+fn fails_with(bin: &str, args: &[&str], want: &str) {
+    let j = job(2, SHM, bin, args);
+    assert!(!j.status.success(), "{bin} {args:?} succeeded:\n{}", j.all);
+    assert!(j.all.contains(want), "{bin} {args:?}: expected '{want}' in:\n{}", j.all);
+    assert!(!j.stdout.contains("search "), "work started:\n{}", j.all);
+}
+
+#[test]
+fn bad_input_is_refused_before_any_work() {
+    let dir = std::env::temp_dir().join(format!("cpnet-graph-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let neg = dir.join("neg.gr");
+    std::fs::write(&neg, "p sp 3 2\na 1 2 1.5\na 2 3 -2\n").unwrap();
+    let cut = dir.join("cut.mtx");
+    std::fs::write(&cut, "%%MatrixMarket matrix coordinate pattern symmetric\n4 4 3\n1 2\n2 3\n").unwrap();
+    let (neg, cut) = (neg.to_str().unwrap(), cut.to_str().unwrap());
+    fails_with(SSSP, &["-file", neg], &format!("{neg}:3: weight -2 is negative or not finite; SSSP needs weights >= 0"));
+    fails_with(BFS, &["-file", cut], &format!("{cut}:4: truncated: 2 of the 3 entries the size line announced"));
+    fails_with(BFS, &["-scale", "10", "-root", "1024"], "-root 1024 is outside the graph (vertices 0..1024)");
+    fails_with(SSSP, &["-scale", "30"], "needs about");
+    fails_with(BFS, &["-scale", "31"], "-scale 31 is outside 1..=30");
+    std::fs::remove_dir_all(&dir).ok();
+}
