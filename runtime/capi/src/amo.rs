@@ -29,6 +29,9 @@ fn amo_t<T: AmoType>(wg: &mut rt::WorkGroup, op: AmoOp, dest: SymAddr, value: T,
         AmoOp::Or => wg.atomic_or(dest, value, pe).map(|()| zero),
         AmoOp::FetchXor => wg.atomic_fetch_xor(dest, value, pe),
         AmoOp::Xor => wg.atomic_xor(dest, value, pe).map(|()| zero),
+        // cpnet's extension (not in OpenSHMEM 1.5; no shmem.h name yet).
+        AmoOp::FetchMin => wg.atomic_fetch_min(dest, value, pe),
+        AmoOp::Min => wg.atomic_min(dest, value, pe).map(|()| zero),
     }
 }
 
