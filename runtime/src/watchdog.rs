@@ -310,11 +310,13 @@ mod tests {
         let mut dog = Watchdog::spawn(
             0,
             vec![Watched { thread: 0, heartbeat: hb, queues: vec![pool.queue(0)] }],
-            Some(Duration::from_millis(50)),
+            // Long enough that a loaded 2-core machine (builds beside the
+            // tests) does not leave the service unscheduled that long.
+            Some(Duration::from_millis(500)),
             Box::new(move |r| tx.send(r).unwrap()),
         )
         .unwrap();
-        assert!(rx.recv_timeout(Duration::from_millis(600)).is_err(), "no report for a live service");
+        assert!(rx.recv_timeout(Duration::from_millis(2000)).is_err(), "no report for a live service");
         // Release: pairs with the service's Acquire load.
         stop.store(true, std::sync::atomic::Ordering::Release);
         svc.join().unwrap();
