@@ -246,7 +246,7 @@ fn check_attach(a: &Attach, fds: &[OwnedFd]) -> Result<(), String> {
     if a.n_pes < 1 || !(0..a.n_pes).contains(&a.pe) {
         return Err(format!("PE {} of {} is not a place in a job", a.pe, a.n_pes));
     }
-    if a.heap_size == 0 || a.heap_size % 64 != 0 || a.heap_size > MAX_HEAP {
+    if a.heap_size == 0 || !a.heap_size.is_multiple_of(64) || a.heap_size > MAX_HEAP {
         return Err(format!("heap size {} is not a multiple of 64 in 64..={MAX_HEAP}", a.heap_size));
     }
     if a.region_len != region_len(a.heap_size) {
