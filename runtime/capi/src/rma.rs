@@ -305,7 +305,8 @@ fn strided(
         let s = source.wrapping_offset(i * sst * size as isize);
         if is_put {
             let dsym = st.sym(routine, "dest", d, size as u64);
-            put(st, &mut inner, routine, dsym, s, size as u64, pe, true);
+            // Blocking put semantics: the source may change once iput returns.
+            put(st, &mut inner, routine, dsym, s, size as u64, pe, false);
         } else {
             let ssym = st.sym(routine, "source", s, size as u64);
             get(st, &mut inner, routine, d, ssym, size as u64, pe, false);
@@ -369,7 +370,8 @@ pub unsafe extern "C" fn cpnet_ctx_putmem_signal(
     let chunk = inner.chunk();
     let head = if n > chunk { n - (n - 1) % chunk - 1 } else { 0 };
     if head > 0 {
-        put(st, &mut inner, routine, d, src, head, pe, true);
+        // As a blocking put: the source may change once the call returns.
+        put(st, &mut inner, routine, d, src, head, pe, false);
         if let Err(e) = inner.wg(routine).fence() {
             fatal(routine, &e.to_string());
         }
