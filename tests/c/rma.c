@@ -106,6 +106,32 @@ int main(void) {
     shmem_long_iget(sg, strided, 1, 3, 10, right);
     for (int i = 0; i < 10; i++) CHECK_EQ(sg[i], 10 * me + 2 * i);
 
+    /* a large iget (several staging batches) into private and symmetric memory */
+    int *ig = shmem_malloc(2 * 40000 * sizeof(int)), *igs = shmem_malloc(40000 * sizeof(int));
+    int *igp = malloc(40000 * sizeof(int));
+    for (int i = 0; i < 80000; i++) ig[i] = i % 2 ? -1 : 3 * (i / 2) + me;
+    shmem_barrier_all();
+    shmem_int_iget(igp, ig, 1, 2, 40000, right);
+    shmem_iget32(igs, ig, 1, 2, 40000, left);
+    for (int i = 0; i < 40000; i++) {
+        CHECK_EQ(igp[i], 3 * i + right);
+        CHECK_EQ(igs[i], 3 * i + left);
+    }
+    free(igp);
+
+    /* iput128 from symmetric memory, the source reused at once */
+    uint64_t *w = shmem_malloc(8 * sizeof(uint64_t)), *wd = shmem_calloc(16, sizeof(uint64_t));
+    for (int i = 0; i < 8; i++) w[i] = 100u * me + i;
+    shmem_barrier_all();
+    shmem_iput128(wd, w, 2, 1, 4, right); /* 4 x 16 bytes, to every other 16-byte slot */
+    for (int i = 0; i < 8; i++) w[i] = 0;
+    shmem_barrier_all();
+    for (int k = 0; k < 4; k++) {
+        CHECK_EQ(wd[4 * k], 100u * left + 2 * k);
+        CHECK_EQ(wd[4 * k + 1], 100u * left + 2 * k + 1);
+        CHECK_EQ(wd[4 * k + 2], 0);
+    }
+
     /* shmem_ptr and accessibility */
     CHECK(shmem_ptr(x, me) == (void *)x);
     CHECK(n == 1 || shmem_ptr(x, right) == NULL);

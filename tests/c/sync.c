@@ -71,6 +71,18 @@ int main(void) {
         for (int i = 0; i < 1024; i++) CHECK_EQ(data[i], 1000000L * round + 1000L * left + i);
         shmem_barrier_all(); /* the neighbour has read before the next round overwrites */
     }
+    /* a large put_signal (past the staging area) from symmetric memory: the
+     * source is reused as soon as the call returns */
+    const int BIGN = 100000; /* 800 KB */
+    long *bsrc = shmem_malloc(BIGN * sizeof(long)), *bdst = shmem_malloc(BIGN * sizeof(long));
+    for (int i = 0; i < BIGN; i++) bsrc[i] = 7L * i + me;
+    shmem_barrier_all();
+    shmem_long_put_signal(bdst, bsrc, BIGN, &sig[0], 99, SHMEM_SIGNAL_SET, right);
+    for (int i = 0; i < BIGN; i++) bsrc[i] = -1;
+    shmem_signal_wait_until(&sig[0], SHMEM_CMP_EQ, 99);
+    for (int i = 0; i < BIGN; i++) CHECK_EQ(bdst[i], 7L * i + left);
+    shmem_barrier_all();
+
     /* put_signal ADD from every PE into PE 0's sig[1]: n adds of (me+1) */
     long one = me;
     shmem_putmem_signal_nbi(&data[me], &one, sizeof(long), &sig[1], (uint64_t)(me + 1), SHMEM_SIGNAL_ADD, 0);

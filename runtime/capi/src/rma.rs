@@ -300,15 +300,41 @@ fn strided(
     st.sym(routine, what, sym_ptr, size as u64);
     st.sym(routine, what, sym_ptr.wrapping_offset(last), size as u64);
     let mut inner = lock(&c.inner);
-    for i in 0..nelems as isize {
-        let d = dest.wrapping_offset(i * dst * size as isize);
-        let s = source.wrapping_offset(i * sst * size as isize);
-        if is_put {
-            let dsym = st.sym(routine, "dest", d, size as u64);
-            put(st, &mut inner, routine, dsym, s, size as u64, pe, true);
-        } else {
-            let ssym = st.sym(routine, "source", s, size as u64);
-            get(st, &mut inner, routine, d, ssym, size as u64, pe, false);
+    let elem = |base: *mut u8, stride: isize, i: usize| base.wrapping_offset(i as isize * stride * size as isize);
+    if is_put {
+        for i in 0..nelems {
+            let dsym = st.sym(routine, "dest", elem(dest, dst, i), size as u64);
+            // Blocking put semantics: the source may change once iput returns.
+            put(st, &mut inner, routine, dsym, elem(source, sst, i), size as u64, pe, false);
+        }
+        return;
+    }
+    // Gets: a batch of non-blocking gets into the staging area, one quiet,
+    // then the elements copied out (one round trip per batch, not per element).
+    let slot = (size as u64).next_multiple_of(8);
+    let per = (inner.chunk() / slot).max(1) as usize;
+    if slot > inner.chunk() {
+        for i in 0..nelems {
+            let ssym = st.sym(routine, "source", elem(source, sst, i), size as u64);
+            get(st, &mut inner, routine, elem(dest, dst, i), ssym, size as u64, pe, false);
+        }
+        return;
+    }
+    for first in (0..nelems).step_by(per) {
+        let count = per.min(nelems - first);
+        inner.quiet(routine);
+        let at = inner.stage(routine, count as u64 * slot);
+        for k in 0..count {
+            let ssym = st.sym(routine, "source", elem(source, sst, first + k), size as u64);
+            if let Err(e) = inner.wg(routine).getmem_nbi(at.add(k as u64 * slot), ssym, size as u64, pe) {
+                fatal(routine, &e.to_string());
+            }
+        }
+        inner.quiet(routine);
+        for k in 0..count {
+            // SAFETY: the gets into the staging slots are complete (quiet);
+            // dest is writable at each element (the caller's contract).
+            unsafe { copy(st.addr(at.0 + k as u64 * slot), elem(dest, dst, first + k), size as u64) };
         }
     }
 }
@@ -369,7 +395,8 @@ pub unsafe extern "C" fn cpnet_ctx_putmem_signal(
     let chunk = inner.chunk();
     let head = if n > chunk { n - (n - 1) % chunk - 1 } else { 0 };
     if head > 0 {
-        put(st, &mut inner, routine, d, src, head, pe, true);
+        // As a blocking put: the source may change once the call returns.
+        put(st, &mut inner, routine, d, src, head, pe, false);
         if let Err(e) = inner.wg(routine).fence() {
             fatal(routine, &e.to_string());
         }
