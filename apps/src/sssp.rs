@@ -184,6 +184,7 @@ struct Outcome {
 
 /// Work-group 0's side of one search from `root` (**collective** across
 /// PEs; the other work-groups of the PE run [`helper_search`]).
+#[allow(clippy::too_many_arguments)]
 fn lead_search(wg: &mut WorkGroup, ex: &mut Exchange, c: &Ctx, sh: &Shared, root: u64, delta0: u64, mode: Mode, wgs: u32) -> Result<Outcome> {
     let me = wg.my_pe();
     let n_pes = c.part.n_pes;
