@@ -162,10 +162,14 @@ fn relax(wg: &mut WorkGroup, c: &Ctx, sh: &Shared, k: u32, active: u32) -> Resul
                 // other minimums on the word.
                 c.local_word((v - lo) as usize).fetch_min(cand, Ordering::AcqRel);
             } else if sh.best[v as usize].fetch_min(cand, Ordering::Relaxed) > cand {
+                // (Relaxed: a cache of this PE's own sends, no data hangs
+                // on it; the remote word is the truth.)
                 wg.atomic_min::<u64>(c.word_addr(o, v), cand, o)?;
             }
         }
     }
+    // Relaxed: a statistic, read by work-group 0 after the team barriers
+    // that end the search (they order it).
     sh.relaxations.fetch_add(count, Ordering::Relaxed);
     Ok(())
 }
@@ -180,6 +184,7 @@ struct Outcome {
 
 /// Work-group 0's side of one search from `root` (**collective** across
 /// PEs; the other work-groups of the PE run [`helper_search`]).
+#[allow(clippy::too_many_arguments)]
 fn lead_search(wg: &mut WorkGroup, ex: &mut Exchange, c: &Ctx, sh: &Shared, root: u64, delta0: u64, mode: Mode, wgs: u32) -> Result<Outcome> {
     let me = wg.my_pe();
     let n_pes = c.part.n_pes;
@@ -191,6 +196,7 @@ fn lead_search(wg: &mut WorkGroup, ex: &mut Exchange, c: &Ctx, sh: &Shared, root
         c.local_word(i).store(INF, Ordering::Relaxed);
     }
     for b in &sh.best {
+        // Relaxed: the helpers read the cache only after team barrier A.
         b.store(INF, Ordering::Relaxed);
     }
     let mut known = vec![INF; nl];
@@ -222,6 +228,8 @@ fn lead_search(wg: &mut WorkGroup, ex: &mut Exchange, c: &Ctx, sh: &Shared, root
         }
         let active = ctl.active(near_total, n_pes);
         *sh.near.write().unwrap_or_else(PoisonError::into_inner) = std::mem::take(&mut near);
+        // Relaxed: team barrier A (a mutex and condition variable) orders
+        // it before the helpers' load.
         sh.active.store(active, Ordering::Relaxed);
         // A: the near pile and the active count are published (the team
         // barrier orders them before the helpers' reads).
@@ -291,6 +299,7 @@ fn lead_search(wg: &mut WorkGroup, ex: &mut Exchange, c: &Ctx, sh: &Shared, root
             break;
         }
     }
+    // Relaxed: ordered before the helpers' load by the team barrier below.
     sh.finished.fetch_add(1, Ordering::Relaxed);
     // Release the helpers from A (the barrier orders the bump before their reads).
     if !sh.team.wait() {

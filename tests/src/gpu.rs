@@ -587,6 +587,14 @@ __device__ __noinline__ void std_##NAME(cpnet_ctx_t* cx, u64* LOG, u8* pv, unsig
     EXPECT_EQ(bits_of<TYPE>(cpnet_##NAME##_atomic_swap(cx, p_, (TYPE)5, t)), bits_of<TYPE>((TYPE)(long long)-3), ax_ | 3); \
     EXPECT_EQ(bits_of<TYPE>(cpnet_##NAME##_atomic_fetch(cx, p_, t)), bits_of<TYPE>((TYPE)5), ax_ | 4); \
     EXPECT_EQ(cpnet_ctx_last_error(cx), CPNET_E_OK, ax_ | 5); \
+    /* Minimum AMOs (cpnet extension): compared by TYPE's signedness. */ \
+    EXPECT_EQ(bits_of<TYPE>(cpnet_##NAME##_atomic_fetch_min(cx, p_, (TYPE)9, t)), bits_of<TYPE>((TYPE)5), ax_ | 6); \
+    EXPECT_EQ(bits_of<TYPE>(cpnet_##NAME##_atomic_fetch_min(cx, p_, (TYPE)2, t)), bits_of<TYPE>((TYPE)5), ax_ | 7); \
+    cpnet_##NAME##_atomic_min(cx, p_, (TYPE)(long long)-4, t); \
+    cpnet_fence(cx); \
+    { const TYPE m4_ = (TYPE)(long long)-4; \
+      EXPECT_EQ(bits_of<TYPE>(cpnet_##NAME##_atomic_fetch(cx, p_, t)), bits_of<TYPE>(m4_ < (TYPE)2 ? m4_ : (TYPE)2), ax_ | 8); } \
+    EXPECT_EQ(cpnet_ctx_last_error(cx), CPNET_E_OK, ax_ | 9); \
 }
 
 /* Every bitwise AMO name (CPNET_AMO_BITWISE_TYPES) once, on private slot
@@ -619,8 +627,9 @@ CPNET_AMO_BITWISE_TYPES(BIT_FN) /* failures here: aux = target index << 16 | slo
  * n-1 (ti 1, only when n > 1).
  * words + tyi * AMO_WORDS * 8         : contention words of type tyi (int32, int64, uint32, uint64)
  * priv + (id * 32 + slot) * 8         : this block's private words at each target: slots 0..3 the
- *                                       sanity sequence per type, 4..15 standard names, 16 float,
- *                                       17 double, 18..24 bitwise names
+ *                                       sanity sequence per type, 4..15 standard names (and their
+ *                                       minimum AMOs), 16 float, 17 double, 18..24 bitwise names,
+ *                                       25 a double as an ordered integer under the minimum AMO
  * fetched + (((ti * 4 + tyi) * 3 + op) * nb + w) * iters + i : fetched values (op 0 fetch_add,
  *                                       1 fetch_inc, 2 swap), local
  * cas_ok + (ti * 4 + tyi) * nb + w    : successful single compare_swap attempts, local */
@@ -660,6 +669,15 @@ extern "C" __global__ void amo(cpnet_handle_t h, u8* words, u8* priv, u64* fetch
             EXPECT_EQ(bits_of<double>(cpnet_double_atomic_swap(&ctx, pd, d2, t)), bits_of<double>(d1), (ti << 16) | 0x1101);
             EXPECT_EQ(bits_of<double>(cpnet_double_atomic_fetch(&ctx, pd, t)), bits_of<double>(d2), (ti << 16) | 0x1102);
             EXPECT_EQ(cpnet_ctx_last_error(&ctx), CPNET_E_OK, (ti << 16) | 0x1103);
+            /* Doubles as ordered integers under the minimum AMO (private slot 25). */
+            uint64_t* const po = (uint64_t*)(pv + 25 * 8);
+            cpnet_uint64_atomic_set(&ctx, po, cpnet_f64_ord(1.5 + (double)id), t);
+            cpnet_fence(&ctx);
+            EXPECT_EQ(bits_of<double>(cpnet_double_ord_atomic_fetch_min(&ctx, po, -2.25, t)), bits_of<double>(1.5 + (double)id), (ti << 16) | 0x1200);
+            cpnet_double_ord_atomic_min(&ctx, po, 7.0, t);
+            cpnet_fence(&ctx);
+            EXPECT_EQ(cpnet_uint64_atomic_fetch(&ctx, po, t), cpnet_f64_ord(-2.25), (ti << 16) | 0x1201);
+            EXPECT_EQ(cpnet_ctx_last_error(&ctx), CPNET_E_OK, (ti << 16) | 0x1202);
         }
         EXPECT_EQ(ks, 12, ti);
         EXPECT_EQ(kb, 7, ti);

@@ -165,6 +165,7 @@ impl Exchange {
                 sent[d] = last;
                 progress = true;
             }
+            #[allow(clippy::needless_range_loop)] // s indexes four per-PE arrays
             for s in 0..p {
                 if got[s] {
                     continue;
@@ -174,11 +175,12 @@ impl Exchange {
                     continue;
                 }
                 let n = ((v >> 1) & 0x7fff_ffff) as usize;
-                // SAFETY: receive slot s holds message in_seq+1, delivered
-                // before its signal (acquired above); source s does not
-                // write it again before our acknowledgement below.
                 if n > 0 {
-                    recv(s as i32, unsafe { self.recv.slice(s * self.chunk, n) });
+                    // SAFETY: receive slot s holds message in_seq+1, delivered
+                    // before its signal (acquired above); source s does not
+                    // write it again before our acknowledgement below.
+                    let words = unsafe { self.recv.slice(s * self.chunk, n) };
+                    recv(s as i32, words);
                 }
                 self.in_seq[s] += 1;
                 wg.p::<u64>(self.ack.add(8 * me as u64), self.in_seq[s], s as i32)?;
