@@ -237,7 +237,10 @@ pub fn check_launch(
 }
 
 /// How many blocks of `threads` threads of `func` can be resident on the
-/// GPU at once (occupancy × SMs): the most a cooperative launch takes.
+/// GPU at once (occupancy × SMs), divided among the PEs that share this
+/// GPU ([`GpuPe::pes_on_device`]: under MPS every PE's persistent grid must
+/// be resident at the same time): the most a cooperative launch of this PE
+/// takes.
 ///
 /// # Errors
 /// The driver queries.
@@ -249,7 +252,7 @@ pub fn max_coresident(pe: &GpuPe, func: &CudaFunction, threads: u32) -> anyhow::
         .cuda()
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         .context("cuDeviceGetAttribute (SM count)")?;
-    Ok(per_sm * sms.max(1) as u32)
+    Ok((per_sm * sms.max(1) as u32 / pe.pes_on_device()).max(1))
 }
 
 /// Test helper: the number of fields `struct name { ... }` of a kernel

@@ -298,7 +298,7 @@ impl Layout {
 /// E not a positive multiple of `n`, k outside 1..=E, no tokens, no
 /// hidden elements, no work-groups, a negative or non-finite skew.
 pub fn check(a: &Args, n: usize) -> Result<()> {
-    if a.experts == 0 || a.experts % n != 0 {
+    if a.experts == 0 || !a.experts.is_multiple_of(n) {
         bail!("-experts {} must be a positive multiple of the number of PEs ({n})", a.experts);
     }
     if a.topk == 0 || a.topk > a.experts {

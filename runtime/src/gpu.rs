@@ -904,6 +904,18 @@ impl GpuPe {
         Ok(pe)
     }
 
+    /// How many PEs of this host share this PE's GPU (PEs take device
+    /// `local_pe % device_count`, [`open_device`]): 1 with one PE per GPU,
+    /// 2 or more when PEs share a GPU under MPS. A persistent kernel that
+    /// sizes its grid to fill the GPU must take only this share of it, or
+    /// the PEs' cooperative grids cannot all be resident at once. Local.
+    pub fn pes_on_device(&self) -> u32 {
+        let count = CudaContext::device_count().map_or(1, |c| c.max(1));
+        let (lp, ls) = (self.core.launch.local_pe, self.core.launch.local_size.max(1));
+        let mine = lp.rem_euclid(count);
+        ((0..ls).filter(|p| p.rem_euclid(count) == mine).count() as u32).max(1)
+    }
+
     /// The path this PE's operations take to every PE, itself included (PE
     /// order): from the CUDA IPC mappings that opened ([`GpuPe::peer_path`])
     /// and whether the kernels' peer table is installed (`CPNET_GPU_P2P`),

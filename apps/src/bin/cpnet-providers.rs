@@ -96,7 +96,7 @@ fn report(provider: &str, node: &str) {
     let rma_only = CAPS & !sys::FI_ATOMIC;
     let mut granted = Vec::new();
     for (caps, what) in [(CAPS, "rma+atomics"), (rma_only, "rma"), (MSG_CAPS, "msg")] {
-        if let Ok(i) = Info::get(&request(provider, node, caps | sys::FI_HMEM).with_mr_mode(sys::FI_MR_HMEM as i32)) {
+        if let Ok(i) = Info::get(&request(provider, node, caps | sys::FI_HMEM).with_mr_mode(sys::FI_MR_HMEM)) {
             granted.push(format!("{what} (mr_mode {:#x})", i.mr_mode()));
         }
     }
