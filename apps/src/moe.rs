@@ -319,6 +319,37 @@ pub fn check(a: &Args, n: usize) -> Result<()> {
     Ok(())
 }
 
+/// What PE `me` writes into its block (at the offsets of [`Layout`])
+/// before the first iteration, the same for both variants: its tokens, the
+/// `(t, j)` records and the per-PE count rows the small puts send (they do
+/// not change between iterations), and the zeroed signal words.
+fn initial_regions(a: &Args, me: i32, r: &Routing, l: &Layout, n: usize) -> [(u64, Vec<u8>); 5] {
+    let (t_n, h, k, el) = (a.tokens, a.hidden, a.topk, a.experts / n);
+    let x = (0..t_n * h).flat_map(|i| token(a.seed, me, i / h, i % h).to_le_bytes()).collect();
+    let meta = (0..t_n * k).flat_map(|i| ((i / k) as u64 | (((i % k) as u64) << 32)).to_le_bytes()).collect();
+    let counts = (0..n * el).flat_map(|i| (r.count[i] as u64).to_le_bytes()).collect();
+    [(l.x, x), (l.meta_out, meta), (l.counts_out, counts), (l.disp_sig, vec![0; 8 * n]), (l.comb_sig, vec![0; 8 * n])]
+}
+
+/// Elements of `out` (`[T][H]` f32, this PE's combined tokens) that differ
+/// from [`reference`] bit for bit; the first few are printed.
+fn count_wrong(a: &Args, me: i32, r: &Routing, out: &[f32]) -> u64 {
+    let h = a.hidden;
+    let mut wrong = 0u64;
+    for t in 0..a.tokens {
+        let want = reference(a, me, r, t);
+        for (i, (&g, &x)) in out[t * h..][..h].iter().zip(&want).enumerate() {
+            if g.to_bits() != x.to_bits() {
+                if wrong < 5 {
+                    eprintln!("moe: PE {me}: token {t} element {i}: got {g}, want {x}");
+                }
+                wrong += 1;
+            }
+        }
+    }
+    wrong
+}
+
 /// Symmetric heap bytes `moe` needs per PE for `a` on `n` PEs.
 pub fn heap_bytes(a: &Args, n: usize) -> u64 {
     Layout::new(a, n).total + (1 << 20)
@@ -352,23 +383,14 @@ pub fn run_cpu(pe: &Pe, a: &Args) -> Result<(Timing, u64)> {
         .shmalloc(l.total)
         .with_context(|| format!("moe needs {} bytes of symmetric heap per PE (set CPNET_HEAP_SIZE)", heap_bytes(a, n)))?;
     let at = |off: u64| SymAddr(base.0 + off);
-    let (t_n, h) = (a.tokens, a.hidden);
-    // Tokens, and the zeroed signal words.
-    let mut xb = vec![0u8; t_n * h * 2];
-    for t in 0..t_n {
-        for i in 0..h {
-            xb[(t * h + i) * 2..][..2].copy_from_slice(&token(a.seed, me, t, i).to_le_bytes());
-        }
-    }
-    pe.heap().write_bytes(at(l.x), &xb).map_err(|c| anyhow::anyhow!("writing the tokens: {c}"))?;
-    for sig in [l.disp_sig, l.comb_sig] {
-        pe.heap().write_bytes(at(sig), &vec![0u8; 8 * n]).map_err(|c| anyhow::anyhow!("zeroing the signals: {c}"))?;
+    for (off, bytes) in initial_regions(a, me, &r, &l, n) {
+        pe.heap().write_bytes(at(off), &bytes).map_err(|c| anyhow::anyhow!("writing the initial tables: {c}"))?;
     }
     pe.barrier_all()?;
 
     let team = TeamBarrier::new(a.wgs() as usize);
     let times = std::sync::Mutex::new(Timing::default());
-    let out = std::sync::Mutex::new(vec![0f32; t_n * h]);
+    let out = std::sync::Mutex::new(vec![0f32; a.tokens * a.hidden]);
     pe.run_work_groups(a.wgs(), |wg: &mut WorkGroup| -> WgResult<()> {
         // A failing work-group breaks the team barrier, so that the others
         // stop instead of waiting for it; its error is the one reported.
@@ -379,21 +401,11 @@ pub fn run_cpu(pe: &Pe, a: &Args) -> Result<(Timing, u64)> {
         r
     })?;
     pe.barrier_all()?;
-    let mut wrong = 0u64;
-    if a.verify {
-        let out = out.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
-        for t in 0..t_n {
-            let want = reference(a, me, &r, t);
-            for (i, (&g, &x)) in out[t * h..][..h].iter().zip(&want).enumerate() {
-                if g.to_bits() != x.to_bits() {
-                    if wrong < 5 {
-                        eprintln!("moe: PE {me}: token {t} element {i}: got {g}, want {x}");
-                    }
-                    wrong += 1;
-                }
-            }
-        }
-    }
+    let wrong = if a.verify {
+        count_wrong(a, me, &r, &out.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner))
+    } else {
+        0
+    };
     pe.shfree(base)?;
     Ok((times.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner), wrong))
 }
@@ -426,9 +438,7 @@ fn work_group(wg: &mut WorkGroup, a: &Args, r: &Routing, l: Layout, base: SymAdd
                 let s = r.slot[t * k + j];
                 let idx = ((e_l * n + me as usize) * t_n + s) as u64;
                 wg.putmem_nbi(at(l.recv + idx * hb), at(l.x + t as u64 * hb), hb, d)?;
-                let mo = at(l.meta_out + 8 * (t * k + j) as u64);
-                wg.heap().write_bytes(mo, &((t as u64) | ((j as u64) << 32)).to_le_bytes()).map_err(|c| wg_err(wg, mo, c))?;
-                wg.putmem_nbi(at(l.meta + 8 * idx), mo, 8, d)?;
+                wg.putmem_nbi(at(l.meta + 8 * idx), at(l.meta_out + 8 * (t * k + j) as u64), 8, d)?;
             }
         }
         wg.quiet()?;
@@ -438,11 +448,6 @@ fn work_group(wg: &mut WorkGroup, a: &Args, r: &Routing, l: Layout, base: SymAdd
         // Counts and the dispatch signal, one put-with-signal per PE.
         for d in (w..n).step_by(nw) {
             let row = at(l.counts_out + 8 * (d * el) as u64);
-            let mut c = vec![0u8; el * 8];
-            for e_l in 0..el {
-                c[e_l * 8..][..8].copy_from_slice(&(r.count[d * el + e_l] as u64).to_le_bytes());
-            }
-            wg.heap().write_bytes(row, &c).map_err(|cd| wg_err(wg, row, cd))?;
             let dst = at(l.counts + 8 * (me as usize * el) as u64);
             wg.putmem_signal_nbi(dst, row, (el * 8) as u64, at(l.disp_sig + 8 * me as u64), epoch, SignalOp::Set, d as i32)?;
         }

@@ -7,7 +7,7 @@ use cpnet::GpuPe;
 use cpnet::device::cpu::SymAddr;
 use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
 
-use super::{Args, Layout, Routing, Timing, check, heap_bytes, reference};
+use super::{Args, Layout, Routing, Timing, check, count_wrong, heap_bytes, initial_regions};
 use crate::cli::{Variant, init_gpu_pe};
 use crate::gpu::{check_launch, ctl, kernel_source, max_coresident, new_ctl, op};
 
@@ -99,21 +99,9 @@ pub fn run(a: &Args) -> anyhow::Result<(Timing, u64, GpuPe)> {
         .shmalloc(l.total)
         .with_context(|| format!("moe needs {} bytes of symmetric heap per PE (set CPNET_HEAP_SIZE)", heap_bytes(a, n)))?;
     let at = |off: u64| SymAddr(base.0 + off);
-    let (t_n, h, k, el) = (a.tokens, a.hidden, a.topk, a.experts / n);
-    // Tokens, records, counts; zeroed signals.
-    let mut xb = vec![0u8; t_n * h * 2];
-    for t in 0..t_n {
-        for i in 0..h {
-            xb[(t * h + i) * 2..][..2].copy_from_slice(&super::token(a.seed, me, t, i).to_le_bytes());
-        }
-    }
-    pe.write_heap(at(l.x), &xb)?;
-    let meta: Vec<u8> = (0..t_n * k).flat_map(|i| ((i / k) as u64 | (((i % k) as u64) << 32)).to_le_bytes()).collect();
-    pe.write_heap(at(l.meta_out), &meta)?;
-    let counts: Vec<u8> = (0..n * el).flat_map(|i| (r.count[i] as u64).to_le_bytes()).collect();
-    pe.write_heap(at(l.counts_out), &counts)?;
-    for sig in [l.disp_sig, l.comb_sig] {
-        pe.write_heap(at(sig), &vec![0u8; 8 * n])?;
+    let (t_n, h, k) = (a.tokens, a.hidden, a.topk);
+    for (off, bytes) in initial_regions(a, me, &r, &l, n) {
+        pe.write_heap(at(off), &bytes)?;
     }
     let s = pe.stream();
     let route_e = s.clone_htod(&r.route.iter().map(|&(e, _)| e as u32).collect::<Vec<u32>>())?;
@@ -168,21 +156,7 @@ pub fn run(a: &Args) -> anyhow::Result<(Timing, u64, GpuPe)> {
         experts_us: w[moectl::EXPERTS_NS] as f64 / it / 1e3,
     };
     const _: () = assert!(ctl::WORDS > moectl::EXPERTS_NS);
-    let mut wrong = 0u64;
-    if a.verify {
-        let got = s.clone_dtoh(&out).context("copy the output back")?;
-        for t in 0..t_n {
-            let want = reference(a, me, &r, t);
-            for (i, (&g, &x)) in got[t * h..][..h].iter().zip(&want).enumerate() {
-                if g.to_bits() != x.to_bits() {
-                    if wrong < 5 {
-                        eprintln!("moe: PE {me}: token {t} element {i}: got {g}, want {x}");
-                    }
-                    wrong += 1;
-                }
-            }
-        }
-    }
+    let wrong = if a.verify { count_wrong(a, me, &r, &s.clone_dtoh(&out).context("copy the output back")?) } else { 0 };
     drop((route_e, route_w, slot, out, ctl_buf));
     pe.shfree(base)?;
     Ok((timing, wrong, pe))
