@@ -288,6 +288,23 @@ mod tests {
         pool.queue(1).try_claim(7)
     }
 
+    /// A service over queue `q` of a 4 KiB heap, with the transport `make`
+    /// builds on the service's thread, publishing `hb`, polling until `stop`.
+    fn spawn_service<T: cpnet_proxy::service::Transport>(
+        q: QueueMem,
+        make: impl FnOnce() -> T + Send + 'static,
+        hb: &Arc<Heartbeat>,
+        stop: &Arc<std::sync::atomic::AtomicBool>,
+    ) -> JoinHandle<()> {
+        let (hb, stop) = (Arc::clone(hb), Arc::clone(stop));
+        std::thread::spawn(move || {
+            let mut s = Service::new(vec![q], make(), cpnet_proxy::decode::Limits { n_pes: 1, heap_size: 4096 }, 0);
+            s.set_heartbeat(hb);
+            // Acquire: pairs with the test's Release store of `stop`.
+            s.run(move || stop.load(std::sync::atomic::Ordering::Acquire));
+        })
+    }
+
     /// A service that keeps polling is never reported, busy or idle.
     #[test]
     fn a_live_service_is_not_reported() {
@@ -296,16 +313,7 @@ mod tests {
         let view = heap.view();
         let hb = Arc::new(Heartbeat::default());
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let q0 = pool.queue(0);
-        let svc = {
-            let (hb, stop) = (Arc::clone(&hb), Arc::clone(&stop));
-            std::thread::spawn(move || {
-                let mut s = Service::new(vec![q0], LoopbackTransport::new(view), cpnet_proxy::decode::Limits { n_pes: 1, heap_size: 4096 }, 0);
-                s.set_heartbeat(hb);
-                // Acquire: pairs with the test's Release store below.
-                s.run(move || stop.load(std::sync::atomic::Ordering::Acquire));
-            })
-        };
+        let svc = spawn_service(pool.queue(0), move || LoopbackTransport::new(view), &hb, &stop);
         let (tx, rx) = std::sync::mpsc::channel();
         let mut dog = Watchdog::spawn(
             0,
@@ -354,17 +362,7 @@ mod tests {
         let view = heap.view();
         let hb = Arc::new(Heartbeat::default());
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let q0 = pool.queue(0);
-        let svc = {
-            let (hb, stop) = (Arc::clone(&hb), Arc::clone(&stop));
-            std::thread::spawn(move || {
-                let t = Unreachable { inner: LoopbackTransport::new(view), calls: 0 };
-                let mut s = Service::new(vec![q0], t, cpnet_proxy::decode::Limits { n_pes: 1, heap_size: 4096 }, 0);
-                s.set_heartbeat(hb);
-                // Acquire: pairs with the test's Release store below.
-                s.run(move || stop.load(std::sync::atomic::Ordering::Acquire));
-            })
-        };
+        let svc = spawn_service(pool.queue(0), move || Unreachable { inner: LoopbackTransport::new(view), calls: 0 }, &hb, &stop);
         let (tx, rx) = std::sync::mpsc::channel();
         let mut dog = Watchdog::spawn(
             0,
