@@ -27,6 +27,8 @@
 
 use std::time::{Duration, Instant};
 
+use crate::decode::Op;
+
 /// A peer past the timeout, as [`PeerWatch::overdue`] reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Overdue {
@@ -39,6 +41,8 @@ pub struct Overdue {
     /// Whether it answered anything before (it stopped answering), or never
     /// did (it was never reached).
     pub answered_before: bool,
+    /// The timeout it passed (`CPNET_REACH_TIMEOUT`).
+    pub timeout: Duration,
 }
 
 /// The per-peer watch of one transport (one service thread).
@@ -151,20 +155,19 @@ impl PeerWatch {
             .map(|p| (p, self.now.saturating_duration_since(self.since[p])))
             .find(|&(_, w)| w > timeout)?;
         self.reported = true;
-        Some(Overdue { pe: p as i32, waited, pending: self.out[p], answered_before: self.answered[p] })
-    }
-
-    /// The timeout in use.
-    pub fn timeout(&self) -> Option<Duration> {
-        self.timeout
+        Some(Overdue { pe: p as i32, waited, pending: self.out[p], answered_before: self.answered[p], timeout })
     }
 }
 
 /// The report of an overdue peer: `me` cannot reach `o.pe` over `provider`;
-/// `oldest` describes an operation still waiting ("putmem to heap+0x40, 8
-/// bytes"), `route` the endpoints ("fi_sockaddr_in://a -> fi_sockaddr_in://b").
-pub fn unreachable_report(me: i32, o: &Overdue, provider: &str, oldest: Option<String>, route: &str, timeout: Duration) -> String {
-    let one = oldest.map(|op| format!(" (one: {op})")).unwrap_or_default();
+/// `oldest` is an operation to it still waiting, with a note on where it
+/// waits (empty, or e.g. ", in a batch of puts (2 waiting)"); `addrs` the
+/// endpoints' printable addresses, index = PE.
+pub fn unreachable_report(me: i32, o: &Overdue, provider: &str, oldest: Option<(&Op, String)>, addrs: &[String]) -> String {
+    let one = oldest
+        .map(|(op, note)| format!(" (one: {} to heap+{:#x}, {} bytes{note})", op.name(), op.addr(), op.size()))
+        .unwrap_or_default();
+    let addr = |pe: i32| addrs.get(pe as usize).map_or("?", String::as_str);
     let what = if o.pending > 0 {
         format!("{} operation(s) to it{one} have had no completion", o.pending)
     } else {
@@ -179,10 +182,12 @@ pub fn unreachable_report(me: i32, o: &Overdue, provider: &str, oldest: Option<S
     };
     format!(
         "PE {me} cannot reach PE {} over {provider}: {what} for {:.1} s \
-         (CPNET_REACH_TIMEOUT={}); {why}; endpoints {route}",
+         (CPNET_REACH_TIMEOUT={}); {why}; endpoints {} -> {}",
         o.pe,
         o.waited.as_secs_f64(),
-        timeout.as_secs_f64(),
+        o.timeout.as_secs_f64(),
+        addr(me),
+        addr(o.pe),
     )
 }
 
@@ -254,15 +259,16 @@ mod tests {
         w.answered(-1);
         std::thread::sleep(Duration::from_millis(5));
         assert_eq!(w.overdue(), None);
+        let op = Op::Put { pe: 1, dst: 0x40, src: crate::decode::PutSrc::Inline(0), size: 8 };
         let r = unreachable_report(
             0,
-            &Overdue { pe: 1, waited: Duration::from_secs(3), pending: 2, answered_before: false },
+            &Overdue { pe: 1, waited: Duration::from_secs(3), pending: 2, answered_before: false, timeout: Duration::from_secs(3) },
             "tcp;ofi_rxm",
-            Some("putmem to heap+0x40, 8 bytes".into()),
-            "fi_sockaddr_in://10.0.0.1:1 -> fi_sockaddr_in://10.0.0.2:2",
-            Duration::from_secs(3),
+            Some((&op, String::new())),
+            &["fi_sockaddr_in://10.0.0.1:1".into(), "fi_sockaddr_in://10.0.0.2:2".into()],
         );
         assert!(r.starts_with("PE 0 cannot reach PE 1 over tcp;ofi_rxm: 2 operation(s) to it (one: putmem"), "{r}");
         assert!(r.contains("never answered") && r.contains("10.0.0.2"), "{r}");
+        assert!(r.contains("(one: putmem to heap+0x40, 8 bytes)") && r.contains("10.0.0.1:1 -> fi_sockaddr_in://10.0.0.2:2"), "{r}");
     }
 }

@@ -1040,23 +1040,12 @@ impl Transport for FabricTransport {
             None => self.batcher.as_mut().and_then(|b| b.watch.overdue()),
         }?;
         // An operation of that peer still in flight, for the report.
-        let oldest = self
-            .slots
-            .iter()
-            .filter_map(|s| s.op)
-            .find(|op| op.pe() == Some(o.pe))
-            .map(|op| format!("{} to heap+{:#x}, {} bytes", op.name(), op.addr(), op.size()))
-            .or_else(|| self.batcher.as_ref().and_then(|b| b.oldest(o.pe)).map(|(op, n)| {
-                format!("{} to heap+{:#x}, {} bytes, in a batch of puts ({n} waiting)", op.name(), op.addr(), op.size())
-            }));
-        let me = self.inner.my_pe as usize;
-        let route = format!(
-            "{} -> {}",
-            self.peer_addrs.get(me).map_or("?", String::as_str),
-            self.peer_addrs.get(o.pe as usize).map_or("?", String::as_str)
-        );
-        let timeout = self.watch.timeout().unwrap_or_default();
-        Some(unreachable_report(self.inner.my_pe, &o, &self.inner.granted.provider, oldest, &route, timeout))
+        let batched = self.batcher.as_ref().and_then(|b| b.oldest(o.pe));
+        let oldest = match self.slots.iter().filter_map(|s| s.op.as_ref()).find(|op| op.pe() == Some(o.pe)) {
+            Some(op) => Some((op, String::new())),
+            None => batched.as_ref().map(|(op, n)| (op, format!(", in a batch of puts ({n} waiting)"))),
+        };
+        Some(unreachable_report(self.inner.my_pe, &o, &self.inner.granted.provider, oldest, &self.peer_addrs))
     }
 
     fn barrier(&mut self, start: bool) -> Result<bool, ErrorCode> {

@@ -1026,13 +1026,10 @@ impl Transport for StagedTransport {
             .ops
             .iter()
             .filter(|s| s.phase != Phase::Free)
-            .filter_map(|s| s.op)
+            .filter_map(|s| s.op.as_ref())
             .find(|op| op.pe() == Some(o.pe))
-            .map(|op| format!("{} to heap+{:#x}, {} bytes", op.name(), op.addr(), op.size()));
-        let addr = |pe: i32| self.peer_addrs.get(pe as usize).map_or("?", String::as_str);
-        let route = format!("{} -> {}", addr(self.inner.my_pe), addr(o.pe));
-        let timeout = self.watch.timeout().unwrap_or_default();
-        Some(unreachable_report(self.inner.my_pe, &o, &self.inner.provider, oldest, &route, timeout))
+            .map(|op| (op, String::new()));
+        Some(unreachable_report(self.inner.my_pe, &o, &self.inner.provider, oldest, &self.peer_addrs))
     }
 }
 
