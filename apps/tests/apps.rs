@@ -525,3 +525,23 @@ fn moe_bad_arguments_fail_clearly() {
     assert!(!j.status.success(), "{}", j.all);
     assert!(j.all.contains("-topk 5 must be in 1..=experts (4)"), "{}", j.all);
 }
+
+/// `cpnet-providers` (issue 19 item 3) asks this machine's libfabric with
+/// cpnet's hints: shm grants RMA, messages and every AMO cpnet uses; an
+/// absent provider is reported as such, not as an error.
+#[test]
+fn providers_report_what_libfabric_grants() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cpnet-providers"))
+        .args(["shm", "cxi"])
+        .output()
+        .expect("run cpnet-providers");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("## shm\nrma: yes (granted shm"), "{text}");
+    assert!(text.contains("msg: yes (granted shm"), "{text}");
+    assert!(
+        text.contains("atomics fi_fetch_atomic: 32/64-bit integers: sum min max prod band bor bxor read write"),
+        "{text}"
+    );
+    assert!(text.contains("## cxi\nrma: no ("), "{text}");
+}
