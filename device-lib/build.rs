@@ -17,7 +17,7 @@ fn rust_type(name: &str) -> &'static str {
         "CPNET_SIGNAL_",
         "CPNET_CMP_",
     ];
-    if name.starts_with("CPNET_E_") {
+    if name.starts_with("CPNET_E_") || ["CPNET_TEAM_WORLD", "CPNET_TEAM_NODE", "CPNET_TEAM_INVALID"].contains(&name) {
         "i32"
     } else if BYTE_PREFIXES.iter().any(|p| name.starts_with(p)) {
         "u8"

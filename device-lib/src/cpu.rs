@@ -19,6 +19,9 @@ use crate::layout::{self, AmoOp, Cmd, Cmp, ErrorCode, SignalOp};
 use crate::ring::{Producer, QueueMem, QueuePool, RingError};
 use crate::sync::{AtomicU32, AtomicU64, Deadline, Ordering, Spin};
 
+mod team;
+pub use team::{ReduceOp, ReduceType};
+
 /// A symmetric address: a byte offset into the symmetric heap, valid on every PE.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SymAddr(pub u64);

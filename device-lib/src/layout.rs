@@ -125,8 +125,85 @@ pub struct Handle {
     /// Bytes per payload slot (a power of two, at least 16); 0: no payload
     /// slots (puts over `CPNET_INLINE_MAX` bytes are read from the heap).
     pub payload_bytes: u32,
-    /// Zero.
-    pub payload_pad: u32,
+    /// Entries of the team table at [`Handle::teams`] ([`CPNET_MAX_TEAMS`]);
+    /// 0: no table (team collectives fail with [`ErrorCode::BadTeam`]).
+    pub n_teams: u32,
+    /// Address of the team table in GPU memory: `n_teams` [`TeamDesc`],
+    /// entry `t` for team handle `t`.
+    pub teams: u64,
+}
+
+/// One entry of a PE's team table (`cpnet_team_desc_t`): a strided set of
+/// world PEs and where its collectives' scratch is (OpenSHMEM 1.5 §9.4;
+/// the scratch layout is in `cmd.h`, "Teams").
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TeamDesc {
+    /// World PE of team PE 0.
+    pub start: i32,
+    /// World-PE distance between consecutive team PEs (>= 1).
+    pub stride: i32,
+    /// Team PEs; 0: a free entry.
+    pub size: i32,
+    /// This PE's number in the team; -1: not a member.
+    pub my_idx: i32,
+    /// Heap offset of the team's scratch.
+    pub scratch: u64,
+    /// Bytes per sender per data buffer (a multiple of [`CPNET_TEAM_CHUNK_ALIGN`]).
+    pub chunk: u32,
+    /// Offset of the data area in the scratch.
+    pub data_off: u32,
+}
+
+impl TeamDesc {
+    /// The layout of a team of `size` PEs (`start`, `stride`) in `scratch_bytes`
+    /// of scratch at heap offset `scratch`, as seen by world PE `me`; `None`
+    /// when the scratch leaves less than [`CPNET_TEAM_CHUNK_ALIGN`] bytes per
+    /// sender and buffer.
+    pub fn new(start: i32, stride: i32, size: i32, me: i32, scratch: u64, scratch_bytes: u64) -> Option<TeamDesc> {
+        if size <= 0 || stride <= 0 {
+            return None;
+        }
+        let align = CPNET_TEAM_CHUNK_ALIGN as u64;
+        let data_off = (CPNET_TEAM_SCR_SIG as u64 + 8 * size as u64).next_multiple_of(align);
+        let chunk = scratch_bytes.checked_sub(data_off)? / (2 * size as u64) / align * align;
+        if chunk == 0 {
+            return None;
+        }
+        let rel = me - start;
+        let my_idx = if rel >= 0 && rel % stride == 0 && rel / stride < size { rel / stride } else { -1 };
+        Some(TeamDesc {
+            start,
+            stride,
+            size,
+            my_idx,
+            scratch,
+            chunk: u32::try_from(chunk.min(u32::MAX as u64 / align * align)).ok()?,
+            data_off: u32::try_from(data_off).ok()?,
+        })
+    }
+
+    /// World PE of team PE `idx` (`0..size`).
+    pub fn world_pe(&self, idx: i32) -> i32 {
+        self.start + idx * self.stride
+    }
+
+    /// Team PE of world PE `pe`, if a member (`shmem_team_translate_pe` to
+    /// the team).
+    pub fn team_pe(&self, pe: i32) -> Option<i32> {
+        let rel = pe - self.start;
+        (self.size > 0 && rel >= 0 && rel % self.stride == 0 && rel / self.stride < self.size).then_some(rel / self.stride)
+    }
+
+    /// Heap offset of scratch word `off` (a `CPNET_TEAM_SCR_*`).
+    pub fn word(&self, off: usize) -> u64 {
+        self.scratch + off as u64
+    }
+
+    /// Heap offset of data buffer `buf` (0 or 1), sender slot `j`.
+    pub fn data(&self, buf: u64, j: i32) -> u64 {
+        self.scratch + self.data_off as u64 + (buf * self.size as u64 + j as u64) * self.chunk as u64
+    }
 }
 
 /// Number of `u32` words at [`Handle::claims`] for `n_queues` queues
@@ -311,7 +388,13 @@ assert_layout!(Handle, CPNET_HANDLE_BYTES, {
     log2_depth => CPNET_HANDLE_OFF_LOG2_DEPTH, wait_timeout_ns => CPNET_HANDLE_OFF_WAIT_TIMEOUT_NS,
     status => CPNET_HANDLE_OFF_STATUS, claims => CPNET_HANDLE_OFF_CLAIMS,
     peers => CPNET_HANDLE_OFF_PEERS, payload => CPNET_HANDLE_OFF_PAYLOAD,
-    payload_bytes => CPNET_HANDLE_OFF_PAYLOAD_BYTES,
+    payload_bytes => CPNET_HANDLE_OFF_PAYLOAD_BYTES, n_teams => CPNET_HANDLE_OFF_N_TEAMS,
+    teams => CPNET_HANDLE_OFF_TEAMS,
+});
+assert_layout!(TeamDesc, CPNET_TEAM_DESC_BYTES, {
+    start => CPNET_TEAM_DESC_OFF_START, stride => CPNET_TEAM_DESC_OFF_STRIDE, size => CPNET_TEAM_DESC_OFF_SIZE,
+    my_idx => CPNET_TEAM_DESC_OFF_MY_IDX, scratch => CPNET_TEAM_DESC_OFF_SCRATCH, chunk => CPNET_TEAM_DESC_OFF_CHUNK,
+    data_off => CPNET_TEAM_DESC_OFF_DATA_OFF,
 });
 assert_layout!(Status, CPNET_STATUS_BYTES, {
     abort => CPNET_STATUS_OFF_ABORT, dev_error => CPNET_STATUS_OFF_DEV_ERROR,
@@ -578,6 +661,9 @@ pub enum ErrorCode {
     Aborted = CPNET_E_ABORTED,
     /// No free queue in the pool.
     NoQueue = CPNET_E_NO_QUEUE,
+    /// A team handle that names no live team, or a team collective called
+    /// by a PE outside the team.
+    BadTeam = CPNET_E_BAD_TEAM,
 }
 
 impl ErrorCode {
@@ -593,6 +679,7 @@ impl ErrorCode {
         ErrorCode::Fabric,
         ErrorCode::Aborted,
         ErrorCode::NoQueue,
+        ErrorCode::BadTeam,
     ];
 
     /// The code for `v`, `None` for `CPNET_E_OK` and unknown values.
@@ -613,6 +700,7 @@ impl ErrorCode {
             ErrorCode::Fabric => "fabric error",
             ErrorCode::Aborted => "job aborted",
             ErrorCode::NoQueue => "no free queue",
+            ErrorCode::BadTeam => "not a live team, or this PE is not in it",
         }
     }
 }

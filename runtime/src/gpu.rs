@@ -492,7 +492,8 @@ impl GpuQueues {
             peers: 0,
             payload: self.payload.as_ref().map_or(0, |(m, _)| m.dev()),
             payload_bytes: self.payload.as_ref().map_or(0, |(_, b)| *b),
-            payload_pad: 0,
+            n_teams: 0,
+            teams: 0,
         }
     }
 }

@@ -192,7 +192,10 @@ typedef unsigned long long uint64_t;
 #define CPNET_E_ABORTED 9
 /** ctx_create found no free queue in the pool. */
 #define CPNET_E_NO_QUEUE 10
-#define CPNET_E_COUNT 11
+/** A team handle that names no live team (never created, destroyed,
+ *  CPNET_TEAM_INVALID), or a team collective called by a PE outside the team. */
+#define CPNET_E_BAD_TEAM 11
+#define CPNET_E_COUNT 12
 
 /* ------------------------------------------------------------------------ */
 /* THE QUEUE PROTOCOL                                                       */
@@ -374,7 +377,7 @@ typedef struct cpnet_queue_prod {
 /* The handle a kernel receives (passed by value)                           */
 /* ------------------------------------------------------------------------ */
 
-#define CPNET_HANDLE_BYTES 88
+#define CPNET_HANDLE_BYTES 96
 #define CPNET_HANDLE_OFF_MY_PE 0
 #define CPNET_HANDLE_OFF_N_PES 4
 #define CPNET_HANDLE_OFF_HEAP_BASE 8
@@ -388,6 +391,8 @@ typedef struct cpnet_queue_prod {
 #define CPNET_HANDLE_OFF_PEERS 64
 #define CPNET_HANDLE_OFF_PAYLOAD 72
 #define CPNET_HANDLE_OFF_PAYLOAD_BYTES 80
+#define CPNET_HANDLE_OFF_N_TEAMS 84
+#define CPNET_HANDLE_OFF_TEAMS 88
 
 /* handle.claims: words [0, n_queues) are the queues' claim words; after
  * them, at n_queues + CPNET_CLAIM_AFTER_*, the status report's claim word and
@@ -431,7 +436,12 @@ typedef struct cpnet_handle {
                                     memory, n_queues * depth * payload_bytes bytes; 0: none */
     uint32_t payload_bytes;    /**< bytes per payload slot (a power of two >= 16; 0: no payload slots,
                                     puts over CPNET_INLINE_MAX bytes are read from the heap) */
-    uint32_t payload_pad;      /**< zero */
+    uint32_t n_teams;          /**< entries of the team table at `teams` (CPNET_MAX_TEAMS; 0: no table,
+                                    every team collective fails with CPNET_E_BAD_TEAM) */
+    uint64_t teams;            /**< address of the team table, as the kernel sees it: n_teams
+                                    cpnet_team_desc_t in GPU memory, entry t describing team handle t
+                                    (CPNET_TEAM_WORLD = 0, CPNET_TEAM_NODE = 1); the host rewrites an
+                                    entry only while no kernel uses that team (create, destroy) */
 } cpnet_handle_t;
 
 /* ------------------------------------------------------------------------ */
@@ -463,6 +473,84 @@ typedef struct cpnet_status {
                                 the proxy rereads the queues' in_use words only when it moved */
     uint32_t reserved[4];
 } cpnet_status_t;
+
+/* ------------------------------------------------------------------------ */
+/* Teams (OpenSHMEM 1.5 §9.4) and the scratch of their collectives (§9.9)   */
+/* ------------------------------------------------------------------------ */
+/*
+ * A team is a strided set of PEs: team PE i (0 <= i < size) is world PE
+ * start + i * stride (every OpenSHMEM split, strided or 2D, of a strided team
+ * is strided). A team handle (cpnet_team_t, an int) indexes the PE's team
+ * table: the handle's `teams` for kernels, the runtime's registry for CPU
+ * work-groups. Handles agree on every member (team creation is collective
+ * over the parent and picks the lowest table entry free on all its members).
+ *
+ * Each team owns `scratch_bytes` of the symmetric heap at the same offset on
+ * every member (`scratch`, reserved by the runtime past the allocator's end):
+ *
+ *   +CPNET_TEAM_SCR_SEQ    u64  collectives this PE has entered on the team
+ *                               (the epoch; written only by this PE)
+ *   +CPNET_TEAM_SCR_ROUND  u64  rounds through the data buffers so far (round
+ *                               r uses buffer r % 2; written only by this PE)
+ *   +CPNET_TEAM_SCR_XCHG   u64 x2  the split agreement's source and result
+ *   +CPNET_TEAM_SCR_SYNC   u64 x CPNET_TEAM_SYNC_ROUNDS  sync round k: set to
+ *                               the epoch by team PE (me - 2^k) mod size
+ *   +CPNET_TEAM_SCR_SIG    u64 x size  signal of team PE j's data for this PE:
+ *                               set to the epoch (or chunk epoch) after it
+ *   +data_off              2 buffers x size senders x chunk bytes: buffer b,
+ *                               sender j at data_off + (b * size + j) * chunk
+ *
+ * Only all-to-all rounds (every member sends to and waits for every other)
+ * use the data buffers, so a member that writes buffer r % 2 of a peer in
+ * round r has seen that peer's data of round r - 1, sent after the peer
+ * finished reading round r - 2's: no buffer is overwritten while read.
+ *
+ * Signals are only ever SET to a growing epoch, so no word is reset between
+ * collectives; a slot reused after destroy is zeroed by its new members
+ * before the creating collective's closing sync.
+ */
+
+/** A team handle. */
+typedef int32_t cpnet_team_t;
+/** Every PE of the job (OpenSHMEM SHMEM_TEAM_WORLD). */
+#define CPNET_TEAM_WORLD 0
+/** The PEs of this host (SHMEM_TEAM_SHARED, NVSHMEMX_TEAM_NODE): strided
+ *  when the launcher placed ranks in blocks or round-robin; else this PE alone. */
+#define CPNET_TEAM_NODE 1
+/** No team (a split this PE is not part of). */
+#define CPNET_TEAM_INVALID -1
+/** Entries of a PE's team table. */
+#define CPNET_MAX_TEAMS 64
+/** Dissemination rounds a team sync can take: teams of up to 2^32 PEs. */
+#define CPNET_TEAM_SYNC_ROUNDS 32
+
+#define CPNET_TEAM_SCR_SEQ 0
+#define CPNET_TEAM_SCR_ROUND 8
+#define CPNET_TEAM_SCR_XCHG 16
+#define CPNET_TEAM_SCR_SYNC 64
+#define CPNET_TEAM_SCR_SIG 320
+/** Alignment of the data area and of `chunk`, bytes. */
+#define CPNET_TEAM_CHUNK_ALIGN 64
+
+#define CPNET_TEAM_DESC_BYTES 32
+#define CPNET_TEAM_DESC_OFF_START 0
+#define CPNET_TEAM_DESC_OFF_STRIDE 4
+#define CPNET_TEAM_DESC_OFF_SIZE 8
+#define CPNET_TEAM_DESC_OFF_MY_IDX 12
+#define CPNET_TEAM_DESC_OFF_SCRATCH 16
+#define CPNET_TEAM_DESC_OFF_CHUNK 24
+#define CPNET_TEAM_DESC_OFF_DATA_OFF 28
+
+/** One entry of the team table. An entry with size 0 names no team. */
+typedef struct cpnet_team_desc {
+    int32_t start;     /**< world PE of team PE 0 */
+    int32_t stride;    /**< world-PE distance between consecutive team PEs (>= 1) */
+    int32_t size;      /**< team PEs; 0: the entry is free (CPNET_E_BAD_TEAM) */
+    int32_t my_idx;    /**< this PE's number in the team; -1: not a member */
+    uint64_t scratch;  /**< heap offset of the team's scratch (layout above) */
+    uint32_t chunk;    /**< bytes per sender per data buffer (a multiple of CPNET_TEAM_CHUNK_ALIGN) */
+    uint32_t data_off; /**< offset of the data area in the scratch */
+} cpnet_team_desc_t;
 
 /* ------------------------------------------------------------------------ */
 /* Compile-time checks of every size and offset above                       */
@@ -524,6 +612,17 @@ CPNET_CHECK_OFF(cpnet_handle_t, claims, CPNET_HANDLE_OFF_CLAIMS);
 CPNET_CHECK_OFF(cpnet_handle_t, peers, CPNET_HANDLE_OFF_PEERS);
 CPNET_CHECK_OFF(cpnet_handle_t, payload, CPNET_HANDLE_OFF_PAYLOAD);
 CPNET_CHECK_OFF(cpnet_handle_t, payload_bytes, CPNET_HANDLE_OFF_PAYLOAD_BYTES);
+CPNET_CHECK_OFF(cpnet_handle_t, n_teams, CPNET_HANDLE_OFF_N_TEAMS);
+CPNET_CHECK_OFF(cpnet_handle_t, teams, CPNET_HANDLE_OFF_TEAMS);
+
+CPNET_STATIC_ASSERT(sizeof(cpnet_team_desc_t) == CPNET_TEAM_DESC_BYTES, "cpnet_team_desc_t size");
+CPNET_CHECK_OFF(cpnet_team_desc_t, start, CPNET_TEAM_DESC_OFF_START);
+CPNET_CHECK_OFF(cpnet_team_desc_t, stride, CPNET_TEAM_DESC_OFF_STRIDE);
+CPNET_CHECK_OFF(cpnet_team_desc_t, size, CPNET_TEAM_DESC_OFF_SIZE);
+CPNET_CHECK_OFF(cpnet_team_desc_t, my_idx, CPNET_TEAM_DESC_OFF_MY_IDX);
+CPNET_CHECK_OFF(cpnet_team_desc_t, scratch, CPNET_TEAM_DESC_OFF_SCRATCH);
+CPNET_CHECK_OFF(cpnet_team_desc_t, chunk, CPNET_TEAM_DESC_OFF_CHUNK);
+CPNET_CHECK_OFF(cpnet_team_desc_t, data_off, CPNET_TEAM_DESC_OFF_DATA_OFF);
 
 CPNET_STATIC_ASSERT(sizeof(cpnet_status_t) == CPNET_STATUS_BYTES, "cpnet_status_t size");
 CPNET_CHECK_OFF(cpnet_status_t, abort, CPNET_STATUS_OFF_ABORT);

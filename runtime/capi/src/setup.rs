@@ -244,6 +244,7 @@ pub extern "C" fn cpnet_strerror(code: c_int) -> *const c_char {
         Some(E::Fabric) => c"the fabric reported an error",
         Some(E::Aborted) => c"the job is ending",
         Some(E::NoQueue) => c"no free command queue (CPNET_QUEUES)",
+        Some(E::BadTeam) => c"not a live team, or this PE is not a member",
         None => c"unknown error code",
     };
     s.as_ptr()
