@@ -16,6 +16,7 @@ use crate::bootstrap::{Bootstrap, PeerFailure};
 use crate::env::{Launch, Tuning};
 use crate::error::{Error, Result};
 use crate::proxy_link::ProxyLink;
+use crate::team::Teams;
 
 /// First-fit allocator over the heap's offsets. Every PE performs the same
 /// sequence of collective calls, so every PE gets the same offsets.
@@ -78,6 +79,8 @@ pub(crate) struct PeCore {
     pub(crate) boot: Option<Bootstrap>,
     alloc: Mutex<SymAlloc>,
     heap_size: u64,
+    /// The team table (world, node, splits).
+    pub(crate) teams: Teams,
     proxies: ProxyLink,
     /// The proxy threads were stopped (finalize, or abandon).
     stopped: bool,
@@ -129,18 +132,28 @@ impl PeCore {
             }
             r => r,
         };
-        let core = PeCore {
-            launch,
-            tuning,
-            provider,
-            boot: Some(boot),
-            alloc: Mutex::new(SymAlloc::new(heap_size)),
-            heap_size,
-            proxies,
-            stopped: false,
-        };
-        // On failure, dropping `core` stops the proxy threads.
-        r.map(|()| core)
+        // The team table: its scratch starts where the allocator's heap ends.
+        let (per_team, slots) = (tuning.team_scratch, tuning.teams);
+        let teams = r.and_then(|()| Teams::start(&boot, me, launch.n_pes, heap_size, per_team, slots));
+        match teams {
+            Ok(teams) => Ok(PeCore {
+                launch,
+                tuning,
+                provider,
+                boot: Some(boot),
+                alloc: Mutex::new(SymAlloc::new(heap_size)),
+                heap_size,
+                teams,
+                proxies,
+                stopped: false,
+            }),
+            Err(e) => {
+                // Stop the proxy threads before the memory they serve goes.
+                proxies.abandon();
+                let _ = proxies.stop(me);
+                Err(e)
+            }
+        }
     }
 
     pub(crate) fn boot(&self) -> &Bootstrap {

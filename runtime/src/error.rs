@@ -96,6 +96,14 @@ pub enum Error {
         /// expected and found values.
         report: String,
     },
+    /// A team could not be made or used (OpenSHMEM 1.5 §9.4).
+    #[error("PE {pe}: {why}")]
+    Team {
+        /// This PE.
+        pe: i32,
+        /// What was asked and why it failed.
+        why: String,
+    },
     /// The proxy daemon (`CPNET_PROXY=daemon`) could not be reached, refused
     /// this PE, or failed it.
     #[error("PE {pe}: proxy daemon: {why}")]

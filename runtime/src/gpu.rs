@@ -43,6 +43,8 @@ use crate::proxy_link::ProxyLink;
 use crate::proxy_threads::{Backend, Proxies};
 use cudarc::driver::{result as cu, sys as cusys};
 
+mod team;
+
 /// Whether the CUDA driver library can be loaded (without loading CUDA).
 pub fn driver_present() -> bool {
     // SAFETY: only dlopens the candidate library names and closes them.
@@ -579,24 +581,13 @@ struct PeerHeaps {
     cuda: Arc<CudaContext>,
 }
 
-/// This host's identity for "same host" (the kernel's boot id, else the
-/// host name).
-fn host_id() -> Vec<u8> {
-    std::fs::read("/proc/sys/kernel/random/boot_id").unwrap_or_else(|_| {
-        let mut b = [0u8; 256];
-        // SAFETY: gethostname writes at most `len` bytes into `b`.
-        let r = unsafe { libc::gethostname(b.as_mut_ptr().cast(), b.len()) };
-        if r == 0 { b.split(|&c| c == 0).next().unwrap_or(&[]).to_vec() } else { Vec::new() }
-    })
-}
-
 impl PeerHeaps {
     /// Exchange IPC handles of every PE's heap (**collective**, an
     /// allgather) and open those of the other PEs on this host. A handle
     /// that does not open leaves that PE on the staged path (logged).
     fn exchange(boot: &Bootstrap, me: i32, heap: &DeviceMem, enabled: bool) -> Result<PeerHeaps> {
         let mut card = Vec::new();
-        let id = host_id();
+        let id = crate::team::host_id();
         let mut handle = cusys::CUipcMemHandle_st { reserved: [0; 64] };
         let ok = enabled && !id.is_empty() && {
             // SAFETY: `heap.base` is the start of a cuMemAlloc allocation of
@@ -848,6 +839,8 @@ pub struct GpuPe {
     /// `None`: `CPNET_GPU_P2P=0`, every operation goes through the queues.
     p2p: Option<DeviceMem>,
     queues: Arc<GpuQueues>,
+    /// The kernels' team table (`cpnet_handle_t.teams`).
+    teams: team::TeamTable,
     heap: DeviceMem,
     cuda: Arc<CudaContext>,
 }
@@ -897,7 +890,8 @@ impl GpuPe {
         let (core, parts) = startup::start(launch, tuning, GpuKind { cuda: Arc::clone(&cuda) })?;
         let GpuParts { stream, peers, p2p, queues, heap } = parts;
         let me = core.my_pe();
-        let pe = GpuPe { core, stream, peers, p2p, queues, heap, cuda };
+        let teams = team::TeamTable::new(&cuda, &core.teams)?;
+        let pe = GpuPe { core, stream, peers, p2p, queues, teams, heap, cuda };
         tracing::debug!(pe = me, n_pes = pe.n_pes(), device = pe.cuda.ordinal(), provider = %pe.core.provider, threads, queue_mem = %pe.queues.placement(), "cpnet GPU PE up");
         if pe.core.tuning.transport_map {
             crate::transport_map::print(&pe.transport_map());
@@ -976,6 +970,7 @@ impl GpuPe {
         let timeout = self.core.tuning.wait_timeout.map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64);
         let mut h = self.queues.handle(self.my_pe(), self.n_pes(), self.heap.base, self.heap.size, timeout);
         h.peers = self.p2p.as_ref().map_or(0, |t| t.base);
+        (h.n_teams, h.teams) = self.teams.handle_fields();
         KernelHandle(h)
     }
 

@@ -30,6 +30,7 @@ mod proxy_link;
 mod proxy_threads;
 pub mod signals;
 mod startup;
+pub mod team;
 pub mod transport_map;
 mod watchdog;
 
@@ -38,3 +39,4 @@ pub use cpnet_proxy as proxy;
 pub use error::{Error, GpuError, Result};
 pub use gpu::GpuPe;
 pub use pe::{Pe, WorkGroup};
+pub use team::Team;

@@ -55,6 +55,7 @@ use crate::host_backend::HostBackend;
 use crate::proxy_link::ProxyLink;
 use crate::proxy_threads::Proxies;
 use crate::startup::{self, PeKind, default_fabric};
+use crate::team::{self, Team, TeamHost, Teams};
 use crate::transport_map::{self, Route};
 
 pub use crate::core::SHMALLOC_ALIGN;
@@ -288,6 +289,50 @@ impl Pe {
         self.core.barrier_all()
     }
 
+    /// The team of every PE (`SHMEM_TEAM_WORLD`, OpenSHMEM 1.5 §9.4; handle
+    /// `CPNET_TEAM_WORLD`). Local.
+    pub fn team_world(&self) -> Team {
+        self.core.teams.team(cpnet_device::layout::CPNET_TEAM_WORLD)
+    }
+
+    /// The PEs of this host (`SHMEM_TEAM_SHARED`; handle `CPNET_TEAM_NODE`):
+    /// strided as launchers place ranks, else this PE alone. Local.
+    pub fn team_node(&self) -> Team {
+        self.core.teams.team(cpnet_device::layout::CPNET_TEAM_NODE)
+    }
+
+    /// A new team of the parent's PEs `start + i * stride`, `i` in
+    /// `0..size` (parent numbering): `Some` on its members, `None` on the
+    /// other parent PEs (`shmem_team_split_strided`, §9.4.3). **Collective**
+    /// over `parent`, with the same arguments on every parent PE.
+    ///
+    /// # Errors
+    /// [`Error::Team`] for PEs outside the parent, or no table entry free
+    /// on every parent PE (`CPNET_TEAMS`); work-group errors of the
+    /// agreement (a parent PE that never calls it: a wait timeout).
+    pub fn team_split_strided(&self, parent: &Team, start: i32, stride: i32, size: i32) -> Result<Option<Team>> {
+        team::split_strided(self, parent, start, stride, size)
+    }
+
+    /// The parent as a grid of `xrange` columns: this PE's row team and
+    /// column team (`shmem_team_split_2d`, §9.4.4). **Collective** over
+    /// `parent`.
+    ///
+    /// # Errors
+    /// As [`Pe::team_split_strided`]; `xrange < 1`.
+    pub fn team_split_2d(&self, parent: &Team, xrange: i32) -> Result<(Team, Team)> {
+        team::split_2d(self, parent, xrange)
+    }
+
+    /// Destroy a team made by a split (`shmem_team_destroy`, §9.4.10).
+    /// **Collective** over the team.
+    ///
+    /// # Errors
+    /// [`Error::Team`] for the world and node teams; the team sync's errors.
+    pub fn team_destroy(&self, team: Team) -> Result<()> {
+        team::destroy(self, team)
+    }
+
     /// Exchange `data` with every PE and return all PEs' data, in PE order,
     /// through the bootstrap (host-side setup, not a fast path).
     /// **Collective.**
@@ -344,6 +389,34 @@ struct CpuParts {
     /// libfabric.
     region: HeapView,
     mem: CpuMem,
+}
+
+/// Work-group id of the contexts team creation borrows (for error reports).
+const TEAM_WG: u32 = u32::MAX;
+
+impl TeamHost for Pe {
+    fn teams(&self) -> &Teams {
+        &self.core.teams
+    }
+    fn agree(&self, parent: &Team, mask: u64) -> Result<u64> {
+        self.with_ctx(TEAM_WG, |wg| wg.team_agree(parent, mask))
+    }
+    fn sync(&self, team: &Team) -> Result<()> {
+        self.with_ctx(TEAM_WG, |wg| wg.team_sync(team))
+    }
+    fn clear(&self, desc: &cpnet_device::layout::TeamDesc, bytes: u64) -> Result<()> {
+        let a = SymAddr(desc.scratch);
+        self.heap.write_bytes(a, &vec![0u8; bytes as usize]).map_err(|_| Error::OutsideHeap {
+            pe: self.my_pe(),
+            addr: a.0,
+            size: bytes,
+            heap: self.heap.size(),
+        })
+    }
+    fn publish(&self, _id: i32, _desc: &cpnet_device::layout::TeamDesc) -> Result<()> {
+        // CPU work-groups take the entry from the `Team` itself.
+        Ok(())
+    }
 }
 
 impl PeKind for CpuKind {

@@ -30,8 +30,9 @@ use crate::proxy_link::ProxyLink;
 pub(crate) trait PeKind {
     /// The heap and queues: what the PE keeps after start-up.
     type Parts;
-    /// Step 3: allocate the symmetric heap (`heap_size` bytes, already a
-    /// multiple of [`SHMALLOC_ALIGN`]) and the queues. May exchange through
+    /// Step 3: allocate the symmetric heap (`heap_size` bytes, a multiple of
+    /// [`SHMALLOC_ALIGN`]: `CPNET_HEAP_SIZE` and the teams' scratch past it)
+    /// and the queues. May exchange through
     /// `boot` (collective then).
     fn heap(&mut self, launch: &Launch, tuning: &Tuning, boot: &Bootstrap, heap_size: u64) -> Result<Self::Parts>;
     /// Step 4: the proxy serving `parts`' queues over `fabric`: service
@@ -59,8 +60,10 @@ pub(crate) fn start<K: PeKind>(launch: Launch, tuning: Tuning, mut kind: K) -> R
     // Set up at the PEs' own pace; `PeCore::start` sets CPNET_COLLECTIVE_TIMEOUT after.
     boot.set_wait_timeout(setup_wait_timeout(&tuning));
     // 3. heap and queues
+    // The teams' scratch (crate::team) follows the heap the allocator hands out.
     let heap_size = tuning.heap_size.next_multiple_of(SHMALLOC_ALIGN);
-    let mut parts = kind.heap(&launch, &tuning, &boot, heap_size)?;
+    let reserved = tuning.team_scratch * tuning.teams as u64;
+    let mut parts = kind.heap(&launch, &tuning, &boot, heap_size + reserved)?;
     // 4. proxy
     let fabric = default_fabric(&launch, &tuning, boot.local_ip());
     let proxies = kind.proxy(&mut parts, &launch, &tuning, &boot, &fabric)?;

@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod chaos;
+pub mod collectives;
 pub mod gpu;
 pub mod isolation;
 

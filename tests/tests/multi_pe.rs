@@ -149,3 +149,19 @@ fn dead_peer_ends_every_pe_shm() {
 fn dead_peer_ends_every_pe_tcp() {
     peer_death(TCP);
 }
+
+/// Every team collective (issue 22) on the world, node, strided-split and
+/// 2D-split teams, every value checked, at 2, 3 and 4 PEs over shm.
+#[test]
+fn team_collectives_shm_2_3_4_pes() {
+    for n in [2, 3, 4] {
+        ok(n, SHM, &["collectives"]);
+    }
+}
+
+/// The same over tcp;ofi_rxm, 2 and 3 PEs.
+#[test]
+fn team_collectives_tcp() {
+    ok(2, TCP, &["collectives"]);
+    ok(3, TCP, &["collectives"]);
+}

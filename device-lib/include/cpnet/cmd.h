@@ -492,7 +492,8 @@ typedef struct cpnet_status {
  *                               (the epoch; written only by this PE)
  *   +CPNET_TEAM_SCR_ROUND  u64  rounds through the data buffers so far (round
  *                               r uses buffer r % 2; written only by this PE)
- *   +CPNET_TEAM_SCR_XCHG   u64 x2  the split agreement's source and result
+ *   +CPNET_TEAM_SCR_XCHG   u64 x3  the split agreement's source and result, and
+ *                               the error code of a GPU PE's team-creation kernel
  *   +CPNET_TEAM_SCR_SYNC   u64 x CPNET_TEAM_SYNC_ROUNDS  sync round k: set to
  *                               the epoch by team PE (me - 2^k) mod size
  *   +CPNET_TEAM_SCR_SIG    u64 x size  signal of team PE j's data for this PE:

@@ -316,6 +316,12 @@ pub fn decode_to_client(kind: u8, body: &[u8]) -> Result<ToClient, String> {
     })
 }
 
+/// Writes a whole frame; `Interrupted` is retried by `write_all`.
+pub(super) fn send_frame(stream: &mut std::net::TcpStream, frame: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    stream.write_all(frame)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -454,10 +460,4 @@ mod tests {
         assert!(decode_to_client(0x01, &[]).is_err());
         assert!(decode_to_client(BYE_ACK, &[0]).is_err());
     }
-}
-
-/// Writes a whole frame; `Interrupted` is retried by `write_all`.
-pub(super) fn send_frame(stream: &mut std::net::TcpStream, frame: &[u8]) -> io::Result<()> {
-    use std::io::Write;
-    stream.write_all(frame)
 }

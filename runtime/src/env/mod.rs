@@ -53,6 +53,8 @@
 //! | `CPNET_PROVIDER` | libfabric provider, e.g. `shm`, `tcp;ofi_rxm`, `verbs;ofi_rxm` | name | unset: the runtime picks `shm` when every PE is on this host (`local_size == n_pes`), else `tcp;ofi_rxm` |
 //! | `CPNET_FABRIC_NODE` | local address the provider binds to (tcp) | host name or IP | unset: the local address of this PE's connection to the rendezvous, i.e. the interface through which this host reaches PE 0's (`127.0.0.1` under `cpnet-run`; set it where the fabric should use another network than the rendezvous); `127.0.0.1` for a single PE |
 //! | `CPNET_HEAP_SIZE` | symmetric heap per PE | bytes; a `K`, `M` or `G` suffix (also `KiB`, `MiB`, `GiB`) multiplies by 1024, 1024², 1024³ | `64M` |
+//! | `CPNET_TEAMS` | entries of the team table (OpenSHMEM teams, `cmd.h` "Teams"): world, this host's PEs and up to `CPNET_TEAMS - 2` teams from splits alive at once; each has `CPNET_TEAM_SCRATCH` bytes of symmetric memory reserved past the end of `CPNET_HEAP_SIZE` | count, `2..=64` | `32` |
+//! | `CPNET_TEAM_SCRATCH` | symmetric scratch per team (its collectives' signals and data buffers): a reduction moves `(bytes - 320 - 8 x size) / (2 x size)` bytes per member per round | bytes (K/M), a multiple of 64, `4K..=64M` | `128K` |
 //! | `CPNET_PROXY_THREADS` | proxy service threads per PE | count, `1..=64` | `1` for CPU PEs, `4` for GPU PEs (each GPU operation costs a thread several µs of CUDA driver calls; 8 rings of an allreduce step took 190 µs on 1 thread and 64 µs on 8, docs/results.md) |
 //! | `CPNET_QUEUES` | command queues (work-group contexts) per PE | count, >= 1 | `64` |
 //! | `CPNET_QUEUE_DEPTH` | slots per queue | power of two, `2..=65536` | `64` |
@@ -153,6 +155,10 @@ pub const STAGE_BUFS: &str = "CPNET_STAGE_BUFS";
 pub const PROXY_IDLE_SLEEP: &str = "CPNET_PROXY_IDLE_SLEEP";
 /// `CPNET_AGENT_BYTES`: data of at most this many bytes moves through the landing agent.
 pub const AGENT_BYTES: &str = "CPNET_AGENT_BYTES";
+/// `CPNET_TEAMS`: entries of the team table.
+pub const TEAMS: &str = "CPNET_TEAMS";
+/// `CPNET_TEAM_SCRATCH`: symmetric scratch bytes per team.
+pub const TEAM_SCRATCH: &str = "CPNET_TEAM_SCRATCH";
 /// `CPNET_AGENT_LANES`: landing rings (each with its own agent) per proxy thread.
 pub const AGENT_LANES: &str = "CPNET_AGENT_LANES";
 /// `CPNET_AGENT_IDLE`: microseconds an idle landing agent waits before it exits.
@@ -414,6 +420,11 @@ pub struct Tuning {
     pub agent_idle: Duration,
     /// `CPNET_AGENT_LANES`: landing rings, each with its own agent, per proxy thread.
     pub agent_lanes: usize,
+    /// `CPNET_TEAMS`: entries of the team table (`2..=CPNET_MAX_TEAMS`).
+    pub teams: usize,
+    /// `CPNET_TEAM_SCRATCH`: symmetric scratch bytes per team, reserved past
+    /// the heap's end.
+    pub team_scratch: u64,
     /// `CPNET_PAYLOAD_BYTES`: requested bytes per payload slot (0: none);
     /// [`Tuning::payload_slot_bytes`] gives the size in use.
     pub payload_bytes: u32,
@@ -467,6 +478,8 @@ impl Default for Tuning {
             agent_bytes: 16 << 10,
             agent_idle: Duration::from_micros(2000),
             agent_lanes: 4,
+            teams: 32,
+            team_scratch: 128 << 10,
             payload_bytes: 4096,
             transport_map: false,
             proxy: ProxyMode::InProcess,
@@ -595,6 +608,19 @@ impl Tuning {
                 .filter(|n| (1..=10_000_000).contains(n))
                 .map(Duration::from_micros)
                 .ok_or_else(|| invalid(AGENT_IDLE, &v, "whole microseconds in 1..=10000000"))?;
+        }
+        if let Some(v) = get(TEAMS) {
+            let max = cpnet_device::layout::CPNET_MAX_TEAMS;
+            t.teams = v
+                .parse::<usize>()
+                .ok()
+                .filter(|n| (2..=max).contains(n))
+                .ok_or_else(|| invalid(TEAMS, &v, &format!("an integer in 2..={max}")))?;
+        }
+        if let Some(v) = get(TEAM_SCRATCH) {
+            t.team_scratch = parse_bytes(&v)
+                .filter(|b| (4096..=64 << 20).contains(b) && b % 64 == 0)
+                .ok_or_else(|| invalid(TEAM_SCRATCH, &v, "a multiple of 64 bytes in 4K..=64M, optionally with a K or M suffix"))?;
         }
         if let Some(v) = get(AGENT_LANES) {
             t.agent_lanes = v

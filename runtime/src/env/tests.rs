@@ -349,6 +349,11 @@ fn gpu_pes_default_to_more_proxy_threads_unless_told() {
     assert_eq!(Tuning::from_lookup(env(&[(AGENT_LANES, "8")])).unwrap().agent_lanes, 8);
     assert!(Tuning::from_lookup(env(&[(AGENT_LANES, "0")])).is_err());
     assert!(Tuning::from_lookup(env(&[(AGENT_LANES, "17")])).is_err());
+    let t = Tuning::from_lookup(env(&[(TEAMS, "4"), (TEAM_SCRATCH, "64K")])).unwrap();
+    assert_eq!((t.teams, t.team_scratch), (4, 65536));
+    for (name, bad) in [(TEAMS, "1"), (TEAMS, "65"), (TEAM_SCRATCH, "1K"), (TEAM_SCRATCH, "4100"), (TEAM_SCRATCH, "128M")] {
+        assert!(Tuning::from_lookup(env(&[(name, bad)])).is_err(), "{name}={bad}");
+    }
     assert_eq!(Tuning::from_lookup(env(&[])).unwrap().payload_bytes, 4096);
     assert_eq!(Tuning::from_lookup(env(&[(PAYLOAD_BYTES, "1K")])).unwrap().payload_bytes, 1024);
     assert_eq!(Tuning::from_lookup(env(&[(PAYLOAD_BYTES, "0")])).unwrap().payload_bytes, 0);

@@ -46,6 +46,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Scenario {
+    /// Every team collective (sync, barrier, broadcast, fcollect, collect,
+    /// alltoall, reductions of every type and operator) on the world, node,
+    /// strided and 2D-split teams, values checked; bad input; a split after
+    /// a destroy.
+    Collectives,
     /// Every operation of the device API, from every work-group, to the
     /// right neighbour and to this PE.
     Ops,
@@ -176,6 +181,7 @@ fn main() -> ExitCode {
         Scenario::StuckBarrier { late, sleep } => stuck_barrier(&pe, late, sleep),
         Scenario::Isolation { tag, hold } => cpnet_tests::isolation::isolation(&pe, tag, hold),
         Scenario::PeerDeath { victim } => peer_death(&pe, victim),
+        Scenario::Collectives => cpnet_tests::collectives::collectives(&pe),
     };
     match r.and_then(|()| pe.finalize().context("finalize")) {
         Ok(()) => {
