@@ -36,6 +36,7 @@
 use std::ffi::c_int;
 
 mod amo;
+mod gpu;
 mod reduce;
 mod rma;
 mod setup;
@@ -44,6 +45,7 @@ mod sync;
 mod team;
 
 pub use amo::*;
+pub use gpu::*;
 pub use rma::*;
 pub use setup::*;
 pub use sync::*;

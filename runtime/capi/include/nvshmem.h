@@ -1,0 +1,576 @@
+/*
+ * nvshmem.h -- NVSHMEM's names on cpnet, for CUDA C++ compiled with nvcc
+ * (issue 21 item 3). An NVSHMEM program builds against cpnet by changing its
+ * include and link lines only:
+ *
+ *     nvcc -arch=sm_90 -I$PREFIX/include prog.cu -L$PREFIX/lib -lcpnet -lcuda
+ *     cpnet-run -n 2 -- ./prog
+ *
+ * Device code is header-only: no -rdc, no device link step. Each
+ * translation unit keeps its own copy of the kernel handle in a
+ * `static __device__` variable, registered from a static initializer and
+ * filled by nvshmem_init (libcpnet's cpnet_gpu_publish).
+ *
+ * What maps onto what (docs/c-api.md, "CUDA C++ and NVSHMEM names"):
+ *
+ *  - Host: nvshmem_init / nvshmemx_init_attr (the launcher's ranks: with
+ *    NVSHMEMX_INIT_WITH_MPI_COMM the communicator must be MPI_COMM_WORLD of
+ *    the same launch), finalize, my_pe / n_pes, team_my_pe / team_n_pes
+ *    (NVSHMEM_TEAM_WORLD, NVSHMEMX_TEAM_NODE), malloc / calloc / align /
+ *    free, barrier_all, barrier_all_on_stream, quiet_on_stream,
+ *    collective_launch, global_exit.
+ *  - Device, thread scope: my_pe, n_pes, team_my_pe, team_n_pes, ptr, typed
+ *    p / g / put / get (+ _nbi), putmem / getmem, putmem_signal(_nbi),
+ *    signal_op, signal_wait_until, typed wait_until, quiet, fence,
+ *    barrier_all. These are the GPU's own loads and stores to a PE whose
+ *    heap it maps (same host, CPNET_GPU_IPC=1 and CPNET_GPU_P2P=1, the
+ *    defaults): a thread cannot use a work-group's command queue alone, so a
+ *    thread-scope operation to a PE of another host stops the kernel
+ *    (__trap) after printing which call and PE; use the _block forms there.
+ *  - Device, block scope (nvshmemx_*_block, every thread of the block
+ *    calls): typed put / get (+ _nbi), putmem / getmem, putmem_signal(_nbi),
+ *    barrier_all. Peer-to-peer where mapped; otherwise through a command
+ *    queue and the proxy (cpnet's network path), claimed for the call and
+ *    quieted before it returns, so the _nbi forms complete on return there.
+ *
+ * Ordering: peer-to-peer stores are complete at nvshmem_quiet (a system
+ * fence); queued operations are complete when their call returns. So
+ * quiet, fence and barrier_all keep their NVSHMEM meaning on both paths.
+ */
+#ifndef CPNET_NVSHMEM_H
+#define CPNET_NVSHMEM_H
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <cpnet/cpnet.h>
+#include <cpnet/device.cuh>
+
+typedef int32_t nvshmem_team_t;
+#define NVSHMEM_TEAM_WORLD CPNET_TEAM_WORLD
+#define NVSHMEMX_TEAM_NODE CPNET_TEAM_NODE
+#define NVSHMEM_TEAM_SHARED CPNET_TEAM_NODE
+#define NVSHMEM_TEAM_INVALID CPNET_TEAM_INVALID
+
+#define NVSHMEM_CMP_EQ CPNET_CMP_EQ
+#define NVSHMEM_CMP_NE CPNET_CMP_NE
+#define NVSHMEM_CMP_GT CPNET_CMP_GT
+#define NVSHMEM_CMP_GE CPNET_CMP_GE
+#define NVSHMEM_CMP_LT CPNET_CMP_LT
+#define NVSHMEM_CMP_LE CPNET_CMP_LE
+#define NVSHMEM_SIGNAL_SET CPNET_SIGNAL_SET
+#define NVSHMEM_SIGNAL_ADD CPNET_SIGNAL_ADD
+
+#define NVSHMEMX_SUCCESS 0
+#define NVSHMEMX_ERROR_INTERNAL 7
+#define NVSHMEMX_INIT_WITH_MPI_COMM 1
+typedef struct {
+    void* mpi_comm; /**< pointer to an MPI_Comm; must be MPI_COMM_WORLD's ranks */
+} nvshmemx_init_attr_t;
+#define NVSHMEMX_INIT_ATTR_INITIALIZER {0}
+
+namespace cpnet_nv {
+
+/** This translation unit's copy of the kernel handle. */
+static __device__ cpnet_handle_t handle;
+
+static void upload(const void* h, size_t bytes)
+{
+    const cudaError_t e = cudaMemcpyToSymbol(handle, h, bytes);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "cpnet: nvshmem.h: uploading the kernel handle: %s\n", cudaGetErrorString(e));
+        exit(1);
+    }
+}
+
+__attribute__((unused)) static const int registered = cpnet_gpu_register_upload(&upload);
+
+/** Stop the kernel with a message naming the call (errors are fatal, as in
+ *  NVSHMEM). */
+__device__ inline void fail(const char* routine, int pe, const char* why)
+{
+    printf("cpnet: nvshmem.h: PE %d block %d thread %d: %s (PE %d): %s\n", handle.my_pe,
+           (int)(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)), (int)threadIdx.x, routine, pe, why);
+    __trap();
+}
+
+/** Where this kernel reaches `p` (a symmetric address) of PE `pe` with its
+ *  own loads and stores; nullptr where it does not. */
+__device__ inline char* remote(const void* p, int pe)
+{
+    if (handle.peers == 0 || pe < 0 || pe >= handle.n_pes) return nullptr;
+    const uint64_t base = ((const uint64_t*)handle.peers)[pe];
+    const uint64_t off = (uint64_t)p - handle.heap_base;
+    if (base == 0 || off >= handle.heap_size) return nullptr;
+    return (char*)(base + off);
+}
+
+__device__ inline char* remote_or_fail(const char* routine, const void* p, int pe)
+{
+    char* r = remote(p, pe);
+    if (r == nullptr)
+        fail(routine, pe,
+             "thread-scope operation to a PE whose heap this GPU does not map (another host, or "
+             "CPNET_GPU_IPC/CPNET_GPU_P2P off): use the nvshmemx_*_block form");
+    return r;
+}
+
+/** Every PE's heap mapped: the barrier takes peer stores. The same answer on
+ *  every PE of a host whose IPC mappings all opened. */
+__device__ inline bool all_mapped()
+{
+    if (handle.peers == 0) return false;
+    for (int p = 0; p < handle.n_pes; ++p)
+        if (((const uint64_t*)handle.peers)[p] == 0) return false;
+    return true;
+}
+
+__device__ inline const cpnet_team_desc_t* team_desc(nvshmem_team_t t)
+{
+    if (handle.teams == 0 || t < 0 || (uint32_t)t >= handle.n_teams) return nullptr;
+    const cpnet_team_desc_t* d = (const cpnet_team_desc_t*)handle.teams + t;
+    return d->size > 0 ? d : nullptr;
+}
+
+__device__ inline uint64_t now_ns()
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/** Spin until `*w >= v` (acquire), or fail after handle.wait_timeout_ns. */
+__device__ inline uint64_t wait_ge(const char* routine, const uint64_t* w, uint64_t v)
+{
+    const uint64_t t0 = now_ns();
+    for (;;) {
+        const uint64_t x = cpnet_ld_acquire_sys_u64(w);
+        if (x >= v) return x;
+        if (handle.wait_timeout_ns != 0 && now_ns() - t0 > handle.wait_timeout_ns)
+            fail(routine, handle.my_pe, "timed out (CPNET_WAIT_TIMEOUT)");
+    }
+}
+
+/** The world team's sync by one thread over peer stores: the protocol of
+ *  cpnet_team_sync (cmd.h "Teams": epoch from SEQ, dissemination rounds on
+ *  SYNC[k]), so the two may be mixed. */
+__device__ inline void barrier_p2p(const char* routine)
+{
+    const cpnet_team_desc_t* w = team_desc(NVSHMEM_TEAM_WORLD);
+    if (w == nullptr) fail(routine, handle.my_pe, "no team table (libcpnet older than nvshmem.h?)");
+    __threadfence_system(); /* quiet: this thread's peer stores */
+    char* scratch = (char*)(handle.heap_base + w->scratch);
+    uint64_t* seq = (uint64_t*)(scratch + CPNET_TEAM_SCR_SEQ);
+    const uint64_t e = *seq + 1;
+    *seq = e;
+    const int n = w->size, me = w->my_idx;
+    for (int k = 0; (1LL << k) < n; ++k) {
+        uint64_t* mine = (uint64_t*)(scratch + CPNET_TEAM_SCR_SYNC + 8 * k);
+        const int partner = (int)((me + (1LL << k)) % n);
+        uint64_t* theirs = (uint64_t*)remote_or_fail(routine, mine, w->start + partner * w->stride);
+        cpnet_st_release_sys_u64(theirs, e);
+        wait_ge(routine, mine, e);
+    }
+}
+
+/** Run `f(ctx)` on a command queue claimed for the call, then quiet and
+ *  release it. Every thread of the block calls it. */
+template <typename F>
+__device__ inline void with_queue(const char* routine, int pe, F f)
+{
+    __shared__ cpnet_ctx_t ctx;
+    int e;
+    const uint64_t t0 = now_ns();
+    while ((e = cpnet_ctx_create(&handle, &ctx)) == CPNET_E_NO_QUEUE) {
+        if (handle.wait_timeout_ns != 0 && now_ns() - t0 > handle.wait_timeout_ns) break;
+        cpnet_sleep_ns(1000);
+    }
+    if (e != CPNET_E_OK) fail(routine, pe, "no command queue (raise CPNET_QUEUES)");
+    e = f(&ctx);
+    const int d = cpnet_ctx_destroy(&ctx);
+    if (e == CPNET_E_OK) e = d;
+    if (e != CPNET_E_OK) {
+        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0)
+            printf("cpnet: nvshmem.h: PE %d: %s to PE %d failed: cpnet error %d\n", handle.my_pe, routine, pe, e);
+        __trap();
+    }
+}
+
+__device__ inline void block_copy(char* dst, const char* src, size_t n)
+{
+    const size_t nt = (size_t)blockDim.x * blockDim.y * blockDim.z;
+    const size_t t = threadIdx.x + blockDim.x * (threadIdx.y + (size_t)blockDim.y * threadIdx.z);
+    if ((((uintptr_t)dst | (uintptr_t)src | n) & 15) == 0) {
+        for (size_t i = t; i < n / 16; i += nt) ((int4*)dst)[i] = ((const int4*)src)[i];
+    } else {
+        for (size_t i = t; i < n; i += nt) dst[i] = src[i];
+    }
+}
+
+__device__ inline void put_block(const char* routine, void* dest, const void* src, size_t n, int pe)
+{
+    char* r = remote(dest, pe);
+    if (r != nullptr) {
+        block_copy(r, (const char*)src, n);
+        __syncthreads();
+        return;
+    }
+    with_queue(routine, pe, [&](cpnet_ctx_t* c) { return cpnet_putmem(c, dest, src, n, pe); });
+}
+
+__device__ inline void get_block(const char* routine, void* dest, const void* src, size_t n, int pe)
+{
+    const char* r = remote(src, pe);
+    if (r != nullptr) {
+        block_copy((char*)dest, r, n);
+        __syncthreads();
+        return;
+    }
+    with_queue(routine, pe, [&](cpnet_ctx_t* c) { return cpnet_getmem(c, dest, src, n, pe); });
+}
+
+__device__ inline void signal_p2p(const char* routine, uint64_t* sig, uint64_t v, int op, int pe)
+{
+    uint64_t* r = (uint64_t*)remote_or_fail(routine, sig, pe);
+    if (op == NVSHMEM_SIGNAL_SET)
+        cpnet_st_release_sys_u64(r, v);
+    else {
+        __threadfence_system();
+        atomicAdd_system((unsigned long long*)r, (unsigned long long)v);
+    }
+}
+
+static __global__ void barrier_all_kernel();
+
+} /* namespace cpnet_nv */
+
+/* ------------------------------------------------------------------------ */
+/* Setup and queries (host; my_pe / n_pes / team queries also on the device) */
+/* ------------------------------------------------------------------------ */
+
+/** Start the PE (collective; nvshmem_init): cpnet's GPU PE on device
+ *  local rank % device count, made the CUDA runtime's current device. */
+static inline void nvshmem_init(void)
+{
+    cpnet_gpu_init("nvshmem_init");
+    const cudaError_t e = cudaSetDevice(cpnet_gpu_device("nvshmem_init"));
+    if (e != cudaSuccess) {
+        fprintf(stderr, "cpnet: nvshmem_init: cudaSetDevice: %s\n", cudaGetErrorString(e));
+        exit(1);
+    }
+    cpnet_gpu_publish("nvshmem_init");
+}
+
+/** nvshmemx_init_attr: as nvshmem_init; the PEs are the launcher's ranks
+ *  (an MPI communicator in `attr` must span them all, as MPI_COMM_WORLD). */
+static inline int nvshmemx_init_attr(unsigned int flags, nvshmemx_init_attr_t* attr)
+{
+    (void)flags;
+    (void)attr;
+    nvshmem_init();
+    return NVSHMEMX_SUCCESS;
+}
+
+/** End the PE (collective; nvshmem_finalize). */
+static inline void nvshmem_finalize(void) { cpnet_gpu_finalize("nvshmem_finalize"); }
+
+__host__ __device__ inline int nvshmem_my_pe(void)
+{
+#ifdef __CUDA_ARCH__
+    return cpnet_nv::handle.my_pe;
+#else
+    return cpnet_gpu_my_pe();
+#endif
+}
+
+__host__ __device__ inline int nvshmem_n_pes(void)
+{
+#ifdef __CUDA_ARCH__
+    return cpnet_nv::handle.n_pes;
+#else
+    return cpnet_gpu_n_pes();
+#endif
+}
+
+/** This PE's number in `team`, -1 if not a member or not a team. */
+__host__ __device__ inline int nvshmem_team_my_pe(nvshmem_team_t team)
+{
+#ifdef __CUDA_ARCH__
+    const cpnet_team_desc_t* d = cpnet_nv::team_desc(team);
+    return d ? d->my_idx : -1;
+#else
+    return cpnet_gpu_team_my_pe("nvshmem_team_my_pe", team);
+#endif
+}
+
+/** PEs in `team`, -1 if not a team. */
+__host__ __device__ inline int nvshmem_team_n_pes(nvshmem_team_t team)
+{
+#ifdef __CUDA_ARCH__
+    const cpnet_team_desc_t* d = cpnet_nv::team_desc(team);
+    return d ? d->size : -1;
+#else
+    return cpnet_gpu_team_n_pes("nvshmem_team_n_pes", team);
+#endif
+}
+
+/** Symmetric GPU memory (collective): the same offset on every PE, zeroed. */
+static inline void* nvshmem_malloc(size_t bytes) { return cpnet_gpu_malloc("nvshmem_malloc", bytes, 1); }
+static inline void* nvshmem_calloc(size_t count, size_t size) { return cpnet_gpu_malloc("nvshmem_calloc", count * size, 1); }
+static inline void* nvshmem_align(size_t alignment, size_t bytes) { return cpnet_gpu_malloc("nvshmem_align", bytes, alignment); }
+static inline void nvshmem_free(void* p) { cpnet_gpu_free("nvshmem_free", p); }
+
+
+/** A one-block barrier kernel on `stream` (collective: every PE calls it). */
+static inline void nvshmemx_barrier_all_on_stream(cudaStream_t stream)
+{
+    cpnet_nv::barrier_all_kernel<<<1, 32, 0, stream>>>();
+}
+
+/** Operations of kernels earlier on `stream` are complete when they end
+ *  (peer stores at kernel end; queued ones within their calls): nothing to
+ *  add. */
+static inline void nvshmemx_quiet_on_stream(cudaStream_t stream) { (void)stream; }
+
+/** Launch `func` with every block resident at once (cudaLaunchCooperativeKernel),
+ *  as kernels that wait on each other need. */
+static inline int nvshmemx_collective_launch(const void* func, dim3 grid, dim3 block, void** args, size_t shmem,
+                                             cudaStream_t stream)
+{
+    return cudaLaunchCooperativeKernel(func, grid, block, args, shmem, stream) == cudaSuccess
+               ? NVSHMEMX_SUCCESS
+               : NVSHMEMX_ERROR_INTERNAL;
+}
+
+/** Tell every PE this one is failing and exit with `status`. */
+static inline void nvshmem_global_exit(int status)
+{
+    fprintf(stderr, "cpnet: PE %d: nvshmem_global_exit(%d)\n", cpnet_gpu_my_pe(), status);
+    exit(status);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Device: thread scope                                                       */
+/* ------------------------------------------------------------------------ */
+
+/** The address of `dest` of PE `pe` as this kernel's loads and stores reach
+ *  it, or NULL. */
+__device__ inline void* nvshmem_ptr(const void* dest, int pe) { return cpnet_nv::remote(dest, pe); }
+
+/** Complete this thread's peer stores (device; queued operations are
+ *  complete when their calls return). On the host there is nothing to
+ *  complete: the host issues no operations. */
+__host__ __device__ inline void nvshmem_quiet(void)
+{
+#ifdef __CUDA_ARCH__
+    __threadfence_system();
+#endif
+}
+__host__ __device__ inline void nvshmem_fence(void)
+{
+#ifdef __CUDA_ARCH__
+    __threadfence_system();
+#endif
+}
+
+__device__ inline void nvshmem_putmem(void* dest, const void* source, size_t nbytes, int pe)
+{
+    char* r = cpnet_nv::remote_or_fail("nvshmem_putmem", dest, pe);
+    for (size_t i = 0; i < nbytes; ++i) r[i] = ((const char*)source)[i];
+}
+__device__ inline void nvshmem_putmem_nbi(void* dest, const void* source, size_t nbytes, int pe)
+{
+    nvshmem_putmem(dest, source, nbytes, pe);
+}
+__device__ inline void nvshmem_getmem(void* dest, const void* source, size_t nbytes, int pe)
+{
+    const char* r = cpnet_nv::remote_or_fail("nvshmem_getmem", source, pe);
+    for (size_t i = 0; i < nbytes; ++i) ((char*)dest)[i] = r[i];
+}
+__device__ inline void nvshmem_getmem_nbi(void* dest, const void* source, size_t nbytes, int pe)
+{
+    nvshmem_getmem(dest, source, nbytes, pe);
+}
+
+/** Put then signal (SET or ADD), the signal visible after the data. */
+__device__ inline void nvshmem_putmem_signal(void* dest, const void* source, size_t nbytes, uint64_t* sig_addr,
+                                             uint64_t signal, int sig_op, int pe)
+{
+    nvshmem_putmem(dest, source, nbytes, pe);
+    cpnet_nv::signal_p2p("nvshmem_putmem_signal", sig_addr, signal, sig_op, pe);
+}
+__device__ inline void nvshmem_putmem_signal_nbi(void* dest, const void* source, size_t nbytes, uint64_t* sig_addr,
+                                                 uint64_t signal, int sig_op, int pe)
+{
+    nvshmem_putmem_signal(dest, source, nbytes, sig_addr, signal, sig_op, pe);
+}
+__device__ inline void nvshmemx_signal_op(uint64_t* sig_addr, uint64_t signal, int sig_op, int pe)
+{
+    cpnet_nv::signal_p2p("nvshmemx_signal_op", sig_addr, signal, sig_op, pe);
+}
+
+/** Wait until the local signal word satisfies `cmp` against `value`;
+ *  returns the value seen. */
+__device__ inline uint64_t nvshmem_signal_wait_until(uint64_t* sig_addr, int cmp, uint64_t value)
+{
+    const uint64_t t0 = cpnet_nv::now_ns();
+    for (;;) {
+        const uint64_t x = cpnet_ld_acquire_sys_u64(sig_addr);
+        bool ok;
+        switch (cmp) {
+        case NVSHMEM_CMP_EQ: ok = x == value; break;
+        case NVSHMEM_CMP_NE: ok = x != value; break;
+        case NVSHMEM_CMP_GT: ok = x > value; break;
+        case NVSHMEM_CMP_GE: ok = x >= value; break;
+        case NVSHMEM_CMP_LT: ok = x < value; break;
+        case NVSHMEM_CMP_LE: ok = x <= value; break;
+        default: cpnet_nv::fail("nvshmem_signal_wait_until", nvshmem_my_pe(), "unknown comparison"); ok = true;
+        }
+        if (ok) return x;
+        if (cpnet_nv::handle.wait_timeout_ns != 0 && cpnet_nv::now_ns() - t0 > cpnet_nv::handle.wait_timeout_ns)
+            cpnet_nv::fail("nvshmem_signal_wait_until", nvshmem_my_pe(), "timed out (CPNET_WAIT_TIMEOUT)");
+    }
+}
+
+/** Every PE reached it, and every operation issued before it is complete.
+ *  Host (collective): waits for this GPU's work first. Device: one thread
+ *  per PE calls it, over peer stores (every PE's heap must be mapped). */
+__host__ __device__ inline void nvshmem_barrier_all(void)
+{
+#ifdef __CUDA_ARCH__
+    cpnet_nv::barrier_p2p("nvshmem_barrier_all");
+#else
+    cpnet_gpu_barrier_all("nvshmem_barrier_all");
+#endif
+}
+
+/* Typed thread-scope RMA and waits: nvshmem_TYPENAME_{p,g,put,get,put_nbi,get_nbi}. */
+#define CPNET_NV_RMA(NAME, TYPE)                                                                        \
+    __device__ inline void nvshmem_##NAME##_p(TYPE* dest, TYPE value, int pe)                           \
+    {                                                                                                   \
+        *(volatile TYPE*)cpnet_nv::remote_or_fail("nvshmem_" #NAME "_p", dest, pe) = value;            \
+    }                                                                                                   \
+    __device__ inline TYPE nvshmem_##NAME##_g(const TYPE* source, int pe)                               \
+    {                                                                                                   \
+        return *(volatile const TYPE*)cpnet_nv::remote_or_fail("nvshmem_" #NAME "_g", source, pe);     \
+    }                                                                                                   \
+    __device__ inline void nvshmem_##NAME##_put(TYPE* dest, const TYPE* source, size_t nelems, int pe) \
+    {                                                                                                   \
+        nvshmem_putmem(dest, source, nelems * sizeof(TYPE), pe);                                        \
+    }                                                                                                   \
+    __device__ inline void nvshmem_##NAME##_put_nbi(TYPE* dest, const TYPE* source, size_t nelems, int pe) \
+    {                                                                                                   \
+        nvshmem_putmem(dest, source, nelems * sizeof(TYPE), pe);                                        \
+    }                                                                                                   \
+    __device__ inline void nvshmem_##NAME##_get(TYPE* dest, const TYPE* source, size_t nelems, int pe) \
+    {                                                                                                   \
+        nvshmem_getmem(dest, source, nelems * sizeof(TYPE), pe);                                        \
+    }                                                                                                   \
+    __device__ inline void nvshmem_##NAME##_get_nbi(TYPE* dest, const TYPE* source, size_t nelems, int pe) \
+    {                                                                                                   \
+        nvshmem_getmem(dest, source, nelems * sizeof(TYPE), pe);                                        \
+    }                                                                                                   \
+    __device__ inline void nvshmemx_##NAME##_put_block(TYPE* dest, const TYPE* source, size_t nelems, int pe) \
+    {                                                                                                   \
+        cpnet_nv::put_block("nvshmemx_" #NAME "_put_block", dest, source, nelems * sizeof(TYPE), pe);  \
+    }                                                                                                   \
+    __device__ inline void nvshmemx_##NAME##_put_nbi_block(TYPE* dest, const TYPE* source, size_t nelems, int pe) \
+    {                                                                                                   \
+        cpnet_nv::put_block("nvshmemx_" #NAME "_put_nbi_block", dest, source, nelems * sizeof(TYPE), pe); \
+    }                                                                                                   \
+    __device__ inline void nvshmemx_##NAME##_get_block(TYPE* dest, const TYPE* source, size_t nelems, int pe) \
+    {                                                                                                   \
+        cpnet_nv::get_block("nvshmemx_" #NAME "_get_block", dest, source, nelems * sizeof(TYPE), pe);  \
+    }                                                                                                   \
+    __device__ inline void nvshmemx_##NAME##_get_nbi_block(TYPE* dest, const TYPE* source, size_t nelems, int pe) \
+    {                                                                                                   \
+        cpnet_nv::get_block("nvshmemx_" #NAME "_get_nbi_block", dest, source, nelems * sizeof(TYPE), pe); \
+    }
+CPNET_RMA_TYPES(CPNET_NV_RMA)
+#undef CPNET_NV_RMA
+
+#define CPNET_NV_WAIT(NAME, TYPE)                                                                       \
+    __device__ inline void nvshmem_##NAME##_wait_until(TYPE* ivar, int cmp, TYPE value)                 \
+    {                                                                                                   \
+        const uint64_t t0 = cpnet_nv::now_ns();                                                         \
+        for (;;) {                                                                                      \
+            const TYPE x = *(volatile TYPE*)ivar;                                                       \
+            if ((cmp == NVSHMEM_CMP_EQ && x == value) || (cmp == NVSHMEM_CMP_NE && x != value) ||       \
+                (cmp == NVSHMEM_CMP_GT && x > value) || (cmp == NVSHMEM_CMP_GE && x >= value) ||        \
+                (cmp == NVSHMEM_CMP_LT && x < value) || (cmp == NVSHMEM_CMP_LE && x <= value)) {        \
+                __threadfence_system();                                                                 \
+                return;                                                                                 \
+            }                                                                                           \
+            if (cpnet_nv::handle.wait_timeout_ns != 0 &&                                                \
+                cpnet_nv::now_ns() - t0 > cpnet_nv::handle.wait_timeout_ns)                             \
+                cpnet_nv::fail("nvshmem_" #NAME "_wait_until", nvshmem_my_pe(), "timed out (CPNET_WAIT_TIMEOUT)"); \
+        }                                                                                               \
+    }
+CPNET_P2P_TYPES(CPNET_NV_WAIT)
+#undef CPNET_NV_WAIT
+
+/* ------------------------------------------------------------------------ */
+/* Device: block scope (every thread of the block calls)                      */
+/* ------------------------------------------------------------------------ */
+
+__device__ inline void nvshmemx_putmem_block(void* dest, const void* source, size_t nbytes, int pe)
+{
+    cpnet_nv::put_block("nvshmemx_putmem_block", dest, source, nbytes, pe);
+}
+__device__ inline void nvshmemx_putmem_nbi_block(void* dest, const void* source, size_t nbytes, int pe)
+{
+    cpnet_nv::put_block("nvshmemx_putmem_nbi_block", dest, source, nbytes, pe);
+}
+__device__ inline void nvshmemx_getmem_block(void* dest, const void* source, size_t nbytes, int pe)
+{
+    cpnet_nv::get_block("nvshmemx_getmem_block", dest, source, nbytes, pe);
+}
+__device__ inline void nvshmemx_getmem_nbi_block(void* dest, const void* source, size_t nbytes, int pe)
+{
+    cpnet_nv::get_block("nvshmemx_getmem_nbi_block", dest, source, nbytes, pe);
+}
+
+/** Put then signal, block scope: peer stores, a block barrier, the signal
+ *  by one thread after a system fence; or one queued put-with-signal. */
+__device__ inline void nvshmemx_putmem_signal_block(void* dest, const void* source, size_t nbytes, uint64_t* sig_addr,
+                                                    uint64_t signal, int sig_op, int pe)
+{
+    if (cpnet_nv::remote(dest, pe) != nullptr && cpnet_nv::remote(sig_addr, pe) != nullptr) {
+        cpnet_nv::put_block("nvshmemx_putmem_signal_block", dest, source, nbytes, pe);
+        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+            __threadfence_system();
+            cpnet_nv::signal_p2p("nvshmemx_putmem_signal_block", sig_addr, signal, sig_op, pe);
+        }
+        __syncthreads();
+        return;
+    }
+    cpnet_nv::with_queue("nvshmemx_putmem_signal_block", pe, [&](cpnet_ctx_t* c) {
+        return cpnet_putmem_signal(c, dest, source, nbytes, sig_addr, signal, sig_op, pe);
+    });
+}
+__device__ inline void nvshmemx_putmem_signal_nbi_block(void* dest, const void* source, size_t nbytes,
+                                                        uint64_t* sig_addr, uint64_t signal, int sig_op, int pe)
+{
+    nvshmemx_putmem_signal_block(dest, source, nbytes, sig_addr, signal, sig_op, pe);
+}
+
+/** Barrier of every PE by one block per PE: peer stores where every heap
+ *  is mapped (cpnet_team_sync's protocol on the world team), else the
+ *  proxy's barrier. */
+__device__ inline void nvshmemx_barrier_all_block(void)
+{
+    if (cpnet_nv::all_mapped()) {
+        __syncthreads();
+        if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) cpnet_nv::barrier_p2p("nvshmemx_barrier_all_block");
+        __syncthreads();
+        return;
+    }
+    cpnet_nv::with_queue("nvshmemx_barrier_all_block", nvshmem_my_pe(),
+                         [&](cpnet_ctx_t* c) { return cpnet_barrier_all(c); });
+}
+
+namespace cpnet_nv {
+static __global__ void barrier_all_kernel() { nvshmemx_barrier_all_block(); }
+}
+
+#endif /* CPNET_NVSHMEM_H */

@@ -1,0 +1,262 @@
+//! GPU PEs from C and CUDA C++: the host half of `nvshmem.h` (issue 21
+//! item 3). One [`rt::GpuPe`] per process, started by `cpnet_gpu_init`; the
+//! kernel handle it gives (`cpnet_handle_t`, `cmd.h`) is what the device
+//! half of `nvshmem.h` reads. Each CUDA translation unit that includes
+//! `nvshmem.h` keeps its own copy of the handle in a `static __device__`
+//! variable (no relocatable device code needed) and registers a function
+//! that uploads it ([`cpnet_gpu_register_upload`]); init calls them all.
+//!
+//! Errors are fatal, as in the rest of this library: the routine's name and
+//! the reason are printed and the process exits with status 1.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use cpnet_device::cpu::SymAddr;
+use cpnet_device::layout::CPNET_HANDLE_BYTES;
+use rt::GpuPe;
+
+use crate::state::fatal;
+
+/// An upload callback of a translation unit: copies the handle (`bytes`
+/// bytes at `handle`) into its `static __device__` copy.
+pub type CpnetUploadFn = Option<unsafe extern "C" fn(handle: *const c_void, bytes: usize)>;
+
+struct Gpu {
+    pe: Option<GpuPe>,
+    uploads: Vec<unsafe extern "C" fn(*const c_void, usize)>,
+    /// `cpnet_gpu_publish` ran: later registrations upload at once.
+    published: bool,
+}
+
+static GPU: Mutex<Gpu> = Mutex::new(Gpu { pe: None, uploads: Vec::new(), published: false });
+static MY_PE: AtomicI32 = AtomicI32::new(-1);
+static N_PES: AtomicI32 = AtomicI32::new(-1);
+
+fn gpu() -> MutexGuard<'static, Gpu> {
+    GPU.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The PE, or fatal ("called before nvshmem_init").
+fn with_pe<R>(routine: *const c_char, f: impl FnOnce(&GpuPe) -> R) -> R {
+    let g = gpu();
+    match g.pe.as_ref() {
+        Some(pe) => f(pe),
+        None => {
+            drop(g);
+            fatal(routine, "called before nvshmem_init (cpnet_gpu_init)")
+        }
+    }
+}
+
+fn handle_bytes(pe: &GpuPe) -> [u8; CPNET_HANDLE_BYTES] {
+    let h = pe.handle().0;
+    // SAFETY: Handle is repr(C) plain data of exactly CPNET_HANDLE_BYTES
+    // bytes (asserted in cpnet_device::layout) with no padding.
+    unsafe { std::mem::transmute::<cpnet_device::layout::Handle, [u8; CPNET_HANDLE_BYTES]>(h) }
+}
+
+/// Start this process's GPU PE (`nvshmem_init`): the launcher's
+/// environment (`cpnet-run`, mpirun, srun), device `local rank % device
+/// count`, the symmetric heap in GPU memory, the proxy. **Collective.**
+/// A second call does nothing. Then make [`cpnet_gpu_device`] current
+/// (`cudaSetDevice`) and call [`cpnet_gpu_publish`].
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cpnet_gpu_init(routine: *const c_char) {
+    let mut g = gpu();
+    if g.pe.is_some() {
+        return;
+    }
+    let pe = match GpuPe::init() {
+        Ok(pe) => pe,
+        Err(e) => {
+            drop(g);
+            fatal(routine, &format!("init failed: {e}"))
+        }
+    };
+    MY_PE.store(pe.my_pe(), Ordering::Release);
+    N_PES.store(pe.n_pes(), Ordering::Release);
+    g.pe = Some(pe);
+}
+
+/// Give every registered translation unit the kernel handle (each copies it
+/// into its `static __device__` copy on the CUDA runtime's current device,
+/// which the caller made [`cpnet_gpu_device`]); later registrations get it
+/// at once. Local.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cpnet_gpu_publish(routine: *const c_char) {
+    let mut g = gpu();
+    let Some(pe) = g.pe.as_ref() else {
+        drop(g);
+        fatal(routine, "called before nvshmem_init (cpnet_gpu_init)");
+    };
+    let h = handle_bytes(pe);
+    for f in &g.uploads {
+        // SAFETY: `f` was registered by a translation unit of this program
+        // (cpnet_gpu_register_upload's contract); it reads `h` only.
+        unsafe { f(h.as_ptr().cast(), h.len()) };
+    }
+    g.published = true;
+}
+
+/// Register a translation unit's upload function (`nvshmem.h` does it from
+/// a static initializer); called at once if the PE is already up.
+///
+/// # Safety
+/// `f` stays callable for the life of the process.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cpnet_gpu_register_upload(f: CpnetUploadFn) -> c_int {
+    let Some(f) = f else { return 0 };
+    let mut g = gpu();
+    if let Some(pe) = g.pe.as_ref().filter(|_| g.published) {
+        let h = handle_bytes(pe);
+        // SAFETY: as in cpnet_gpu_init.
+        unsafe { f(h.as_ptr().cast(), h.len()) };
+    }
+    g.uploads.push(f);
+    1
+}
+
+/// The CUDA device ordinal this PE uses (`nvshmem.h` makes it current with
+/// `cudaSetDevice` after init). Local.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cpnet_gpu_device(routine: *const c_char) -> c_int {
+    with_pe(routine, |pe| pe.cuda().ordinal() as c_int)
+}
+
+/// This PE's number (`nvshmem_my_pe`), -1 before init. Local.
+#[unsafe(no_mangle)]
+pub extern "C" fn cpnet_gpu_my_pe() -> c_int {
+    MY_PE.load(Ordering::Acquire)
+}
+
+/// Number of PEs (`nvshmem_n_pes`), -1 before init. Local.
+#[unsafe(no_mangle)]
+pub extern "C" fn cpnet_gpu_n_pes() -> c_int {
+    N_PES.load(Ordering::Acquire)
+}
+
+/// This PE's number in team `team` (`nvshmem_team_my_pe`): the world team
+/// (0) and the node team (1); -1 for any other handle. Local.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cpnet_gpu_team_my_pe(routine: *const c_char, team: c_int) -> c_int {
+    with_pe(routine, |pe| match team {
+        0 => pe.team_world().my_pe(),
+        1 => pe.team_node().my_pe(),
+        _ => -1,
+    })
+}
+
+/// Number of PEs in team `team` (`nvshmem_team_n_pes`): world (0) and node
+/// (1); -1 for any other handle. Local.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cpnet_gpu_team_n_pes(routine: *const c_char, team: c_int) -> c_int {
+    with_pe(routine, |pe| match team {
+        0 => pe.team_world().n_pes(),
+        1 => pe.team_node().n_pes(),
+        _ => -1,
+    })
+}
+
+/// `bytes` of symmetric GPU memory aligned to `align` (a power of two, at
+/// most 64; `nvshmem_malloc`, `nvshmem_align`): the device address, the
+/// same heap offset on every PE, zeroed; null for 0 bytes. **Collective**,
+/// with the same arguments on every PE. Fatal when the heap is full
+/// (`CPNET_HEAP_SIZE`).
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cpnet_gpu_malloc(routine: *const c_char, bytes: usize, align: usize) -> *mut c_void {
+    if bytes == 0 {
+        return std::ptr::null_mut();
+    }
+    if !align.is_power_of_two() || align > rt::pe::SHMALLOC_ALIGN as usize {
+        fatal(routine, &format!("alignment {align}: a power of two up to {} is supported", rt::pe::SHMALLOC_ALIGN));
+    }
+    let r = with_pe(routine, |pe| pe.shmalloc(bytes as u64).map(|a| pe.dev_ptr(a)));
+    match r {
+        Ok(p) => p as *mut c_void,
+        Err(e) => fatal(routine, &e.to_string()),
+    }
+}
+
+/// Free a block of [`cpnet_gpu_malloc`] (`nvshmem_free`); null does
+/// nothing. **Collective.**
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cpnet_gpu_free(routine: *const c_char, ptr: *mut c_void) {
+    if ptr.is_null() {
+        return;
+    }
+    let r = with_pe(routine, |pe| {
+        let base = pe.dev_ptr(SymAddr(0));
+        let off = (ptr as u64).wrapping_sub(base);
+        if off >= pe.heap_size() {
+            return Err(format!("{ptr:p} is not in the symmetric heap"));
+        }
+        pe.shfree(SymAddr(off)).map_err(|e| e.to_string())
+    });
+    if let Err(why) = r {
+        fatal(routine, &why);
+    }
+}
+
+/// Wait for all work on this PE's GPU (`cuCtxSynchronize`), then for every
+/// PE (`nvshmem_barrier_all` from the host): kernels' puts, queued or
+/// peer-to-peer, are complete at their targets when it returns. A kernel
+/// fault or a device-side error (a wait that timed out) is fatal.
+/// **Collective.**
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cpnet_gpu_barrier_all(routine: *const c_char) {
+    if let Err(why) = with_pe(routine, |pe| {
+        pe.cuda().synchronize().map_err(|e| format!("cuCtxSynchronize: {e:?}"))?;
+        pe.check_status().map_err(|e| e.to_string())?;
+        pe.barrier_all().map_err(|e| e.to_string())
+    }) {
+        fatal(routine, &why);
+    }
+}
+
+/// End the PE (`nvshmem_finalize`): synchronize, barrier, stop the proxy.
+/// **Collective.**
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cpnet_gpu_finalize(routine: *const c_char) {
+    let pe = {
+        let mut g = gpu();
+        g.published = false;
+        g.pe.take()
+    };
+    let Some(pe) = pe else {
+        fatal(routine, "called before nvshmem_init (cpnet_gpu_init)");
+    };
+    MY_PE.store(-1, Ordering::Release);
+    N_PES.store(-1, Ordering::Release);
+    if let Err(e) = pe.cuda().synchronize().map_err(|e| format!("cuCtxSynchronize: {e:?}")).and_then(|()| pe.finalize().map_err(|e| e.to_string())) {
+        fatal(routine, &e);
+    }
+}
