@@ -10,7 +10,12 @@
 #      compiled as C99 (no _Generic) and as C++;
 #   3. tests/c/errors.c: each bad input ends the job with a non-zero status
 #      and a message naming the routine (checked against the expected text);
-#   4. apps/c built by its Makefile against the installed library and run.
+#   4. apps/c built by its Makefile against the installed library and run;
+#   5. apps/cuda (nvshmem.h, CUDA C++) built with nvcc by its Makefile
+#      against the installed library: nvcc on PATH, else the one
+#      scripts/setup.sh installs from PyPI (nvidia-cuda-nvcc); without a GPU
+#      it must refuse to start with a clear message, with one it runs on 2
+#      PEs and checks every point.
 #
 # CPNET_TEST_C_PREFIX=DIR installs there instead of a temporary directory
 # (kept afterwards).
@@ -105,6 +110,31 @@ if make -s -C "$work/apps-c" CPNET_PREFIX="$prefix" >"$work/make.out" 2>&1 &&
   say "ok   apps/c/ring -np 2 and 4"
 else
   say "FAIL apps/c:"; cat "$work/make.out" "$work/ring.out" 2>/dev/null; fail=1
+fi
+
+# 5. the CUDA example (nvshmem.h), built with nvcc against the installed library only
+nvcc_bin=$(command -v nvcc || true)
+if [ -z "$nvcc_bin" ]; then
+  nvcc_bin=$(${PYTHON:-python3} -c 'import glob, importlib.util as u; s = u.find_spec("nvidia"); print(next(iter(sorted(p for r in (s.submodule_search_locations if s else []) for p in glob.glob(r + "/cu*/bin/nvcc"))), ""))' 2>/dev/null || true)
+fi
+if [ -z "$nvcc_bin" ]; then
+  say "skip apps/cuda: no nvcc (scripts/setup.sh installs it from PyPI: nvidia-cuda-nvcc)"
+else
+  rm -rf "$work/apps-cuda" && cp -r apps/cuda "$work/apps-cuda" && rm -f "$work/apps-cuda/jacobi"
+  if make -s -C "$work/apps-cuda" PREFIX="$prefix" NVCC="$nvcc_bin" >"$work/nvcc.out" 2>&1; then
+    say "ok   apps/cuda/jacobi built with $("$nvcc_bin" --version | sed -n 's/.*release \([0-9.]*\).*/nvcc \1/p') against the installed nvshmem.h, no -rdc"
+    rc=0
+    timeout 120 cpnet-run -n 2 -- "$work/apps-cuda/jacobi" -nx 256 -ny 258 -iters 100 >"$work/jacobi.out" 2>&1 || rc=$?
+    if grep -q "jacobi: 2 PEs, 0 wrong points in all: OK" "$work/jacobi.out" && [ "$rc" = 0 ]; then
+      say "ok   apps/cuda/jacobi -n 2 on the GPU, every point checked"
+    elif [ "$rc" = 1 ] && grep -q "nvshmem_init: init failed: no GPU" "$work/jacobi.out"; then
+      say "ok   apps/cuda/jacobi without a GPU: \"$(grep -m1 'no GPU' "$work/jacobi.out")\""
+    else
+      say "FAIL apps/cuda/jacobi (status $rc):"; cat "$work/jacobi.out"; fail=1
+    fi
+  else
+    say "FAIL apps/cuda (nvcc):"; cat "$work/nvcc.out"; fail=1
+  fi
 fi
 
 say "done in $(( $(date +%s) - start )) s: $([ $fail = 0 ] && echo 'all passed' || echo 'FAILURES above')"
