@@ -101,6 +101,11 @@ pub struct Args {
     /// Switch back to top-down when the frontier has fewer than n / beta vertices.
     #[arg(long, default_value_t = 24.0)]
     pub beta: f64,
+    /// GPU variants: thread blocks per PE (default: as many as fit on the
+    /// GPU at once, shared among its PEs, less room for the proxy's
+    /// landing agents).
+    #[arg(long)]
+    pub wgs: Option<u32>,
     /// Input, validation and placement flags.
     #[command(flatten)]
     pub g: GraphFlags,

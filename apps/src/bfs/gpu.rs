@@ -38,8 +38,9 @@
 //! # `-variant intra-kernel`
 //!
 //! One cooperative launch per search (`bfs_persistent`, as many blocks as
-//! fit on the GPU at once, shared among the PEs of the GPU under MPS) runs
-//! init and every round, with grid barriers after init, after each expand
+//! fit on the GPU at once, shared among the PEs of the GPU under MPS, less
+//! [`AGENT_ROOM`] for the proxy's landing agents; or `-wgs`) runs init and
+//! every round, with grid barriers after init, after each expand
 //! and after each receive; the first `min(blocks, PEs)` blocks hold a cpnet
 //! context and send.
 //!
@@ -86,6 +87,13 @@ mod st {
     /// Pairs for each destination (one word per PE from here).
     pub const OUT: usize = 4;
 }
+
+/// Block slots the default grid leaves free on the GPU, per PE: the
+/// proxy's landing agents (one block each, up to 4 per proxy thread) apply
+/// incoming data and signals to the heap on the network path, and the
+/// signals of large peer puts; a persistent grid that takes every slot
+/// starves them and the first exchange never completes.
+const AGENT_ROOM: u32 = 16;
 
 /// [`st::TOTAL`] after a failed exchange.
 const TOTAL_FAILED: u64 = u64::MAX;
@@ -241,6 +249,10 @@ impl GpuBfs<'_> {
             // SAFETY: bfs_exchange_k(cpnet_handle_t, bfs_params), one block
             // (its own context); buffers as in search().
             unsafe { b.launch(Self::cfg(1)) }.context("launch bfs_exchange_k")?;
+            // Wait for the stream first: a copy to pageable memory issued
+            // while the exchange kernel runs holds the driver up for the
+            // proxy's own CUDA calls, which the exchange waits on.
+            self.pe.synchronize().context("bfs_exchange_k")?;
             let total = s.clone_dtoh(&self.state).context("read the frontier size")?[st::TOTAL];
             if total == TOTAL_FAILED {
                 check_launch(self.pe, &self.ctl, "bfs_exchange_k", "signal")?;
@@ -291,7 +303,17 @@ pub fn run(args: &Args, input: &Input) -> Result<(bool, i32)> {
         exchange: load("bfs_exchange_k")?,
         receive: load("bfs_receive_k")?,
     };
-    let mut g = upload(&pe, variant, k, &csr, &part, max.max(1))?;
+    let blocks = match args.wgs {
+        Some(w) => {
+            ensure!(
+                (1..=max).contains(&w),
+                "-wgs {w}: between 1 and {max} blocks of {THREADS} threads (those that fit on this GPU at once for this PE)"
+            );
+            w
+        }
+        None => max - (max / 4).min(AGENT_ROOM),
+    };
+    let mut g = upload(&pe, variant, k, &csr, &part, blocks)?;
     let construction = t0.elapsed().as_secs_f64();
     if me == 0 {
         println!(
