@@ -155,6 +155,13 @@ pub fn kernel_source(defines: &[(&str, String)], body: &str) -> String {
     s
 }
 
+/// The device address of a buffer of the PE's stream (for a kernel's
+/// parameter block).
+pub fn dptr<T>(pe: &GpuPe, s: &CudaSlice<T>) -> u64 {
+    let (p, _sync) = cudarc::driver::DevicePtr::device_ptr(s, pe.stream());
+    p
+}
+
 /// A fresh, zeroed control block on the PE's stream.
 ///
 /// # Errors

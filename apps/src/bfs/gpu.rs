@@ -66,11 +66,11 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail, ensure};
 use cpnet::GpuPe;
-use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
 
 use super::{Args, Search, UNVISITED, searches};
 use crate::cli::{Variant, init_gpu_pe};
-use crate::gpu::{check_launch, kernel_source, max_coresident, new_ctl, op};
+use crate::gpu::{check_launch, dptr, kernel_source, max_coresident, new_ctl, op};
 use crate::graph::build::{Input, build_csr_local};
 use crate::graph::comm::GpuHostComm;
 use crate::graph::{Csr, Partition};
@@ -153,11 +153,6 @@ fn slot_words(part: &Partition) -> u64 {
 pub fn heap_bytes(part: &Partition) -> u64 {
     let p = part.n_pes.max(1) as u64;
     3 * p * slot_words(part) * 8 + (p * 8).next_multiple_of(64) + 4 * 64
-}
-
-fn dptr<T>(pe: &GpuPe, s: &CudaSlice<T>) -> u64 {
-    let (p, _sync) = s.device_ptr(pe.stream());
-    p
 }
 
 /// The loaded kernels.
