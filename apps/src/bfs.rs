@@ -1,6 +1,8 @@
 //! Distributed breadth-first search, the Graph500 "Search" benchmark
 //! (specification v2.0: §4 kernel 1, §5 search keys, §6 kernel 2, §8
-//! validation, §9 output), on cpnet with CPU work-groups.
+//! validation, §9 output), on cpnet with CPU work-groups (`-variant cpu`,
+//! this module) or GPU kernels (`-variant intra-kernel|inter-kernel`,
+//! [`gpu`]).
 //!
 //! # Distribution
 //!
@@ -46,8 +48,18 @@
 //! Graph500 §9 counts it; TEPS = edges / time. `-verify` checks every tree
 //! with the five rules of §8 ([`validate`]).
 //!
-//! GPU variants (one persistent kernel doing all levels; one kernel per
-//! level) are not built yet: `-variant intra-kernel|inter-kernel` says so.
+//! # GPU variants ([`gpu`])
+//!
+//! The same partition, CSR and top-down search on one GPU per PE:
+//! `-variant intra-kernel` runs each search as one persistent cooperative
+//! kernel whose blocks exchange the frontier with `putmem_signal_nbi` and
+//! sum the frontier sizes over the PEs from inside the kernel;
+//! `-variant inter-kernel` launches the phases of every level as separate
+//! kernels, the host deciding between levels whether to go on (ComP-Net's
+//! baseline). Both are top-down only (`-direction hybrid` is refused with a
+//! GPU variant; its default there is top-down). The keys, the validation,
+//! the TEPS and the output are this module's ([`searches`], over the host
+//! collectives of [`crate::graph::comm`]).
 
 pub mod gpu;
 pub mod validate;

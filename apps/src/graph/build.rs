@@ -32,7 +32,8 @@ pub struct GraphFlags {
     /// Exchange message size in 8-byte words.
     #[arg(long, default_value_t = super::exchange::DEFAULT_CHUNK_WORDS)]
     pub chunk: usize,
-    /// Where the work-groups run (GPU variants are not built yet).
+    /// Where the work-groups run: CPU threads, or GPU kernels (`bfs` only:
+    /// one persistent kernel per search, or one launch per phase and level).
     #[arg(long, value_enum, default_value_t = crate::cli::Variant::Cpu)]
     pub variant: crate::cli::Variant,
 }
