@@ -39,7 +39,7 @@
 //!
 //! One cooperative launch per search (`bfs_persistent`, as many blocks as
 //! fit on the GPU at once, shared among the PEs of the GPU under MPS, less
-//! [`AGENT_ROOM`] for the proxy's landing agents; or `-wgs`) runs init and
+//! `AGENT_ROOM` (16) for the proxy's landing agents; or `-wgs`) runs init and
 //! every round, with grid barriers after init, after each expand
 //! and after each receive; the first `min(blocks, PEs)` blocks hold a cpnet
 //! context and send.
@@ -208,8 +208,7 @@ impl GpuBfs<'_> {
                 // sized by heap_bytes), alive until check_launch below.
                 // Cooperative: blocks <= the co-resident maximum (run).
                 unsafe { b.launch_cooperative(Self::cfg(self.blocks)) }.context("launch bfs_persistent")?;
-                let w = check_launch(self.pe, &self.ctl, "bfs_persistent", "signal")?;
-                drop(w);
+                check_launch(self.pe, &self.ctl, "bfs_persistent", "signal")?;
                 s.clone_dtoh(&self.state).context("copy the search state back")?[st::ROUNDS]
             }
             _ => self.inter_kernel(&p)?,
@@ -217,9 +216,11 @@ impl GpuBfs<'_> {
         let secs = t.elapsed().as_secs_f64();
         ensure!(rounds >= 1, "internal: the search ran no round");
         self.seq0 += rounds;
-        let level = s.clone_dtoh(&self.level).context("copy the levels back")?;
-        let parent = s.clone_dtoh(&self.parent).context("copy the parents back")?;
-        debug_assert_eq!(level.len(), self.nl);
+        let mut level = s.clone_dtoh(&self.level).context("copy the levels back")?;
+        let mut parent = s.clone_dtoh(&self.parent).context("copy the parents back")?;
+        // The buffers hold at least one element (a PE may own no vertex).
+        level.truncate(self.nl);
+        parent.truncate(self.nl);
         Ok((Search { parent, level, levels: ((rounds - 1) as u32, 0) }, secs))
     }
 

@@ -121,27 +121,51 @@ impl Collectives for GpuHostComm<'_> {
     /// (little-endian words) and takes its own lists out of every
     /// contribution.
     fn all_to_all_dyn(&mut self, out: &[Vec<u64>], rec: usize, recv: &mut dyn FnMut(i32, &[u64])) -> Result<()> {
-        let p = out.len();
-        assert_eq!(p, self.n_pes() as usize, "one outgoing list per PE");
+        assert_eq!(out.len(), self.n_pes() as usize, "one outgoing list per PE");
         assert!(out.iter().all(|o| o.len() % rec.max(1) == 0), "outgoing lists of whole {rec}-word records");
         let me = self.my_pe() as usize;
-        let mut blob = Vec::with_capacity(8 * (p + out.iter().map(Vec::len).sum::<usize>()));
-        for o in out {
-            blob.extend_from_slice(&(o.len() as u64).to_le_bytes());
-        }
-        for w in out.iter().flatten() {
-            blob.extend_from_slice(&w.to_le_bytes());
-        }
-        let all = self.0.allgather_bytes(&blob).context("host all-to-all through the rendezvous")?;
+        let all = self.0.allgather_bytes(&encode(out)).context("host all-to-all through the rendezvous")?;
         for (s, b) in all.iter().enumerate() {
-            let word = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("8 bytes"));
-            let start = p + (0..me).map(|d| word(d) as usize).sum::<usize>();
-            let n = word(me) as usize;
-            if n > 0 {
-                let words: Vec<u64> = (start..start + n).map(word).collect();
+            let words = list_for(b, out.len(), me);
+            if !words.is_empty() {
                 recv(s as i32, &words);
             }
         }
         Ok(())
+    }
+}
+
+/// One PE's contribution to [`GpuHostComm`]'s all-to-all: `[len_0, ..,
+/// len_{p-1}]` then the lists, little-endian words.
+fn encode(out: &[Vec<u64>]) -> Vec<u8> {
+    let mut blob = Vec::with_capacity(8 * (out.len() + out.iter().map(Vec::len).sum::<usize>()));
+    for o in out {
+        blob.extend_from_slice(&(o.len() as u64).to_le_bytes());
+    }
+    for w in out.iter().flatten() {
+        blob.extend_from_slice(&w.to_le_bytes());
+    }
+    blob
+}
+
+/// The list for PE `me` in a contribution of `p` lists ([`encode`]).
+fn list_for(blob: &[u8], p: usize, me: usize) -> Vec<u64> {
+    let word = |i: usize| u64::from_le_bytes(blob[8 * i..8 * i + 8].try_into().expect("8 bytes"));
+    let start = p + (0..me).map(|d| word(d) as usize).sum::<usize>();
+    (start..start + word(me) as usize).map(word).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_pe_finds_its_own_list_in_a_contribution() {
+        let out = vec![vec![1, 2], vec![], vec![3, 4, 5, 6]];
+        let blob = encode(&out);
+        assert_eq!(blob.len(), 8 * (3 + 6));
+        for (me, want) in out.iter().enumerate() {
+            assert_eq!(&list_for(&blob, 3, me), want);
+        }
     }
 }
