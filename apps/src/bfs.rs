@@ -1,6 +1,8 @@
 //! Distributed breadth-first search, the Graph500 "Search" benchmark
 //! (specification v2.0: §4 kernel 1, §5 search keys, §6 kernel 2, §8
-//! validation, §9 output), on cpnet with CPU work-groups.
+//! validation, §9 output), on cpnet with CPU work-groups (`-variant cpu`,
+//! this module) or GPU kernels (`-variant intra-kernel|inter-kernel`,
+//! [`gpu`]).
 //!
 //! # Distribution
 //!
@@ -46,9 +48,20 @@
 //! Graph500 §9 counts it; TEPS = edges / time. `-verify` checks every tree
 //! with the five rules of §8 ([`validate`]).
 //!
-//! GPU variants (one persistent kernel doing all levels; one kernel per
-//! level) are not built yet: `-variant intra-kernel|inter-kernel` says so.
+//! # GPU variants ([`gpu`])
+//!
+//! The same partition, CSR and top-down search on one GPU per PE:
+//! `-variant intra-kernel` runs each search as one persistent cooperative
+//! kernel whose blocks exchange the frontier with `putmem_signal_nbi` and
+//! sum the frontier sizes over the PEs from inside the kernel;
+//! `-variant inter-kernel` launches the phases of every level as separate
+//! kernels, the host deciding between levels whether to go on (ComP-Net's
+//! baseline). Both are top-down only (`-direction hybrid` is refused with a
+//! GPU variant; its default there is top-down). The keys, the validation,
+//! the TEPS and the output are this module's ([`searches`], over the host
+//! collectives of [`crate::graph::comm`]).
 
+pub mod gpu;
 pub mod validate;
 
 use std::sync::Arc;
@@ -60,6 +73,7 @@ use cpnet::WorkGroup;
 
 use crate::cli::init_pe;
 use crate::graph::build::{GraphFlags, Input, build_csr, check_memory};
+use crate::graph::comm::{Collectives, CpuComm};
 use crate::graph::exchange::Exchange;
 use crate::graph::keys::search_keys;
 use crate::graph::{Csr, Partition, load, stats};
@@ -88,9 +102,10 @@ pub struct Args {
     /// Search keys (Graph500: 64).
     #[arg(long, default_value_t = 64)]
     pub nbfs: usize,
-    /// Top-down only, or direction-optimizing.
-    #[arg(long, value_enum, default_value_t = Direction::Hybrid)]
-    pub direction: Direction,
+    /// Top-down only, or direction-optimizing (default: hybrid on CPU
+    /// work-groups; the GPU variants are top-down only).
+    #[arg(long, value_enum)]
+    pub direction: Option<Direction>,
     /// Switch to bottom-up when the frontier's arcs exceed the unvisited
     /// arcs / alpha.
     #[arg(long, default_value_t = 14.0)]
@@ -98,9 +113,22 @@ pub struct Args {
     /// Switch back to top-down when the frontier has fewer than n / beta vertices.
     #[arg(long, default_value_t = 24.0)]
     pub beta: f64,
+    /// GPU variants: thread blocks per PE (default: as many as fit on the
+    /// GPU at once, shared among its PEs, less room for the proxy's
+    /// landing agents).
+    #[arg(long)]
+    pub wgs: Option<u32>,
     /// Input, validation and placement flags.
     #[command(flatten)]
     pub g: GraphFlags,
+}
+
+impl Args {
+    /// The directions the search may take: `-direction`, or hybrid for
+    /// `-variant cpu` and top-down for the GPU variants.
+    pub fn direction(&self) -> Direction {
+        self.direction.unwrap_or(if self.g.variant.is_gpu() { Direction::TopDown } else { Direction::Hybrid })
+    }
 }
 
 /// Read the input named by the flags and check it, before start-up:
@@ -177,7 +205,7 @@ pub fn bfs(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partition, r
     let mut levels = (0, 0);
     let mut lvl = 0u32;
     while n_f > 0 {
-        if args.direction == Direction::Hybrid {
+        if args.direction() == Direction::Hybrid {
             if !bottom_up && m_f as f64 > m_u as f64 / args.alpha {
                 bottom_up = true;
             } else if bottom_up && (n_f as f64) < part.n as f64 / args.beta {
@@ -251,13 +279,26 @@ pub fn bfs(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partition, r
 /// Bad input (before start-up), start-up failures, communication failures.
 pub fn run(args: &Args) -> Result<bool> {
     args.g.variant.require_available()?;
-    if args.g.variant.is_gpu() {
-        bail!("-variant {}: the GPU variants of bfs are not built yet; run -variant cpu", args.g.variant.name());
-    }
     if args.nbfs == 0 {
         bail!("-nbfs must be at least 1");
     }
+    if args.g.variant.is_gpu() && args.direction() == Direction::Hybrid {
+        bail!(
+            "-variant {} -direction hybrid: the GPU variants search top-down only (no bottom-up levels on the GPU yet); \
+             use -direction top-down, or -variant cpu for direction optimization",
+            args.g.variant.name()
+        );
+    }
     let input = prepare_input(args.g.file.as_deref(), args.scale, args.g.seed, args.g.root, false)?;
+    let (ok, me) = if args.g.variant.is_gpu() { gpu::run(args, &input)? } else { run_cpu(args, &input)? };
+    if me == 0 && !ok {
+        eprintln!("bfs: validation FAILED");
+    }
+    Ok(ok)
+}
+
+/// The CPU variant on this PE: `(all searches valid, this PE)`.
+fn run_cpu(args: &Args, input: &Input) -> Result<(bool, i32)> {
     let chunk = args.g.chunk.max(16);
     let (pe, _) = init_pe(|n| Exchange::heap_bytes(n, chunk) + (1 << 20))?;
     let (me, n_pes) = (pe.my_pe(), pe.n_pes());
@@ -265,23 +306,43 @@ pub fn run(args: &Args) -> Result<bool> {
     let mut ex = Exchange::new(&pe, chunk)?;
     let t0 = Instant::now();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).div_ceil(n_pes.max(1) as usize);
-    let csr = build_csr(&pe, &mut ex, &input, &part, threads)?;
+    let csr = build_csr(&pe, &mut ex, input, &part, threads)?;
     let construction = t0.elapsed().as_secs_f64();
-    let r = pe.with_ctx(0, |wg| Ok(searches(wg, &mut ex, &csr, &part, &input, args, construction)))?;
+    let r = pe.with_ctx(0, |wg| {
+        let mut comm = CpuComm { wg, ex: &mut ex };
+        Ok(searches(&mut comm, &csr, &part, input, args, construction, |c, root| {
+            let t = Instant::now();
+            let s = bfs(c.wg, c.ex, &csr, &part, root, args)?;
+            Ok((s, t.elapsed().as_secs_f64()))
+        }))
+    })?;
     let ok = r?;
     pe.finalize()?;
-    if me == 0 && !ok {
-        eprintln!("bfs: validation FAILED");
-    }
-    Ok(ok)
+    Ok((ok, me))
 }
 
-fn searches(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partition, input: &Input, args: &Args, construction: f64) -> Result<bool> {
-    let me = wg.my_pe();
-    let construction = f64::from_bits(ex.max(wg, &[construction.to_bits()])?[0]);
+/// The Graph500 protocol around `search` (one search from a root, and its
+/// time in seconds; **collective**): the keys, every search (validated with
+/// `-verify`), its TEPS line, and the Graph500 block on PE 0. Shared by the
+/// CPU and the GPU variants; `comm` carries the host-side collectives.
+/// `Ok(false)` if a validation failed.
+///
+/// # Errors
+/// A search or a communication failure.
+pub fn searches<C: Collectives>(
+    comm: &mut C,
+    csr: &Csr,
+    part: &Partition,
+    input: &Input,
+    args: &Args,
+    construction: f64,
+    mut search: impl FnMut(&mut C, u64) -> Result<(Search, f64)>,
+) -> Result<bool> {
+    let me = comm.my_pe();
+    let construction = f64::from_bits(comm.max(&[construction.to_bits()])?[0]);
     let keys = match args.g.root {
         Some(r) => vec![r],
-        None => search_keys(wg, ex, csr, part, args.g.seed, args.nbfs)?,
+        None => search_keys(comm, csr, part, args.g.seed, args.nbfs)?,
     };
     if keys.is_empty() {
         bail!("the graph has no vertex with an edge to another vertex: nothing to search");
@@ -290,15 +351,13 @@ fn searches(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partition, 
     let mut all_ok = true;
     let mut validate_time = 0.0;
     for (k, &root) in keys.iter().enumerate() {
-        wg.barrier_all()?;
-        let t = Instant::now();
-        let s = bfs(wg, ex, csr, part, root, args)?;
-        let secs = t.elapsed().as_secs_f64();
+        comm.barrier()?;
+        let (s, secs) = search(comm, root)?;
         let deg: u64 = (0..csr.n_local()).filter(|&i| s.level[i] != UNVISITED).map(|i| csr.degree(i)).sum();
-        let nedge = ex.sum(wg, &[deg])?[0] / 2;
+        let nedge = comm.sum(&[deg])?[0] / 2;
         if args.g.verify {
             let tv = Instant::now();
-            let errors = validate::validate(wg, ex, csr, part, root, &s)?;
+            let errors = validate::validate(comm, csr, part, root, &s)?;
             validate_time += tv.elapsed().as_secs_f64();
             if errors > 0 {
                 all_ok = false;
@@ -327,7 +386,7 @@ fn searches(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partition, 
         if args.g.verify {
             println!("bfs_mean_validate: {:.17e}", validate_time / keys.len() as f64);
         }
-        println!("direction: {:?}  validation: {}", args.direction, if !args.g.verify { "not run (-verify)" } else if all_ok { "PASSED" } else { "FAILED" });
+        println!("direction: {:?}  validation: {}", args.direction(), if !args.g.verify { "not run (-verify)" } else if all_ok { "PASSED" } else { "FAILED" });
     }
     Ok(all_ok)
 }

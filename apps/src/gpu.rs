@@ -80,6 +80,9 @@ pub mod op {
     pub const MOE_DISPATCH: u64 = 10;
     /// MoE: the combine (its quiet, or the wait for every PE's signal).
     pub const MOE_COMBINE: u64 = 11;
+    /// BFS: the frontier exchange of a round (its puts, or the wait for a
+    /// source's message).
+    pub const BFS_FRONTIER: u64 = 12;
 
     /// What operation `id` is, in words.
     pub fn name(id: u64) -> &'static str {
@@ -99,6 +102,7 @@ pub mod op {
             PROBE => "idle ring's probe of its queue",
             MOE_DISPATCH => "moe dispatch (its puts, or the wait for every source PE's dispatch signal)",
             MOE_COMBINE => "moe combine (its puts, or the wait for every expert PE's combine signal)",
+            BFS_FRONTIER => "bfs frontier exchange (its puts, or the wait for a source PE's message)",
             _ => "unknown operation",
         }
     }
@@ -149,6 +153,13 @@ pub fn kernel_source(defines: &[(&str, String)], body: &str) -> String {
     s.push('\n');
     s.push_str(body);
     s
+}
+
+/// The device address of a buffer of the PE's stream (for a kernel's
+/// parameter block).
+pub fn dptr<T>(pe: &GpuPe, s: &CudaSlice<T>) -> u64 {
+    let (p, _sync) = cudarc::driver::DevicePtr::device_ptr(s, pe.stream());
+    p
 }
 
 /// A fresh, zeroed control block on the PE's stream.

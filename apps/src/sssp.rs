@@ -63,6 +63,7 @@ use cpnet::{Pe, WorkGroup};
 use crate::bfs::prepare_input;
 use crate::cli::init_pe;
 use crate::graph::build::{GraphFlags, Input, build_csr};
+use crate::graph::comm::CpuComm;
 use crate::graph::exchange::Exchange;
 use crate::graph::keys::search_keys;
 use crate::graph::{Csr, Partition, WEIGHT_ONE, stats};
@@ -398,7 +399,7 @@ fn searches(
             let construction = f64::from_bits(ex.max(wg, &[construction.to_bits()])?[0]);
             let keys = match args.g.root {
                 Some(r) => vec![r],
-                None => search_keys(wg, &mut ex, csr, &part, args.g.seed, args.nsssp)?,
+                None => search_keys(&mut CpuComm { wg, ex: &mut ex }, csr, &part, args.g.seed, args.nsssp)?,
             };
             let arcs = ex.sum(wg, &[csr.n_arcs()])?[0];
             let mut full = Vec::new();

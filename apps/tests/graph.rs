@@ -5,11 +5,17 @@
 //! and 4 PEs and on a real graph file; and their bad-input errors, which
 //! must stop every PE before any work. Jobs run one at a time (the CI
 //! machine has two cores).
+//!
+//! The GPU variants of `bfs` (`-variant intra-kernel|inter-kernel`, one GPU
+//! per PE; several PEs share a GPU under MPS) run where there is a GPU and
+//! are skipped loudly elsewhere (`CPNET_REQUIRE_GPU=1` makes that a
+//! failure); without one, the test that they fail clearly runs instead.
 
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use cpnet_tests::gpu::{gpu_available, gpu_or_skip};
 use cpnet_tests::launch::{self, Job};
 
 const SHM: &str = "shm";
@@ -22,22 +28,35 @@ const HARTFORD: &str = "/usr/share/doc/python3-networkx/examples/algorithms/hart
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn job(n: u32, provider: &str, bin: &str, args: &[&str]) -> Job {
+    job_env(n, provider, bin, args, &[])
+}
+
+fn job_env(n: u32, provider: &str, bin: &str, args: &[&str], env: &[(&str, &str)]) -> Job {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    launch::run(Path::new(bin), n, provider, args, &[], Duration::from_secs(300))
+    launch::run(Path::new(bin), n, provider, args, env, Duration::from_secs(300))
 }
 
 fn ok(n: u32, provider: &str, bin: &str, args: &[&str]) -> String {
-    let j = job(n, provider, bin, args);
-    assert!(j.status.success(), "cpnet-run -n {n} {bin} {args:?} over {provider} failed:\n{}", j.all);
+    ok_env(n, provider, bin, args, &[])
+}
+
+fn ok_env(n: u32, provider: &str, bin: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+    let j = job_env(n, provider, bin, args, env);
+    assert!(j.status.success(), "cpnet-run -n {n} {bin} {args:?} over {provider} ({env:?}) failed:\n{}", j.all);
     j.stdout
 }
 
 /// A validated BFS run: every search line says "valid", the Graph500 block
 /// is there with its harmonic mean, and the verdict is PASSED.
 fn bfs_valid(n: u32, provider: &str, args: &[&str], searches: usize) -> String {
+    bfs_valid_env(n, provider, args, searches, &[])
+}
+
+/// [`bfs_valid`] with extra environment variables.
+fn bfs_valid_env(n: u32, provider: &str, args: &[&str], searches: usize, env: &[(&str, &str)]) -> String {
     let mut a = args.to_vec();
     a.push("-verify");
-    let out = ok(n, provider, BFS, &a);
+    let out = ok_env(n, provider, BFS, &a, env);
     let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("search ")).collect();
     assert_eq!(lines.len(), searches, "{out}");
     assert!(lines.iter().all(|l| l.ends_with("valid")), "{out}");
@@ -77,11 +96,7 @@ fn bfs_scale_14_on_4_pes_top_down_and_hybrid_are_valid() {
 /// same root reaches the same number of edges on 1 and 3 PEs.
 #[test]
 fn the_generated_graph_does_not_depend_on_the_pe_count() {
-    let edges = |n| {
-        let out = bfs_valid(n, SHM, &["-scale", "12", "-seed", "5", "-root", "17"], 1);
-        let l = out.lines().find(|l| l.starts_with("search ")).unwrap().to_owned();
-        l.split_whitespace().skip_while(|w| *w != "s").nth(1).unwrap().to_owned()
-    };
+    let edges = |n| edges_of(&bfs_valid(n, SHM, &["-scale", "12", "-seed", "5", "-root", "17"], 1));
     assert_eq!(edges(1), edges(3));
 }
 
@@ -121,4 +136,70 @@ fn bad_input_is_refused_before_any_work() {
     fails_with(SSSP, &["-scale", "30"], "needs about");
     fails_with(BFS, &["-scale", "31"], "-scale 31 is outside 1..=30");
     std::fs::remove_dir_all(&dir).ok();
+}
+
+// ------------------------------------------------------------ GPU bfs
+
+/// The edges the search from `root` reached (the search line's field).
+fn edges_of(out: &str) -> String {
+    let l = out.lines().find(|l| l.starts_with("search ")).unwrap_or_else(|| panic!("no search line:\n{out}"));
+    l.split_whitespace().skip_while(|w| *w != "s").nth(1).unwrap().to_owned()
+}
+
+#[test]
+fn bfs_gpu_variants_are_valid_on_1_and_2_pes() {
+    if !gpu_or_skip("bfs_gpu_variants_are_valid_on_1_and_2_pes") {
+        return;
+    }
+    for v in ["intra-kernel", "inter-kernel"] {
+        let one = bfs_valid(1, SHM, &["-variant", v, "-scale", "12", "-nbfs", "4"], 4);
+        assert!(one.contains(&format!("# bfs -variant {v}: 1 GPU PE")) && one.contains("direction: TopDown"), "{one}");
+        assert!(one.lines().filter(|l| l.starts_with("search ")).all(|l| l.contains("+ 0 bottom-up")), "{one}");
+        bfs_valid(2, SHM, &["-variant", v, "-scale", "14", "-nbfs", "4"], 4);
+    }
+}
+
+/// With the direct paths off every exchange takes the network path (the
+/// staged transport and the landing agents).
+#[test]
+fn bfs_gpu_variants_are_valid_on_the_network_path() {
+    if !gpu_or_skip("bfs_gpu_variants_are_valid_on_the_network_path") {
+        return;
+    }
+    let env = [("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P", "0")];
+    for v in ["intra-kernel", "inter-kernel"] {
+        bfs_valid_env(2, SHM, &["-variant", v, "-scale", "14", "-nbfs", "4"], 4, &env);
+    }
+}
+
+/// The GPU searches reach what the CPU search reaches from the same root
+/// (the same graph, built without communication on GPU PEs), on 1 and 3 PEs.
+#[test]
+fn bfs_gpu_variants_reach_what_the_cpu_variant_reaches() {
+    if !gpu_or_skip("bfs_gpu_variants_reach_what_the_cpu_variant_reaches") {
+        return;
+    }
+    let a = ["-scale", "12", "-seed", "5", "-root", "17"];
+    let cpu = edges_of(&bfs_valid(2, SHM, &a, 1));
+    for (n, v) in [(1, "intra-kernel"), (3, "intra-kernel"), (3, "inter-kernel")] {
+        let mut args = a.to_vec();
+        args.extend(["-variant", v]);
+        assert_eq!(edges_of(&bfs_valid(n, SHM, &args, 1)), cpu, "{v} on {n} PEs");
+    }
+}
+
+/// The GPU variants search top-down only: `-direction hybrid` is refused
+/// with a clear error; without a GPU they fail saying so.
+#[test]
+fn bfs_gpu_variants_refuse_what_they_cannot_do() {
+    for v in ["intra-kernel", "inter-kernel"] {
+        if gpu_available().is_ok() {
+            let j = job(1, SHM, BFS, &["-variant", v, "-scale", "10", "-direction", "hybrid"]);
+            assert!(!j.status.success() && j.all.contains("the GPU variants search top-down only"), "{}", j.all);
+        } else {
+            let j = job(1, SHM, BFS, &["-variant", v, "-scale", "10"]);
+            assert!(!j.status.success(), "bfs -variant {v} must fail:\n{}", j.all);
+            assert!(j.all.contains(&format!("-variant {v} needs a GPU")) && j.all.contains("-variant cpu"), "{}", j.all);
+        }
+    }
 }

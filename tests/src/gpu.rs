@@ -1014,6 +1014,25 @@ pub fn gpu_available() -> Result<i32, String> {
     }
 }
 
+/// Whether a test that needs a GPU should run: true with one; without one
+/// false, after a loud `SKIPPED test: why` on stderr (libtest captures
+/// `eprintln!` of passing tests, so it goes straight to the stream), or a
+/// panic when `CPNET_REQUIRE_GPU=1` (set it on the GPU machine).
+///
+/// # Panics
+/// Without a GPU when `CPNET_REQUIRE_GPU=1`.
+pub fn gpu_or_skip(test: &str) -> bool {
+    match gpu_available() {
+        Ok(_) => true,
+        Err(why) => {
+            assert!(std::env::var("CPNET_REQUIRE_GPU").as_deref() != Ok("1"), "CPNET_REQUIRE_GPU=1 but {why}");
+            let line = format!("\n*** SKIPPED {test}: {why} (set CPNET_REQUIRE_GPU=1 to make this a failure)\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+            false
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,10 +20,9 @@
 //! summed over the PEs; each PE prints its first few.
 
 use anyhow::Result;
-use cpnet::WorkGroup;
 
 use super::{NO_PARENT, Search, UNVISITED};
-use crate::graph::exchange::Exchange;
+use crate::graph::comm::Collectives;
 use crate::graph::{Csr, Partition};
 
 /// Violations printed per PE per search.
@@ -33,9 +32,9 @@ const SHOW: usize = 5;
 /// violations over all PEs (0: valid). **Collective.**
 ///
 /// # Errors
-/// An exchange failure.
-pub fn validate(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partition, root: u64, s: &Search) -> Result<u64> {
-    let me = wg.my_pe();
+/// A communication failure.
+pub fn validate(comm: &mut impl Collectives, csr: &Csr, part: &Partition, root: u64, s: &Search) -> Result<u64> {
+    let me = comm.my_pe();
     let p = part.n_pes as usize;
     let n = part.n as usize;
     // Gather (parent, level) of every vertex.
@@ -44,7 +43,7 @@ pub fn validate(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partiti
     let mut parent = vec![NO_PARENT; n];
     let mut level = vec![UNVISITED; n];
     let mut at = vec![0usize; p];
-    ex.all_to_all(wg, &out, 2, |src, w| {
+    comm.all_to_all_dyn(&out, 2, &mut |src, w| {
         let base = part.lo(src) as usize + at[src as usize];
         for (i, pair) in w.chunks_exact(2).enumerate() {
             parent[base + i] = pair[0];
@@ -56,7 +55,7 @@ pub fn validate(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partiti
     for msg in bad.iter().take(SHOW) {
         eprintln!("bfs validation, PE {me}, root {root}: {msg}");
     }
-    Ok(ex.sum(wg, &[bad.len() as u64])?[0])
+    Ok(comm.sum(&[bad.len() as u64])?[0])
 }
 
 /// The violations among PE `me`'s vertices and arcs of the tree given by

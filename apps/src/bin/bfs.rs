@@ -5,6 +5,8 @@
 //! cpnet-run -n 2 -- bfs -scale 16 -verify
 //! cpnet-run -n 4 -- bfs -scale 16 -direction top-down
 //! cpnet-run -n 2 -- bfs -file graph.mtx -root 0 -verify
+//! cpnet-run -n 2 -- bfs -variant intra-kernel -scale 20 -verify
+//! cpnet-run -n 2 -- bfs -variant inter-kernel -scale 20
 //! ```
 
 use std::process::ExitCode;

@@ -32,7 +32,8 @@ pub struct GraphFlags {
     /// Exchange message size in 8-byte words.
     #[arg(long, default_value_t = super::exchange::DEFAULT_CHUNK_WORDS)]
     pub chunk: usize,
-    /// Where the work-groups run (GPU variants are not built yet).
+    /// Where the work-groups run: CPU threads, or GPU kernels (`bfs` only:
+    /// one persistent kernel per search, or one launch per phase and level).
     #[arg(long, value_enum, default_value_t = crate::cli::Variant::Cpu)]
     pub variant: crate::cli::Variant,
 }
@@ -144,34 +145,7 @@ pub fn build_csr(pe: &Pe, ex: &mut Exchange, input: &Input, part: &Partition, th
     match input {
         Input::Kronecker { scale, seed } => {
             let (e_lo, e_hi) = kron::edge_slice(*scale, me, n_pes);
-            let relabel = Relabel::new(*scale, *seed);
-            let threads = threads.max(1) as u64;
-            let per = (e_hi - e_lo).div_ceil(threads);
-            let outs: Vec<Vec<Vec<u64>>> = std::thread::scope(|s| {
-                let hs: Vec<_> = (0..threads)
-                    .map(|t| {
-                        let relabel = &relabel;
-                        s.spawn(move || {
-                            let mut out = vec![Vec::new(); n_pes as usize];
-                            let (a, b) = ((e_lo + t * per).min(e_hi), (e_lo + (t + 1) * per).min(e_hi));
-                            for e in a..b {
-                                let (u, v, w) = kron::edge(*scale, *seed, relabel, e);
-                                let wq = quantize(w);
-                                out[part.owner(u) as usize].extend([u, v, wq]);
-                                out[part.owner(v) as usize].extend([v, u, wq]);
-                            }
-                            out
-                        })
-                    })
-                    .collect();
-                hs.into_iter().map(|h| h.join().expect("generator thread")).collect()
-            });
-            let mut out = vec![Vec::new(); n_pes as usize];
-            for o in outs {
-                for (d, mut words) in o.into_iter().enumerate() {
-                    out[d].append(&mut words);
-                }
-            }
+            let out = kron_arcs(*scale, *seed, part, (e_lo, e_hi), threads, |_| true);
             let mut arcs = Vec::with_capacity(out[me as usize].len() / 3 * n_pes as usize);
             // The closure's own failures travel in its Ok value (with_ctx's
             // error type is the work-group's).
@@ -179,19 +153,104 @@ pub fn build_csr(pe: &Pe, ex: &mut Exchange, input: &Input, part: &Partition, th
             drop(out);
             Ok(Csr::from_arcs(lo, (hi - lo) as usize, arcs))
         }
-        Input::File(g) => {
-            let mut arcs = Vec::new();
-            let seed = 1;
-            for (e, &(u, v, w)) in g.edges.iter().enumerate() {
-                let wq = quantize(w.unwrap_or_else(|| kron::unit(seed, u64::MAX, e as u64))) as u32;
-                if part.owner(u) == me {
-                    arcs.push((u, v, wq));
-                }
-                if part.owner(v) == me {
-                    arcs.push((v, u, wq));
-                }
-            }
-            Ok(Csr::from_arcs(lo, (hi - lo) as usize, arcs))
+        Input::File(g) => Ok(file_csr(g, part, me)),
+    }
+}
+
+/// The arcs of Kronecker edges `e_lo..e_hi` (generated on `threads`
+/// threads) as `[source, target, weight]` words, in one list per owner of
+/// the source; only the lists of owners for which `keep` holds are filled.
+fn kron_arcs(scale: u32, seed: u64, part: &Partition, (e_lo, e_hi): (u64, u64), threads: usize, keep: impl Fn(i32) -> bool + Sync) -> Vec<Vec<u64>> {
+    let n_pes = part.n_pes as usize;
+    let relabel = Relabel::new(scale, seed);
+    let threads = threads.max(1) as u64;
+    let per = (e_hi - e_lo).div_ceil(threads);
+    let outs: Vec<Vec<Vec<u64>>> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let (relabel, keep) = (&relabel, &keep);
+                s.spawn(move || {
+                    let mut out = vec![Vec::new(); n_pes];
+                    let (a, b) = ((e_lo + t * per).min(e_hi), (e_lo + (t + 1) * per).min(e_hi));
+                    for e in a..b {
+                        let (u, v, w) = kron::edge(scale, seed, relabel, e);
+                        let wq = quantize(w);
+                        for (x, y) in [(u, v), (v, u)] {
+                            let o = part.owner(x);
+                            if keep(o) {
+                                out[o as usize].extend([x, y, wq]);
+                            }
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("generator thread")).collect()
+    });
+    let mut out = vec![Vec::new(); n_pes];
+    for o in outs {
+        for (d, mut words) in o.into_iter().enumerate() {
+            out[d].append(&mut words);
+        }
+    }
+    out
+}
+
+/// PE `me`'s CSR of a graph read from a file (on every PE): its own arcs.
+fn file_csr(g: &EdgeList, part: &Partition, me: i32) -> Csr {
+    let (lo, hi) = part.range(me);
+    let mut arcs = Vec::new();
+    let seed = 1;
+    for (e, &(u, v, w)) in g.edges.iter().enumerate() {
+        let wq = quantize(w.unwrap_or_else(|| kron::unit(seed, u64::MAX, e as u64))) as u32;
+        if part.owner(u) == me {
+            arcs.push((u, v, wq));
+        }
+        if part.owner(v) == me {
+            arcs.push((v, u, wq));
+        }
+    }
+    Csr::from_arcs(lo, (hi - lo) as usize, arcs)
+}
+
+/// Kernel 1 without communication, for PEs whose host has no work-group
+/// (GPU PEs): every PE generates the whole Kronecker edge list (the same
+/// for a seed whatever the number of PEs) on `threads` threads and keeps
+/// the arcs of its own vertices; a file is handled as [`build_csr`] does.
+pub fn build_csr_local(input: &Input, part: &Partition, me: i32, threads: usize) -> Csr {
+    let (lo, hi) = part.range(me);
+    match input {
+        Input::Kronecker { scale, seed } => {
+            let mut out = kron_arcs(*scale, *seed, part, (0, kron::n_edges(*scale)), threads, |o| o == me);
+            let words = std::mem::take(&mut out[me as usize]);
+            let arcs = words.chunks_exact(3).map(|t| (t[0], t[1], t[2] as u32)).collect();
+            Csr::from_arcs(lo, (hi - lo) as usize, arcs)
+        }
+        Input::File(g) => file_csr(g, part, me),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each PE's CSR built alone equals the one kernel 1 builds with the
+    /// exchange (every PE's slice of the edges, the arcs sent to their
+    /// sources' owners).
+    #[test]
+    fn local_csr_equals_the_distributed_one() {
+        let (scale, seed, n_pes) = (9, 3, 3);
+        let part = Partition::new(1 << scale, n_pes);
+        let slices: Vec<Vec<Vec<u64>>> =
+            (0..n_pes).map(|pe| kron_arcs(scale, seed, &part, kron::edge_slice(scale, pe, n_pes), 2, |_| true)).collect();
+        for me in 0..n_pes {
+            let (lo, hi) = part.range(me);
+            let arcs = slices.iter().flat_map(|o| o[me as usize].chunks_exact(3).map(|t| (t[0], t[1], t[2] as u32))).collect();
+            let want = Csr::from_arcs(lo, (hi - lo) as usize, arcs);
+            let got = build_csr_local(&Input::Kronecker { scale, seed }, &part, me, 2);
+            assert_eq!(got, want, "PE {me}");
+            assert!(got.n_arcs() > 0);
         }
     }
 }

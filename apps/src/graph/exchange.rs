@@ -37,6 +37,7 @@ use cpnet::device::cpu::{HeapView, SymAddr};
 use cpnet::device::layout::SignalOp;
 use cpnet::{Pe, WorkGroup};
 
+use super::comm::{Collectives, CpuComm};
 use crate::mem::SymArray;
 
 /// Default message size: 1 MiB (131072 words).
@@ -214,7 +215,7 @@ impl Exchange {
     /// # Errors
     /// As [`Exchange::all_to_all`].
     pub fn sum(&mut self, wg: &mut WorkGroup, vals: &[u64]) -> Result<Vec<u64>> {
-        self.reduce(wg, vals, u64::wrapping_add)
+        CpuComm { wg, ex: self }.sum(vals)
     }
 
     /// The element-wise maximum over all PEs. **Collective.**
@@ -222,20 +223,6 @@ impl Exchange {
     /// # Errors
     /// As [`Exchange::all_to_all`].
     pub fn max(&mut self, wg: &mut WorkGroup, vals: &[u64]) -> Result<Vec<u64>> {
-        self.reduce(wg, vals, u64::max)
-    }
-
-    fn reduce(&mut self, wg: &mut WorkGroup, vals: &[u64], op: fn(u64, u64) -> u64) -> Result<Vec<u64>> {
-        let out = vec![vals.to_vec(); self.n_pes as usize];
-        let mut acc: Vec<Option<u64>> = vec![None; vals.len()];
-        let mut at = vec![0usize; self.n_pes as usize];
-        self.all_to_all(wg, &out, 1, |s, w| {
-            let at = &mut at[s as usize];
-            for (a, x) in acc[*at..].iter_mut().zip(w) {
-                *a = Some(a.map_or(*x, |a| op(a, *x)));
-            }
-            *at += w.len();
-        })?;
-        Ok(acc.into_iter().map(|a| a.unwrap_or(0)).collect())
+        CpuComm { wg, ex: self }.max(vals)
     }
 }

@@ -3,9 +3,8 @@
 //! self-loops, drawn at random from the seed; the same keys on every PE.
 
 use anyhow::Result;
-use cpnet::WorkGroup;
 
-use super::exchange::Exchange;
+use super::comm::Collectives;
 use super::{Csr, Partition, kron};
 
 /// Candidates tried per round (one reduction each).
@@ -17,9 +16,9 @@ const BATCH: usize = 256;
 /// draws, every vertex in order. **Collective.**
 ///
 /// # Errors
-/// An exchange failure.
-pub fn search_keys(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partition, seed: u64, want: usize) -> Result<Vec<u64>> {
-    let me = wg.my_pe();
+/// A communication failure.
+pub fn search_keys(comm: &mut impl Collectives, csr: &Csr, part: &Partition, seed: u64, want: usize) -> Result<Vec<u64>> {
+    let me = comm.my_pe();
     let (lo, _) = part.range(me);
     let eligible = |v: u64| part.owner(v) == me && csr.adj((v - lo) as usize).iter().any(|&u| u != v);
     let mut keys: Vec<u64> = Vec::new();
@@ -32,7 +31,7 @@ pub fn search_keys(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Part
             break;
         }
         let flags: Vec<u64> = cand.iter().map(|&v| u64::from(eligible(v))).collect();
-        let ok = ex.sum(wg, &flags)?;
+        let ok = comm.sum(&flags)?;
         for (v, f) in cand.into_iter().zip(ok) {
             if f > 0 && keys.len() < want && !keys.contains(&v) {
                 keys.push(v);

@@ -13,6 +13,8 @@
 //! - [`Partition`] and [`Csr`]: the 1D partition (a block of consecutive
 //!   vertex ids per PE) and each PE's compressed sparse rows of the arcs
 //!   leaving its vertices (Graph500 §4, kernel 1);
+//! - [`comm`]: the host-side collectives (sums, maxima, all-to-all)
+//!   over a CPU work-group's exchange or a GPU PE's rendezvous;
 //! - [`build`]: kernel 1 itself (input -> each PE's CSR) and the memory
 //!   check that refuses a SCALE too large before any PE starts work;
 //! - [`keys`]: the 64 search keys (§5);
@@ -25,6 +27,7 @@
 //! uniform in `[0, 1)`, i.e. `0..=65535` after quantization.
 
 pub mod build;
+pub mod comm;
 pub mod exchange;
 pub mod keys;
 pub mod kron;
