@@ -1285,4 +1285,7 @@ __device__ inline void cpnet_double_ord_atomic_min(cpnet_ctx_t* ctx, uint64_t* d
 #undef CPNET_DEFINE_AMO_BITWISE_OP
 #undef CPNET_DEFINE_AMO_BITWISE
 
+/* Teams and team collectives (OpenSHMEM 1.5 §9.4, §9.9): a separate file. */
+#include <cpnet/team.cuh>
+
 #endif /* CPNET_DEVICE_CUH */

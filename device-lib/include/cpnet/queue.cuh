@@ -101,6 +101,8 @@ typedef struct cpnet_ctx {
     uint8_t* payload;          /**< payload slot 0 of this context's queue (P0), or NULL: none */
     uint64_t cached_completed; /**< last ctl.completed read for P0 */
     uint32_t payload_bytes;    /**< bytes per payload slot (0: none) */
+    uint32_t n_teams;          /**< handle.n_teams: entries of the team table (0: none) */
+    const cpnet_team_desc_t* teams; /**< handle.teams (the team table, cpnet/team.cuh), or NULL */
 } cpnet_ctx_t;
 
 namespace cpnet_detail {
@@ -219,8 +221,14 @@ struct spin {
     uint64_t start;
     uint32_t polls;
     uint32_t sleep_ns;
+    uint32_t max_ns;
 
-    __device__ __forceinline__ spin() : start(cpnet_globaltimer_ns()), polls(0), sleep_ns(0) {}
+    /** `max_ns`: the longest backoff sleep (team collectives poll GPU memory
+     *  and use a shorter cap than the PCIe polls of the queue). */
+    __device__ __forceinline__ explicit spin(uint32_t max_ns = CPNET_BACKOFF_MAX_NS)
+        : start(cpnet_globaltimer_ns()), polls(0), sleep_ns(0), max_ns(max_ns)
+    {
+    }
 
     __device__ __forceinline__ int pause(const cpnet_ctx_t* ctx)
     {
@@ -237,8 +245,7 @@ struct spin {
             return CPNET_E_TIMEOUT;
         if (polls > CPNET_SPIN_TIGHT_POLLS) {
             sleep_ns = sleep_ns == 0 ? CPNET_BACKOFF_MIN_NS
-                                     : (sleep_ns * 2 > CPNET_BACKOFF_MAX_NS ? CPNET_BACKOFF_MAX_NS
-                                                                            : sleep_ns * 2);
+                                     : (sleep_ns * 2 > max_ns ? max_ns : sleep_ns * 2);
             cpnet_sleep_ns(sleep_ns);
         }
         return CPNET_E_OK;
@@ -540,6 +547,8 @@ __device__ __noinline__ inline int create(const cpnet_handle_t* h, cpnet_ctx_t* 
     ctx->payload = nullptr;
     ctx->cached_completed = 0;
     ctx->payload_bytes = 0;
+    ctx->n_teams = h->teams != 0 ? h->n_teams : 0;
+    ctx->teams = (const cpnet_team_desc_t*)h->teams;
 
     if (h->queues == 0 || (h->queues & (CPNET_SLOT_BYTES - 1)) != 0 || h->n_queues == 0)
         return CPNET_E_BAD_ADDR;
