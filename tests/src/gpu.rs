@@ -996,6 +996,7 @@ pub const KERNELS: &[(&str, &str, &str)] = &[
     ("barrier", "barrier", BARRIER),
     ("bad-input", "bad_input", BAD_INPUT),
     ("stuck-wait", "stuck", STUCK_WAIT),
+    ("collectives", "coll", crate::gpu_coll::COLL),
 ];
 
 /// Whether this machine can run GPU PEs: `Ok(device count)`, or why not

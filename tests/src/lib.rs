@@ -13,6 +13,7 @@
 pub mod chaos;
 pub mod collectives;
 pub mod gpu;
+pub mod gpu_coll;
 pub mod isolation;
 
 use rand::rngs::StdRng;

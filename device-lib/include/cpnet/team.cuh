@@ -476,7 +476,33 @@ __device__ __forceinline__ void team_fold(const cpnet_ctx_t* ctx, const cpnet_te
     }
 }
 
-/** Reduce to all (team.rs reduce): see the file comment. */
+/** cpnet_quiet, not inlined (the collectives' common end). */
+__device__ __noinline__ inline int team_quiet(cpnet_ctx_t* ctx) { return cpnet_quiet(ctx); }
+
+/** One round of a reduction up to the fold (team.rs reduce): take the
+ *  epoch and the buffer (returned in `*buf`), copy `bytes` of `source` into
+ *  this PE's slot, put the slot into the same slot of every other member
+ *  (signal SIG[me] = epoch), fence, wait for every other member's slot.
+ *  Not inlined and not typed: every reduction shares it. */
+__device__ __noinline__ inline int team_reduce_round(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, const void* source,
+                                                     uint64_t bytes, uint64_t* buf)
+{
+    const uint64_t eb = team_next(ctx, d, true);
+    const uint64_t e = eb >> 1;
+    *buf = eb & 1;
+    uint8_t* const mine = team_data(ctx, d, *buf, d.my_idx);
+    team_local_copy(mine, source, bytes);
+    uint64_t* const sig_me = team_sig(ctx, d, d.my_idx);
+    for (int k = 1; k < d.size; ++k) {
+        const int j = (d.my_idx + k) % d.size;
+        cpnet_putmem_signal_nbi(ctx, mine, mine, bytes, sig_me, e, CPNET_SIGNAL_SET, team_world_pe(d, j));
+    }
+    cpnet_fence(ctx);
+    return team_wait_all(ctx, d, e);
+}
+
+/** Reduce to all (team.rs reduce): rounds of team_reduce_round, each
+ *  followed by the fold of its buffer; quiet at the end. */
 template <typename T, int OP>
 __device__ __forceinline__ int team_reduce(cpnet_ctx_t* ctx, cpnet_team_t team, T* dest, const T* source,
                                            uint64_t nreduce)
@@ -489,28 +515,18 @@ __device__ __forceinline__ int team_reduce(cpnet_ctx_t* ctx, cpnet_team_t team, 
     /* One round even for nreduce == 0: every member takes the same epochs. */
     for (;;) {
         const uint64_t n = per_round < nreduce - done ? per_round : nreduce - done;
-        const uint64_t bytes = n * sizeof(T);
-        const uint64_t eb = team_next(ctx, d, true);
-        const uint64_t e = eb >> 1, buf = eb & 1;
-        uint8_t* const mine = team_data(ctx, d, buf, d.my_idx);
-        team_local_copy(mine, source + done, bytes);
-        uint64_t* const sig_me = team_sig(ctx, d, d.my_idx);
-        for (int k = 1; k < d.size; ++k) {
-            const int j = (d.my_idx + k) % d.size;
-            cpnet_putmem_signal_nbi(ctx, mine, mine, bytes, sig_me, e, CPNET_SIGNAL_SET, team_world_pe(d, j));
-        }
-        cpnet_fence(ctx);
-        const int r = team_wait_all(ctx, d, e);
+        uint64_t buf = 0;
+        const int r = team_reduce_round(ctx, d, source + done, n * sizeof(T), &buf);
         if (r != CPNET_E_OK) return r;
-        if (bytes > 0) team_fold<T, OP>(ctx, d, buf, dest + done, n);
+        if (n > 0) team_fold<T, OP>(ctx, d, buf, dest + done, n);
         done += n;
         if (done >= nreduce) break;
     }
-    return cpnet_quiet(ctx);
+    return team_quiet(ctx);
 }
 
 /** Broadcast (team.rs broadcastmem). */
-__device__ __forceinline__ int team_broadcast(cpnet_ctx_t* ctx, cpnet_team_t team, void* dest, const void* source,
+__device__ __noinline__ inline int team_broadcast(cpnet_ctx_t* ctx, cpnet_team_t team, void* dest, const void* source,
                                               uint64_t nbytes, int root)
 {
     cpnet_team_desc_t d;
@@ -529,7 +545,7 @@ __device__ __forceinline__ int team_broadcast(cpnet_ctx_t* ctx, cpnet_team_t tea
 }
 
 /** fcollect (team.rs fcollectmem). */
-__device__ __forceinline__ int team_fcollect(cpnet_ctx_t* ctx, cpnet_team_t team, void* dest, const void* source,
+__device__ __noinline__ inline int team_fcollect(cpnet_ctx_t* ctx, cpnet_team_t team, void* dest, const void* source,
                                              uint64_t nbytes)
 {
     cpnet_team_desc_t d;
@@ -545,7 +561,7 @@ __device__ __forceinline__ int team_fcollect(cpnet_ctx_t* ctx, cpnet_team_t team
 }
 
 /** alltoall (team.rs alltoallmem). */
-__device__ __forceinline__ int team_alltoall(cpnet_ctx_t* ctx, cpnet_team_t team, void* dest, const void* source,
+__device__ __noinline__ inline int team_alltoall(cpnet_ctx_t* ctx, cpnet_team_t team, void* dest, const void* source,
                                              uint64_t nbytes)
 {
     cpnet_team_desc_t d;
@@ -562,7 +578,7 @@ __device__ __forceinline__ int team_alltoall(cpnet_ctx_t* ctx, cpnet_team_t team
 
 /** collect (team.rs collectmem): the sizes through the data buffers, then
  *  the blocks; the total in `*total` (if not null). */
-__device__ __forceinline__ int team_collect(cpnet_ctx_t* ctx, cpnet_team_t team, void* dest, const void* source,
+__device__ __noinline__ inline int team_collect(cpnet_ctx_t* ctx, cpnet_team_t team, void* dest, const void* source,
                                             uint64_t nbytes, cpnet_size_t* total)
 {
     cpnet_team_desc_t d;
@@ -599,7 +615,7 @@ __device__ __forceinline__ int team_collect(cpnet_ctx_t* ctx, cpnet_team_t team,
 }
 
 /** sync (team.rs team_sync). */
-__device__ __forceinline__ int team_sync(cpnet_ctx_t* ctx, cpnet_team_t team)
+__device__ __noinline__ inline int team_sync(cpnet_ctx_t* ctx, cpnet_team_t team)
 {
     cpnet_team_desc_t d;
     const int bad = team_get(ctx, team, &d);

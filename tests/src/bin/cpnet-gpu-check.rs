@@ -23,7 +23,8 @@ use clap::{Parser, Subcommand};
 use cpnet::GpuPe;
 use cpnet::device::cpu::SymAddr;
 use cpnet::device::layout::{Cmp, ErrorCode};
-use cpnet::gpu::GpuError;
+use cpnet::device::layout::TeamDesc;
+use cpnet::gpu::{GpuError, KernelHandle};
 use cpnet_tests::check_eq;
 use cpnet_tests::gpu::{self, LOG_WORDS};
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
@@ -77,6 +78,21 @@ enum Scenario {
     /// work-group, address, expected and found value (set
     /// CPNET_WAIT_TIMEOUT small).
     StuckWait,
+    /// The device team collectives (team.cuh) on CPNET_TEAM_WORLD, the node
+    /// team and a strided split: every reduction type and operator, the
+    /// data collectives and their typed forms, barrier and sync, checked
+    /// element by element; then the bad-input calls (CPNET_E_BAD_TEAM,
+    /// CPNET_E_BAD_PE, -1 from the queries, nothing written). One block per
+    /// PE (a team's collectives take one work-group per PE).
+    Collectives,
+    /// Device team collectives' latency on CPNET_TEAM_WORLD, averaged over
+    /// `iters` calls inside one kernel: barrier, sync, and float sum
+    /// reduce-to-all of 8 B to 8 KiB. One block per PE; PE 0 prints.
+    CollBench {
+        /// Calls per measurement.
+        #[arg(long, default_value_t = 2000)]
+        iters: u32,
+    },
 }
 
 /// One line to stderr in one write (PEs share the terminal).
@@ -112,6 +128,8 @@ fn main() -> ExitCode {
         Scenario::Barrier { rounds } => barrier(&pe, threads, rounds),
         Scenario::BadInput => bad_input(&pe, wgs, threads),
         Scenario::StuckWait => stuck_wait(&pe, threads),
+        Scenario::Collectives => collectives(&pe, threads),
+        Scenario::CollBench { iters } => coll_bench(&pe, threads, iters),
     };
     match r.and_then(|()| pe.finalize().context("finalize")) {
         Ok(()) => {
@@ -737,4 +755,214 @@ fn stuck_wait(pe: &GpuPe, threads: u32) -> Result<()> {
     }
     pe.barrier_all()?;
     verdict(fails)
+}
+
+/// A team the collectives check runs on: its handle, and its entry as this
+/// PE sees it (`None`: not a member).
+struct CheckTeam {
+    name: String,
+    id: i32,
+    desc: Option<TeamDesc>,
+}
+
+/// Heap bytes of the region the collectives' cases use (reused by each team).
+const COLL_REGION: u64 = 24 << 20;
+
+/// The teams to check: CPNET_TEAM_WORLD, CPNET_TEAM_NODE, and the strided
+/// split of world PEs 1.. (size n - 1; world itself on one PE), which leaves
+/// PE 0 out. With the runtime's team table in the handle, the runtime's
+/// teams; without one (a runtime that does not fill it yet), a table built
+/// here in the heap (same entries, scratch from shmalloc), so the device
+/// protocol is checked either way. Returns the handle to launch with.
+fn check_teams(pe: &GpuPe) -> Result<(KernelHandle, Vec<CheckTeam>)> {
+    use cpnet::device::layout::{CPNET_MAX_TEAMS, CPNET_TEAM_DESC_BYTES};
+    let (me, n) = (pe.my_pe(), pe.n_pes());
+    let (s_start, s_size) = if n > 1 { (1, n - 1) } else { (0, 1) };
+    let mut h = pe.handle();
+    const SCRATCH: u64 = 64 << 10;
+    let (max, db) = (CPNET_MAX_TEAMS as usize, CPNET_TEAM_DESC_BYTES as usize);
+    let table = pe.shmalloc((max * db) as u64)?;
+    let mut bytes = vec![0u8; max * db];
+    let mut teams = Vec::new();
+    for (id, name, start, size) in [(0, "world", 0, n), (1, "node", 0, n), (2, "split(1, 1, n - 1)", s_start, s_size)] {
+        let scratch = pe.shmalloc(SCRATCH)?;
+        let d = TeamDesc::new(start, 1, size, me, scratch.0, SCRATCH).context("team layout")?;
+        bytes[id * db..(id + 1) * db].copy_from_slice(&desc_bytes(&d));
+        let member = d.my_idx >= 0;
+        teams.push(CheckTeam { name: format!("{name} (own table)"), id: if member { id as i32 } else { -1 }, desc: member.then_some(d) });
+    }
+    pe.write_heap(table, &bytes)?;
+    h.0.n_teams = max as u32;
+    h.0.teams = pe.dev_ptr(table);
+    Ok((h, teams))
+}
+
+/// A team table entry as `cpnet_team_desc_t` lays it out (little-endian).
+fn desc_bytes(d: &TeamDesc) -> Vec<u8> {
+    let mut b = Vec::with_capacity(32);
+    for v in [d.start, d.stride, d.size, d.my_idx] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    b.extend_from_slice(&d.scratch.to_le_bytes());
+    b.extend_from_slice(&d.chunk.to_le_bytes());
+    b.extend_from_slice(&d.data_off.to_le_bytes());
+    b
+}
+
+/// Every collective of team.cuh on each team of [`check_teams`], checked
+/// element by element.
+fn collectives(pe: &GpuPe, threads: u32) -> Result<()> {
+    use cpnet_tests::gpu_coll::{self, BAD_AT, BAD_CALLS, BAD_ROOT_CALLS, CASE_WORDS, CODE_WORDS, GUARD_BYTES, MAX_TRANSLATE};
+    let me = pe.my_pe();
+    let k = build(pe, "collectives", "coll", gpu_coll::COLL)?;
+    let (h, teams) = check_teams(pe)?;
+    let region = pe.shmalloc(COLL_REGION)?;
+    let logs = pe.shmalloc(LOG_WORDS as u64 * 8)?;
+    let guard = pe.shmalloc(GUARD_BYTES)?;
+    let max_cases = 512u64;
+    let table = pe.shmalloc(max_cases * CASE_WORDS as u64 * 8)?;
+    let codes = pe.shmalloc((max_cases * CODE_WORDS as u64 + 64) * 8)?;
+    let guard_bytes = gpu::pattern(me as u32, 9, 9, GUARD_BYTES);
+    let mut fails = Vec::new();
+    for t in &teams {
+        let (cases, need) = match &t.desc {
+            Some(d) => gpu_coll::cases(d.size, d.chunk),
+            None => (Vec::new(), 0),
+        };
+        ensure!(need <= COLL_REGION, "{}: the cases need {need} bytes, the region has {COLL_REGION}", t.name);
+        ensure!(cases.len() as u64 <= max_cases, "{}: {} cases", t.name, cases.len());
+        // Sources, zeroed destinations, the case table, the guard.
+        let mut img = vec![0u8; need as usize];
+        if let Some(d) = &t.desc {
+            for (c, case) in cases.iter().enumerate() {
+                let s = gpu_coll::source(case, c, d, d.my_idx);
+                img[case.src as usize..case.src as usize + s.len()].copy_from_slice(&s);
+            }
+        }
+        pe.write_heap(region, &img)?;
+        let words: Vec<u64> = cases.iter().flat_map(|c| c.words(region.0)).collect();
+        pe.write_heap(table, &u64s_bytes(&words))?;
+        pe.write_heap(codes, &vec![0xEEu8; (max_cases as usize * CODE_WORDS + 64) * 8])?;
+        pe.write_heap(guard, &guard_bytes)?;
+        pe.write_heap(logs, &vec![0u8; LOG_WORDS * 8])?;
+        pe.barrier_all()?;
+
+        // The bad calls' team: a handle this PE may not use (the split's id
+        // where this PE is not in it; else -1).
+        let bad_team = teams.iter().find(|o| o.desc.is_none()).map(|_| 2).unwrap_or(-1);
+        let t0 = Instant::now();
+        let (p_table, p_codes, p_logs, p_guard) = (pe.dev_ptr(table), pe.dev_ptr(codes), pe.dev_ptr(logs), pe.dev_ptr(guard));
+        let ncases = cases.len() as u32;
+        let mut b = pe.stream().launch_builder(&k.func);
+        b.arg(&h).arg(&t.id).arg(&p_table).arg(&ncases).arg(&p_codes).arg(&p_logs).arg(&p_guard).arg(&bad_team);
+        // SAFETY: the arguments match `coll` in cpnet_tests::gpu_coll::COLL;
+        // one block per PE (team collectives take one work-group per PE);
+        // synchronized below.
+        unsafe { b.launch(grid(1, threads)) }.context("launch coll")?;
+        pe.synchronize()?;
+        pe.barrier_all()?;
+        let secs = t0.elapsed().as_secs_f64();
+
+        let before = fails.len();
+        if let Err(e) = check_logs(pe, &k, logs, 1) {
+            fails.push(format!("{}: {e}", t.name));
+        }
+        let cw = read_u64s(pe, codes, cases.len() * CODE_WORDS + BAD_AT + BAD_CALLS.len() + BAD_ROOT_CALLS.len())?;
+        let got = read(pe, region, need)?;
+        if let Some(d) = &t.desc {
+            for (c, case) in cases.iter().enumerate() {
+                let what = || format!("PE {me} team {} ({}, team PE {}): case {c} {}", t.name, d.size, d.my_idx, case.describe());
+                let code = cw[CODE_WORDS * c] as i64;
+                if code != 0 {
+                    fails.push(format!("{}: returned {code}", what()));
+                    continue;
+                }
+                if case.kind == gpu_coll::Kind::Collect {
+                    let total = cw[CODE_WORDS * c + 1];
+                    if total != case.dst_bytes {
+                        fails.push(format!("{}: total {total}, expected {}", what(), case.dst_bytes));
+                    }
+                }
+                if let Some(want) = gpu_coll::expect(case, c, d, d.my_idx) {
+                    let at = case.dst as usize;
+                    if let Some(m) = gpu_coll::compare(case, &got[at..at + want.len()], &want) {
+                        fails.push(format!("{}: {m}", what()));
+                    }
+                }
+                // The 64 bytes after each region stay zero.
+                let end = (case.dst + case.dst_bytes) as usize;
+                if got[end..end + 64].iter().any(|&b| b != 0) {
+                    fails.push(format!("{}: written past the destination", what()));
+                }
+            }
+        }
+        let q = cases.len() * CODE_WORDS;
+        let (want_me, want_n) = t.desc.map(|d| (i64::from(d.my_idx), i64::from(d.size))).unwrap_or((-1, -1));
+        if cw[q] as i64 != want_me || cw[q + 1] as i64 != want_n {
+            fails.push(format!("PE {me} team {}: team_my_pe {} / team_n_pes {}, expected {want_me} / {want_n}", t.name, cw[q] as i64, cw[q + 1] as i64));
+        }
+        if let Some(d) = &t.desc {
+            for j in 0..MAX_TRANSLATE {
+                let want = if (j as i32) < d.size { d.world_pe(j as i32) as i64 } else { -1 };
+                if cw[q + 2 + j] as i64 != want {
+                    fails.push(format!("PE {me} team {}: translate_pe({j} -> world) = {}, expected {want}", t.name, cw[q + 2 + j] as i64));
+                }
+            }
+        }
+        let bad: Vec<(&str, i64)> =
+            BAD_CALLS.iter().chain(if t.desc.is_some() { BAD_ROOT_CALLS } else { &[] }).copied().collect();
+        for (i, &(what, want)) in bad.iter().enumerate() {
+            let got = cw[q + BAD_AT + i] as i64;
+            if got != want {
+                fails.push(format!("PE {me} team {}: bad input `{what}` returned {got}, expected {want}", t.name));
+            }
+        }
+        if read(pe, guard, GUARD_BYTES)? != guard_bytes {
+            fails.push(format!("PE {me} team {}: the bad calls wrote into the guard", t.name));
+        }
+        if fails.len() == before {
+            println!("collectives PE {me} team {}: {} cases OK ({secs:.3} s)", t.name, cases.len());
+        }
+        pe.barrier_all()?;
+    }
+    verdict(fails)
+}
+
+/// Barrier, sync and float sum reduce latency on CPNET_TEAM_WORLD.
+fn coll_bench(pe: &GpuPe, threads: u32, iters: u32) -> Result<()> {
+    use cpnet_tests::gpu_coll;
+    let me = pe.my_pe();
+    let k = build(pe, "coll-bench", "coll_bench", gpu_coll::COLL)?;
+    let (h, teams) = check_teams(pe)?;
+    let sizes: Vec<u64> = vec![8, 64, 512, 1024, 4096, 8192];
+    let sz = pe.shmalloc(8 * sizes.len() as u64)?;
+    let src = pe.shmalloc(8192)?;
+    let dst = pe.shmalloc(8192)?;
+    let out = pe.shmalloc(8 * (2 + sizes.len() as u64))?;
+    let logs = pe.shmalloc(LOG_WORDS as u64 * 8)?;
+    pe.write_heap(sz, &u64s_bytes(&sizes))?;
+    pe.barrier_all()?;
+    let (p_sz, p_src, p_dst, p_out, p_logs) = (pe.dev_ptr(sz), pe.dev_ptr(src), pe.dev_ptr(dst), pe.dev_ptr(out), pe.dev_ptr(logs));
+    let nsizes = sizes.len() as u32;
+    let team = teams[0].id;
+    let mut b = pe.stream().launch_builder(&k.func);
+    b.arg(&h).arg(&team).arg(&iters).arg(&p_sz).arg(&nsizes).arg(&p_src).arg(&p_dst).arg(&p_out).arg(&p_logs);
+    // SAFETY: the arguments match `coll_bench` in cpnet_tests::gpu_coll::COLL;
+    // one block per PE; synchronized below.
+    unsafe { b.launch(grid(1, threads)) }.context("launch coll_bench")?;
+    pe.synchronize()?;
+    pe.barrier_all()?;
+    check_logs(pe, &k, logs, 1)?;
+    let ns = read_u64s(pe, out, 2 + sizes.len())?;
+    if me == 0 {
+        let path = if h.0.peers != 0 { "p2p stores" } else { "queue (network path)" };
+        println!("coll-bench: {} PEs, team world, 1 block x {threads} threads, {iters} calls each, {path}", pe.n_pes());
+        println!("coll-bench: {:>10} {:>8} {:>10}", "op", "bytes", "time(us)");
+        println!("coll-bench: {:>10} {:>8} {:>10.2}", "barrier", 0, ns[0] as f64 / 1e3);
+        println!("coll-bench: {:>10} {:>8} {:>10.2}", "sync", 0, ns[1] as f64 / 1e3);
+        for (i, s) in sizes.iter().enumerate() {
+            println!("coll-bench: {:>10} {:>8} {:>10.2}", "reduce", s, ns[2 + i] as f64 / 1e3);
+        }
+    }
+    Ok(())
 }
