@@ -24,7 +24,7 @@ use cpnet::GpuPe;
 use cpnet::device::cpu::SymAddr;
 use cpnet::device::layout::{Cmp, ErrorCode};
 use cpnet::device::layout::TeamDesc;
-use cpnet::gpu::{GpuError, KernelHandle};
+use cpnet::gpu::GpuError;
 use cpnet_tests::check_eq;
 use cpnet_tests::gpu::{self, LOG_WORDS};
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
@@ -757,56 +757,40 @@ fn stuck_wait(pe: &GpuPe, threads: u32) -> Result<()> {
     verdict(fails)
 }
 
-/// A team the collectives check runs on: its handle, and its entry as this
-/// PE sees it (`None`: not a member).
+/// A run of the collectives check: the team the cases run on (`id`; -1 and
+/// no cases where this PE is not a member), its entry, and the team
+/// argument of the bad-input calls.
 struct CheckTeam {
     name: String,
     id: i32,
     desc: Option<TeamDesc>,
+    bad_team: i32,
 }
 
 /// Heap bytes of the region the collectives' cases use (reused by each team).
 const COLL_REGION: u64 = 24 << 20;
 
-/// The teams to check: CPNET_TEAM_WORLD, CPNET_TEAM_NODE, and the strided
-/// split of world PEs 1.. (size n - 1; world itself on one PE), which leaves
-/// PE 0 out. With the runtime's team table in the handle, the runtime's
-/// teams; without one (a runtime that does not fill it yet), a table built
-/// here in the heap (same entries, scratch from shmalloc), so the device
-/// protocol is checked either way. Returns the handle to launch with.
-fn check_teams(pe: &GpuPe) -> Result<(KernelHandle, Vec<CheckTeam>)> {
-    use cpnet::device::layout::{CPNET_MAX_TEAMS, CPNET_TEAM_DESC_BYTES};
-    let (me, n) = (pe.my_pe(), pe.n_pes());
+/// Run `f` on each team of the collectives check, in order: the runtime's
+/// CPNET_TEAM_WORLD and CPNET_TEAM_NODE, the strided split of world PEs
+/// 1.. (size n - 1; world itself on one PE), which leaves PE 0 out (its
+/// bad calls then use -1), and the split's handle after team_destroy
+/// (every call on it must be CPNET_E_BAD_TEAM). Collective.
+fn with_check_teams(pe: &GpuPe, mut f: impl FnMut(&CheckTeam) -> Result<()>) -> Result<()> {
+    let n = pe.n_pes();
     let (s_start, s_size) = if n > 1 { (1, n - 1) } else { (0, 1) };
-    let mut h = pe.handle();
-    const SCRATCH: u64 = 64 << 10;
-    let (max, db) = (CPNET_MAX_TEAMS as usize, CPNET_TEAM_DESC_BYTES as usize);
-    let table = pe.shmalloc((max * db) as u64)?;
-    let mut bytes = vec![0u8; max * db];
-    let mut teams = Vec::new();
-    for (id, name, start, size) in [(0, "world", 0, n), (1, "node", 0, n), (2, "split(1, 1, n - 1)", s_start, s_size)] {
-        let scratch = pe.shmalloc(SCRATCH)?;
-        let d = TeamDesc::new(start, 1, size, me, scratch.0, SCRATCH).context("team layout")?;
-        bytes[id * db..(id + 1) * db].copy_from_slice(&desc_bytes(&d));
-        let member = d.my_idx >= 0;
-        teams.push(CheckTeam { name: format!("{name} (own table)"), id: if member { id as i32 } else { -1 }, desc: member.then_some(d) });
+    let world = pe.team_world();
+    let node = pe.team_node();
+    for (name, t) in [("world", &world), ("node", &node)] {
+        f(&CheckTeam { name: name.into(), id: t.id(), desc: Some(*t.desc()), bad_team: -1 })?;
     }
-    pe.write_heap(table, &bytes)?;
-    h.0.n_teams = max as u32;
-    h.0.teams = pe.dev_ptr(table);
-    Ok((h, teams))
-}
-
-/// A team table entry as `cpnet_team_desc_t` lays it out (little-endian).
-fn desc_bytes(d: &TeamDesc) -> Vec<u8> {
-    let mut b = Vec::with_capacity(32);
-    for v in [d.start, d.stride, d.size, d.my_idx] {
-        b.extend_from_slice(&v.to_le_bytes());
+    let split = pe.team_split_strided(&world, s_start, 1, s_size)?;
+    let name = format!("split({s_start}, 1, {s_size})");
+    let (id, desc) = split.as_ref().map(|t| (t.id(), Some(*t.desc()))).unwrap_or((-1, None));
+    f(&CheckTeam { name: name.clone(), id, desc, bad_team: -1 })?;
+    if let Some(t) = split {
+        pe.team_destroy(t)?;
     }
-    b.extend_from_slice(&d.scratch.to_le_bytes());
-    b.extend_from_slice(&d.chunk.to_le_bytes());
-    b.extend_from_slice(&d.data_off.to_le_bytes());
-    b
+    f(&CheckTeam { name: format!("{name} after destroy"), id: -1, desc: None, bad_team: id })
 }
 
 /// Every collective of team.cuh on each team of [`check_teams`], checked
@@ -815,7 +799,7 @@ fn collectives(pe: &GpuPe, threads: u32) -> Result<()> {
     use cpnet_tests::gpu_coll::{self, BAD_AT, BAD_CALLS, BAD_ROOT_CALLS, CASE_WORDS, CODE_WORDS, GUARD_BYTES, MAX_TRANSLATE};
     let me = pe.my_pe();
     let k = build(pe, "collectives", "coll", gpu_coll::COLL)?;
-    let (h, teams) = check_teams(pe)?;
+    let h = pe.handle();
     let region = pe.shmalloc(COLL_REGION)?;
     let logs = pe.shmalloc(LOG_WORDS as u64 * 8)?;
     let guard = pe.shmalloc(GUARD_BYTES)?;
@@ -824,7 +808,7 @@ fn collectives(pe: &GpuPe, threads: u32) -> Result<()> {
     let codes = pe.shmalloc((max_cases * CODE_WORDS as u64 + 64) * 8)?;
     let guard_bytes = gpu::pattern(me as u32, 9, 9, GUARD_BYTES);
     let mut fails = Vec::new();
-    for t in &teams {
+    with_check_teams(pe, |t| {
         let (cases, need) = match &t.desc {
             Some(d) => gpu_coll::cases(d.size, d.chunk),
             None => (Vec::new(), 0),
@@ -847,9 +831,7 @@ fn collectives(pe: &GpuPe, threads: u32) -> Result<()> {
         pe.write_heap(logs, &vec![0u8; LOG_WORDS * 8])?;
         pe.barrier_all()?;
 
-        // The bad calls' team: a handle this PE may not use (the split's id
-        // where this PE is not in it; else -1).
-        let bad_team = teams.iter().find(|o| o.desc.is_none()).map(|_| 2).unwrap_or(-1);
+        let bad_team = t.bad_team;
         let t0 = Instant::now();
         let (p_table, p_codes, p_logs, p_guard) = (pe.dev_ptr(table), pe.dev_ptr(codes), pe.dev_ptr(logs), pe.dev_ptr(guard));
         let ncases = cases.len() as u32;
@@ -924,7 +906,8 @@ fn collectives(pe: &GpuPe, threads: u32) -> Result<()> {
             println!("collectives PE {me} team {}: {} cases OK ({secs:.3} s)", t.name, cases.len());
         }
         pe.barrier_all()?;
-    }
+        Ok(())
+    })?;
     verdict(fails)
 }
 
@@ -933,7 +916,7 @@ fn coll_bench(pe: &GpuPe, threads: u32, iters: u32) -> Result<()> {
     use cpnet_tests::gpu_coll;
     let me = pe.my_pe();
     let k = build(pe, "coll-bench", "coll_bench", gpu_coll::COLL)?;
-    let (h, teams) = check_teams(pe)?;
+    let h = pe.handle();
     let sizes: Vec<u64> = vec![8, 64, 512, 1024, 4096, 8192];
     let sz = pe.shmalloc(8 * sizes.len() as u64)?;
     let src = pe.shmalloc(8192)?;
@@ -944,7 +927,7 @@ fn coll_bench(pe: &GpuPe, threads: u32, iters: u32) -> Result<()> {
     pe.barrier_all()?;
     let (p_sz, p_src, p_dst, p_out, p_logs) = (pe.dev_ptr(sz), pe.dev_ptr(src), pe.dev_ptr(dst), pe.dev_ptr(out), pe.dev_ptr(logs));
     let nsizes = sizes.len() as u32;
-    let team = teams[0].id;
+    let team = pe.team_world().id();
     let mut b = pe.stream().launch_builder(&k.func);
     b.arg(&h).arg(&team).arg(&iters).arg(&p_sz).arg(&nsizes).arg(&p_src).arg(&p_dst).arg(&p_out).arg(&p_logs);
     // SAFETY: the arguments match `coll_bench` in cpnet_tests::gpu_coll::COLL;
