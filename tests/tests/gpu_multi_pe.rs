@@ -2,7 +2,8 @@
 //! real GPU PEs under `cpnet-run` (PE i on GPU i % device count) and checks
 //! the exit status and output. Two PEs on one host reach each other through
 //! CUDA IPC peer copies by default; the `_staged` tests turn that off
-//! (`CPNET_GPU_IPC=0`) so the staged path over the provider runs too.
+//! (`CPNET_GPU_IPC=0`) so the staged path over the provider runs too, and
+//! the `_network_path` ones turn every direct path off.
 //!
 //! Where there is no GPU (no CUDA driver, or no device) every job test
 //! prints a loud SKIPPED line and passes, unless `CPNET_REQUIRE_GPU=1`
@@ -88,6 +89,22 @@ gpu_test! {
     barrier_2_pes_shm_staged: ok_env(2, SHM, &["barrier", "--rounds", "50"], STAGED);
     bad_input_2_pes_shm: bad_input(SHM);
     stuck_wait_2_pes_shm: stuck_wait();
+    collectives_1_pe: ok(1, SHM, &["collectives"]);
+    collectives_2_pes_shm: ok(2, SHM, &["collectives"]);
+    collectives_2_pes_shm_network_path: ok_env(2, SHM, &["collectives"], NETWORK_PATH);
+    coll_bench_2_pes_shm: coll_bench();
+}
+
+/// `CPNET_GPU_IPC=0 CPNET_GPU_P2P=0`: the network path (every operation
+/// through the queue and the provider, as to a PE on another host).
+const NETWORK_PATH: &[(&str, &str)] = &[("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P", "0")];
+
+/// The device collectives' benchmark runs and prints its table.
+fn coll_bench() {
+    let out = ok(2, SHM, &["coll-bench", "--iters", "200"]);
+    for op in ["barrier", "sync", "reduce"] {
+        assert!(out.lines().any(|l| l.starts_with("coll-bench:") && l.contains(op)), "no {op} line:\n{out}");
+    }
 }
 
 /// Every case is reported by the proxy naming PE, work-group, operation and

@@ -86,7 +86,7 @@
  *  GPU memory (a poll does not cross PCIe), so the cap is short: a wait ends
  *  at most this long after its signal landed. Define before including. */
 #ifndef CPNET_TEAM_BACKOFF_MAX_NS
-#define CPNET_TEAM_BACKOFF_MAX_NS 128
+#define CPNET_TEAM_BACKOFF_MAX_NS 64
 #endif
 
 /* ------------------------------------------------------------------------ */
@@ -279,11 +279,33 @@ __device__ __noinline__ inline int team_wait_leader(cpnet_ctx_t* ctx, const uint
     }
 }
 
-/** Wait for SIG[j] >= e of every member j but this PE (collective): after it
- *  every thread sees the data those signals followed. */
-__device__ __forceinline__ int team_wait_all(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, uint64_t e)
+/** cpnet_fence's leader part (cpnet_fence: a FENCE command through the
+ *  queue; with a p2p table a system-scope fence, and the FENCE command
+ *  only when commands went into the queue, which the next p2p access then
+ *  waits for). */
+__device__ __forceinline__ void team_fence_leader(cpnet_ctx_t* ctx)
+{
+    cpnet_cmd_t c = {};
+    c.opcode = CPNET_OP_FENCE;
+    if (ctx->peers == nullptr) {
+        call_nbi(ctx, c);
+        return;
+    }
+    cpnet_fence_acq_rel_sys();
+    if (ctx->proxy_used) {
+        call_nbi(ctx, c);
+        ctx->fence_idx = ctx->write_idx;
+    }
+}
+
+/** Wait for SIG[j] >= e of every member j but this PE (collective; after a
+ *  fence when `fence`, in the same block barrier pair): after it every
+ *  thread sees the data those signals followed. */
+__device__ __forceinline__ int team_wait_all(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, uint64_t e,
+                                             bool fence = false)
 {
     return collective(ctx, [&]() -> int {
+        if (fence) team_fence_leader(ctx);
         for (int j = 0; j < d.size; ++j) {
             if (j == d.my_idx) continue;
             const int r = team_wait_leader(ctx, team_sig(ctx, d, j), e);
@@ -328,11 +350,33 @@ __device__ __forceinline__ int team_signal_leader(cpnet_ctx_t* ctx, uint64_t* wo
     return CPNET_E_OK;
 }
 
-/** The dissemination rounds of a sync with epoch `e` (collective, one block
- *  barrier pair in all). */
-__device__ __forceinline__ int team_sync_rounds(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, uint64_t e)
+/** cpnet_quiet's leader part (after every thread's fence): drain the
+ *  queue when commands went into it (always without a p2p table), else
+ *  return the remembered device-side failure. */
+__device__ __forceinline__ int team_quiet_leader(cpnet_ctx_t* ctx)
 {
+    if (ctx->peers == nullptr || ctx->proxy_used) return drain(ctx, CPNET_OP_QUIET);
+    const int pending = ctx->pending_error;
+    ctx->pending_error = CPNET_E_OK;
+    return pending;
+}
+
+/** A sync (team.rs team_sync), after a quiet when `quiet` (team_barrier):
+ *  the quiet (each thread's fence, then the leader's part), the epoch and
+ *  the dissemination rounds in ONE block barrier pair. A failed quiet
+ *  returns before the epoch moves, as team.rs's barrier. */
+__device__ __forceinline__ int team_sync_rounds(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, bool quiet)
+{
+    /* As cpnet_quiet: each thread's peer-to-peer stores complete. */
+    if (quiet && ctx->peers != nullptr) cpnet_fence_acq_rel_sys();
     return collective(ctx, [&]() -> int {
+        if (quiet) {
+            const int q = team_quiet_leader(ctx);
+            if (q != CPNET_E_OK) return q;
+        }
+        uint64_t* seq = team_word(ctx, d, CPNET_TEAM_SCR_SEQ);
+        const uint64_t e = cpnet_ld_relaxed_sys_u64(seq) + 1; /* as team_next */
+        cpnet_st_relaxed_sys_u64(seq, e);
         const int64_t n = d.size;
         for (int k = 0; ((int64_t)1 << k) < n; ++k) {
             uint64_t* word = team_word(ctx, d, CPNET_TEAM_SCR_SYNC + 8 * (uint64_t)k);
@@ -461,18 +505,38 @@ template <int OP> struct combiner<cpnet_bfloat16_t, OP> {
 };
 
 /** Fold the `n` elements of every member's slot of buffer `buf`, in team
- *  order, into `dest` (collective: element i by thread i mod nthreads). */
+ *  order, into `dest` (collective). Each thread takes CPNET_TEAM_FOLD_UNROLL
+ *  elements (i, i + nt, ...) at a time, loading them from one slot
+ *  together, so that several loads are in flight instead of one. */
+#ifndef CPNET_TEAM_FOLD_UNROLL
+#define CPNET_TEAM_FOLD_UNROLL 4
+#endif
 template <typename T, int OP>
 __device__ __forceinline__ void team_fold(const cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, uint64_t buf, T* dest,
                                           uint64_t n)
 {
+    constexpr int U = CPNET_TEAM_FOLD_UNROLL;
     const uint64_t nt = (uint64_t)blockDim.x * blockDim.y * blockDim.z;
     const T* s0 = (const T*)team_data(ctx, d, buf, 0);
     const uint64_t stride = d.chunk / sizeof(T); /* elements between two senders' slots */
-    for (uint64_t i = thread_rank(); i < n; i += nt) {
-        T acc = s0[i];
-        for (int j = 1; j < d.size; ++j) acc = combiner<T, OP>::apply(acc, s0[(uint64_t)j * stride + i]);
-        dest[i] = acc;
+    for (uint64_t i = thread_rank(); i < n; i += U * nt) {
+        T acc[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (i + u * nt < n) acc[u] = s0[i + u * nt];
+        for (int j = 1; j < d.size; ++j) {
+            const T* sj = s0 + (uint64_t)j * stride;
+            T x[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (i + u * nt < n) x[u] = sj[i + u * nt];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (i + u * nt < n) acc[u] = combiner<T, OP>::apply(acc[u], x[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (i + u * nt < n) dest[i + u * nt] = acc[u];
     }
 }
 
@@ -497,8 +561,8 @@ __device__ __noinline__ inline int team_reduce_round(cpnet_ctx_t* ctx, const cpn
         const int j = (d.my_idx + k) % d.size;
         cpnet_putmem_signal_nbi(ctx, mine, mine, bytes, sig_me, e, CPNET_SIGNAL_SET, team_world_pe(d, j));
     }
-    cpnet_fence(ctx);
-    return team_wait_all(ctx, d, e);
+    /* The fence (cpnet_fence), then the waits, in one barrier pair. */
+    return team_wait_all(ctx, d, e, true);
 }
 
 /** Reduce to all (team.rs reduce): rounds of team_reduce_round, each
@@ -614,14 +678,13 @@ __device__ __noinline__ inline int team_collect(cpnet_ctx_t* ctx, cpnet_team_t t
     return r;
 }
 
-/** sync (team.rs team_sync). */
-__device__ __noinline__ inline int team_sync(cpnet_ctx_t* ctx, cpnet_team_t team)
+/** sync (team.rs team_sync); barrier (team.rs team_barrier) when `quiet`. */
+__device__ __noinline__ inline int team_sync(cpnet_ctx_t* ctx, cpnet_team_t team, bool quiet)
 {
     cpnet_team_desc_t d;
     const int bad = team_get(ctx, team, &d);
     if (bad != CPNET_E_OK) return team_fail(ctx, bad);
-    const uint64_t e = team_next(ctx, d, false) >> 1;
-    return team_sync_rounds(ctx, d, e);
+    return team_sync_rounds(ctx, d, quiet);
 }
 
 } /* namespace cpnet_detail */
@@ -689,7 +752,7 @@ __device__ inline int cpnet_team_translate_pe(const cpnet_ctx_t* ctx, cpnet_team
  */
 __device__ inline int cpnet_team_sync(cpnet_ctx_t* ctx, cpnet_team_t team)
 {
-    return cpnet_detail::team_sync(ctx, team);
+    return cpnet_detail::team_sync(ctx, team, false);
 }
 
 /**
@@ -705,12 +768,7 @@ __device__ inline int cpnet_team_sync(cpnet_ctx_t* ctx, cpnet_team_t team)
  */
 __device__ inline int cpnet_team_barrier(cpnet_ctx_t* ctx, cpnet_team_t team)
 {
-    cpnet_team_desc_t d;
-    const int bad = cpnet_detail::team_get(ctx, team, &d);
-    if (bad != CPNET_E_OK) return cpnet_detail::team_fail(ctx, bad);
-    const int q = cpnet_quiet(ctx);
-    if (q != CPNET_E_OK) return q;
-    return cpnet_detail::team_sync(ctx, team);
+    return cpnet_detail::team_sync(ctx, team, true);
 }
 
 /* ======================================================================== */

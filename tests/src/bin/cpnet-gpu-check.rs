@@ -771,10 +771,11 @@ struct CheckTeam {
 const COLL_REGION: u64 = 24 << 20;
 
 /// Run `f` on each team of the collectives check, in order: the runtime's
-/// CPNET_TEAM_WORLD and CPNET_TEAM_NODE, the strided split of world PEs
-/// 1.. (size n - 1; world itself on one PE), which leaves PE 0 out (its
-/// bad calls then use -1), and the split's handle after team_destroy
-/// (every call on it must be CPNET_E_BAD_TEAM). Collective.
+/// CPNET_TEAM_WORLD and CPNET_TEAM_NODE, a split of every world PE (not
+/// world: its own handle and scratch), the strided split of world PEs 1..
+/// (size n - 1; world itself on one PE), which leaves PE 0 out (its bad
+/// calls then use -1), and that split's handle after team_destroy (every
+/// call on it must be CPNET_E_BAD_TEAM). Collective.
 fn with_check_teams(pe: &GpuPe, mut f: impl FnMut(&CheckTeam) -> Result<()>) -> Result<()> {
     let n = pe.n_pes();
     let (s_start, s_size) = if n > 1 { (1, n - 1) } else { (0, 1) };
@@ -783,6 +784,9 @@ fn with_check_teams(pe: &GpuPe, mut f: impl FnMut(&CheckTeam) -> Result<()>) -> 
     for (name, t) in [("world", &world), ("node", &node)] {
         f(&CheckTeam { name: name.into(), id: t.id(), desc: Some(*t.desc()), bad_team: -1 })?;
     }
+    let all = pe.team_split_strided(&world, 0, 1, n)?.context("a split of every PE has every PE")?;
+    f(&CheckTeam { name: format!("split(0, 1, {n})"), id: all.id(), desc: Some(*all.desc()), bad_team: -1 })?;
+    pe.team_destroy(all)?;
     let split = pe.team_split_strided(&world, s_start, 1, s_size)?;
     let name = format!("split({s_start}, 1, {s_size})");
     let (id, desc) = split.as_ref().map(|t| (t.id(), Some(*t.desc()))).unwrap_or((-1, None));
