@@ -73,7 +73,7 @@
  * memory with a backoff capped at CPNET_TEAM_BACKOFF_MAX_NS.
  *
  * OpenSHMEM sections are those of OpenSHMEM 1.5 (June 2020), as cited by the
- * CPU work-group's team.rs.
+ * CPU work-group's team.rs and runtime/src/team.rs.
  */
 #ifndef CPNET_TEAM_CUH
 #define CPNET_TEAM_CUH
@@ -695,7 +695,7 @@ __device__ __noinline__ inline int team_sync(cpnet_ctx_t* ctx, cpnet_team_t team
 
 /**
  * This PE's number in `team` (0 <= n < cpnet_team_n_pes), or -1 when `team`
- * names no team or this PE is not a member. OpenSHMEM 1.5 §9.4.1
+ * names no team or this PE is not a member. OpenSHMEM 1.5 §9.4.5
  * (shmem_team_my_pe). Not collective: any thread, any time after
  * cpnet_ctx_create.
  */
@@ -707,7 +707,7 @@ __device__ inline int cpnet_team_my_pe(const cpnet_ctx_t* ctx, cpnet_team_t team
 
 /**
  * The number of PEs in `team`, or -1 when `team` names no team. OpenSHMEM 1.5
- * §9.4.2 (shmem_team_n_pes). Not collective.
+ * §9.4.6 (shmem_team_n_pes). Not collective.
  */
 __device__ inline int cpnet_team_n_pes(const cpnet_ctx_t* ctx, cpnet_team_t team)
 {
@@ -718,7 +718,7 @@ __device__ inline int cpnet_team_n_pes(const cpnet_ctx_t* ctx, cpnet_team_t team
 /**
  * The number in `dest_team` of the PE that is number `src_pe` in `src_team`,
  * or -1: either team names no team, `src_pe` is outside `src_team`, or that
- * PE is not a member of `dest_team`. OpenSHMEM 1.5 §9.4.6
+ * PE is not a member of `dest_team`. OpenSHMEM 1.5 §9.4.8
  * (shmem_team_translate_pe); CPNET_TEAM_WORLD numbers are world PEs. Not
  * collective.
  */
