@@ -219,11 +219,11 @@ gen_int!(i8, u16, i32, u64);
 /// Small multiples of 1/4 in -8..8: exact in every float type, with sums
 /// and products that do round in half and bfloat16.
 fn small(h: u64) -> f64 {
-    ((h % 61) as f64 - 30.0) * 0.25 + if h % 7 == 0 { 0.0 } else { 0.125 * ((h >> 8) % 3) as f64 }
+    ((h % 61) as f64 - 30.0) * 0.25 + if h.is_multiple_of(7) { 0.0 } else { 0.125 * ((h >> 8) % 3) as f64 }
 }
 impl Gen for f32 {
     fn make(h: u64) -> Self {
-        small(h) as f32 * 1.0009765625
+        small(h) as f32 * (1.0 + 1.0 / 1024.0)
     }
 }
 impl Gen for f64 {
