@@ -282,7 +282,13 @@ __device__ __noinline__ inline int team_wait_leader(cpnet_ctx_t* ctx, const uint
 /** cpnet_fence's leader part (cpnet_fence: a FENCE command through the
  *  queue; with a p2p table a system-scope fence, and the FENCE command
  *  only when commands went into the queue, which the next p2p access then
- *  waits for). */
+ *  waits for). The caller has every thread fence.acq_rel.sys its own
+ *  peer-to-peer stores first (team_fence_threads), which is what
+ *  cpnet_quiet asks of p2p stores too, so the leader does not fence again. */
+__device__ __forceinline__ void team_fence_threads(const cpnet_ctx_t* ctx)
+{
+    if (ctx->peers != nullptr) cpnet_fence_acq_rel_sys();
+}
 __device__ __forceinline__ void team_fence_leader(cpnet_ctx_t* ctx)
 {
     cpnet_cmd_t c = {};
@@ -291,7 +297,6 @@ __device__ __forceinline__ void team_fence_leader(cpnet_ctx_t* ctx)
         call_nbi(ctx, c);
         return;
     }
-    cpnet_fence_acq_rel_sys();
     if (ctx->proxy_used) {
         call_nbi(ctx, c);
         ctx->fence_idx = ctx->write_idx;
@@ -543,6 +548,14 @@ __device__ __forceinline__ void team_fold(const cpnet_ctx_t* ctx, const cpnet_te
 /** cpnet_quiet, not inlined (the collectives' common end). */
 __device__ __noinline__ inline int team_quiet(cpnet_ctx_t* ctx) { return cpnet_quiet(ctx); }
 
+/** cpnet_quiet after team_fence_threads with no peer-to-peer store since
+ *  (a reduction's end: its fold writes only local memory): the leader's
+ *  part only (drain the queue if used, else the remembered failure). */
+__device__ __noinline__ inline int team_quiet_fenced(cpnet_ctx_t* ctx)
+{
+    return collective(ctx, [&]() -> int { return team_quiet_leader(ctx); });
+}
+
 /** One round of a reduction up to the fold (team.rs reduce): take the
  *  epoch and the buffer (returned in `*buf`), copy `bytes` of `source` into
  *  this PE's slot, put the slot into the same slot of every other member
@@ -561,7 +574,9 @@ __device__ __noinline__ inline int team_reduce_round(cpnet_ctx_t* ctx, const cpn
         const int j = (d.my_idx + k) % d.size;
         cpnet_putmem_signal_nbi(ctx, mine, mine, bytes, sig_me, e, CPNET_SIGNAL_SET, team_world_pe(d, j));
     }
-    /* The fence (cpnet_fence), then the waits, in one barrier pair. */
+    /* The fence (cpnet_fence: every thread's own fence of its p2p stores,
+     * then the leader's part), then the waits, in one barrier pair. */
+    team_fence_threads(ctx);
     return team_wait_all(ctx, d, e, true);
 }
 
@@ -586,7 +601,8 @@ __device__ __forceinline__ int team_reduce(cpnet_ctx_t* ctx, cpnet_team_t team, 
         done += n;
         if (done >= nreduce) break;
     }
-    return team_quiet(ctx);
+    /* The quiet: every thread fenced its p2p stores in the last round. */
+    return team_quiet_fenced(ctx);
 }
 
 /** Broadcast (team.rs broadcastmem). */
