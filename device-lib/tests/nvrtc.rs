@@ -245,6 +245,75 @@ fn every_typed_name_exists_with_its_signature() {
     }
 }
 
+/// Every team name of `cpnet/team.cuh` (OpenSHMEM 1.5 §9.9 tables) with
+/// its documented signature: the reductions of each type list (and, or,
+/// xor on the bitwise types; min, max, sum, prod on the arithmetic ones,
+/// half and bfloat16 included), the typed data collectives of every RMA
+/// type, the *mem forms, sync, barrier and the queries.
+#[test]
+fn every_team_name_exists_with_its_signature() {
+    if !nvrtc_or_skip("every_team_name_exists_with_its_signature") {
+        return;
+    }
+    let bitwise = [
+        "uchar", "ushort", "uint", "ulong", "ulonglong", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+        "uint64", "size",
+    ];
+    let arith = [
+        "char", "schar", "short", "int", "long", "longlong", "ptrdiff", "uchar", "ushort", "uint", "ulong", "ulonglong",
+        "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "size", "float", "double", "half",
+        "bfloat16",
+    ];
+    let rma = [
+        "char", "schar", "short", "int", "long", "longlong", "uchar", "ushort", "uint", "ulong", "ulonglong", "int8",
+        "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "size", "ptrdiff", "float", "double",
+    ];
+    let ty = |t: &str| match t {
+        "half" => "cpnet_half_t",
+        "bfloat16" => "cpnet_bfloat16_t",
+        t => c_type(t),
+    };
+    let mut body = String::new();
+    let mut call = |name: String, t: &str, extra: &str| {
+        body.push_str(&format!("    s |= {name}(&ctx, team, ({t}*)heap, ({t}*)heap + 64, 3{extra});\n"));
+    };
+    for t in bitwise {
+        for op in ["and", "or", "xor"] {
+            call(format!("cpnet_{t}_{op}_reduce"), ty(t), "");
+        }
+    }
+    for t in arith {
+        for op in ["min", "max", "sum", "prod"] {
+            call(format!("cpnet_{t}_{op}_reduce"), ty(t), "");
+        }
+    }
+    for t in rma {
+        call(format!("cpnet_{t}_broadcast"), ty(t), ", 0");
+        for f in ["collect", "fcollect", "alltoall"] {
+            call(format!("cpnet_{t}_{f}"), ty(t), "");
+        }
+    }
+    let src = format!(
+        "#include <cpnet/device.cuh>\n\
+         extern \"C\" __global__ void team_names(cpnet_handle_t h, int team, unsigned char* heap, int* out) {{\n\
+         __shared__ cpnet_ctx_t ctx;\n int s = 0;\n cpnet_size_t total = 0;\n\
+         if (cpnet_ctx_create(&h, &ctx) != CPNET_E_OK) return;\n{body}\
+         s |= cpnet_broadcastmem(&ctx, team, heap, heap + 64, 8, 0);\n\
+         s |= cpnet_fcollectmem(&ctx, team, heap, heap + 64, 8);\n\
+         s |= cpnet_collectmem(&ctx, team, heap, heap + 64, 8);\n\
+         s |= cpnet_collectmem(&ctx, team, heap, heap + 64, 8, &total);\n\
+         s |= cpnet_alltoallmem(&ctx, team, heap, heap + 64, 8);\n\
+         s |= cpnet_team_sync(&ctx, team) | cpnet_team_barrier(&ctx, CPNET_TEAM_NODE);\n\
+         s += cpnet_team_my_pe(&ctx, team) + cpnet_team_n_pes(&ctx, team) + cpnet_team_translate_pe(&ctx, team, 0, CPNET_TEAM_WORLD);\n\
+         cpnet_ctx_destroy(&ctx);\n out[threadIdx.x] = s + (int)total;\n}}\n"
+    );
+    let opts = BuildOptions { name: "team_names.cu".into(), arch: "compute_90".into(), ..BuildOptions::default() };
+    match nvrtc::compile(&src, &opts) {
+        Ok(out) => assert!(out.log.trim().is_empty(), "NVRTC warnings:\n{}", out.log),
+        Err(e) => panic!("{e}"),
+    }
+}
+
 fn split_typed(name: &str) -> (&str, &str) {
     let rest = name.strip_prefix("cpnet_").unwrap();
     // Longest first, so "ulonglong" is not taken for "ulong" + "long...".

@@ -1,6 +1,7 @@
 /*
  * cpnet/team.cuh -- teams (OpenSHMEM 1.5 §9.4) and team collectives (§9.9)
- * for GPU work-groups. Included by <cpnet/device.cuh>; include that.
+ * for GPU work-groups. Included by <cpnet/device.cuh> (which is all a kernel
+ * needs to include); including this file alone works too.
  *
  *     __global__ void k(cpnet_handle_t h, double* x, double* sum)   // x, sum: symmetric
  *     {
@@ -78,9 +79,9 @@
 #ifndef CPNET_TEAM_CUH
 #define CPNET_TEAM_CUH
 
-#ifndef CPNET_DEVICE_CUH
-#error "include <cpnet/device.cuh>, which includes cpnet/team.cuh"
-#endif
+/* The device API this builds on. device.cuh includes this file at its end,
+ * so either include order works (the guards make the inner include empty). */
+#include <cpnet/device.cuh>
 
 /** Longest backoff sleep (ns) of a team collective's wait. Its words are in
  *  GPU memory (a poll does not cross PCIe), so the cap is short: a wait ends
