@@ -121,12 +121,21 @@ if [ -z "$nvcc_bin" ]; then
   say "skip apps/cuda: no nvcc (scripts/setup.sh installs it from PyPI: nvidia-cuda-nvcc)"
 else
   rm -rf "$work/apps-cuda" && cp -r apps/cuda "$work/apps-cuda" && rm -f "$work/apps-cuda/jacobi"
-  if make -s -C "$work/apps-cuda" PREFIX="$prefix" NVCC="$nvcc_bin" >"$work/nvcc.out" 2>&1; then
+  if make -s -C "$work/apps-cuda" PREFIX="$prefix" NVCC="$nvcc_bin" >"$work/nvcc.out" 2>&1 &&
+     "$nvcc_bin" -arch=sm_90 -O2 -std=c++17 -I"$prefix/include" tests/cuda/coll.cu -o "$work/coll" \
+       -L"$prefix/lib" -lcpnet -Xlinker -rpath -Xlinker "$prefix/lib" >>"$work/nvcc.out" 2>&1; then
+    say "ok   tests/cuda/coll.cu (nvshmem.h team collectives) built with nvcc"
     say "ok   apps/cuda/jacobi built with $("$nvcc_bin" --version | sed -n 's/.*release \([0-9.]*\).*/nvcc \1/p') against the installed nvshmem.h, no -rdc"
     rc=0
     timeout 120 cpnet-run -n 2 -- "$work/apps-cuda/jacobi" -nx 256 -ny 258 -iters 100 >"$work/jacobi.out" 2>&1 || rc=$?
     if grep -q "jacobi: 2 PEs, 0 wrong points in all: OK" "$work/jacobi.out" && [ "$rc" = 0 ]; then
       say "ok   apps/cuda/jacobi -n 2 on the GPU, every point checked"
+      if timeout 120 cpnet-run -n 2 -- "$work/coll" >"$work/coll.out" 2>&1 &&
+         [ "$(grep -c ' 0 wrong: ok$' "$work/coll.out")" = 2 ]; then
+        say "ok   tests/cuda/coll -n 2 on the GPU (peer stores), every element checked"
+      else
+        say "FAIL tests/cuda/coll:"; cat "$work/coll.out"; fail=1
+      fi
     elif [ "$rc" = 1 ] && grep -q "nvshmem_init: init failed: no GPU" "$work/jacobi.out"; then
       say "ok   apps/cuda/jacobi without a GPU: \"$(grep -m1 'no GPU' "$work/jacobi.out")\""
     else

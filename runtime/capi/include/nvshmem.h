@@ -29,7 +29,11 @@
  *    (__trap) after printing which call and PE; use the _block forms there.
  *  - Device, block scope (nvshmemx_*_block, every thread of the block
  *    calls): typed put / get (+ _nbi), putmem / getmem, putmem_signal(_nbi),
- *    barrier_all. Peer-to-peer where mapped; otherwise through a command
+ *    barrier_all; team collectives over cpnet/team.cuh: barrier, team_sync,
+ *    typed broadcast / fcollect / alltoall, and TYPENAME_OP_reduce (half and
+ *    bfloat16 as cpnet_half_t / cpnet_bfloat16_t: cast a __half*).
+ *  - Host, on a stream: barrier_all_on_stream, barrier_on_stream(team),
+ *    team_sync_on_stream(team) (one-block kernels). Peer-to-peer where mapped; otherwise through a command
  *    queue and the proxy (cpnet's network path), claimed for the call and
  *    quieted before it returns, so the _nbi forms complete on return there.
  *
@@ -572,5 +576,92 @@ __device__ inline void nvshmemx_barrier_all_block(void)
 namespace cpnet_nv {
 static __global__ void barrier_all_kernel() { nvshmemx_barrier_all_block(); }
 }
+
+/* ------------------------------------------------------------------------ */
+/* Team collectives, block scope (cpnet/team.cuh; one block per member)      */
+/* ------------------------------------------------------------------------ */
+
+/** Quiet, then sync `team` (nvshmemx_barrier_block). */
+__device__ inline int nvshmemx_barrier_block(nvshmem_team_t team)
+{
+    cpnet_nv::with_queue("nvshmemx_barrier_block", nvshmem_my_pe(),
+                         [&](cpnet_ctx_t* c) { return cpnet_team_barrier(c, team); });
+    return 0;
+}
+/** Sync `team`: every member arrived (nvshmemx_team_sync_block). */
+__device__ inline int nvshmemx_team_sync_block(nvshmem_team_t team)
+{
+    cpnet_nv::with_queue("nvshmemx_team_sync_block", nvshmem_my_pe(),
+                         [&](cpnet_ctx_t* c) { return cpnet_team_sync(c, team); });
+    return 0;
+}
+
+/* nvshmemx_TYPENAME_{broadcast,fcollect,alltoall}_block(team, dest, source, nelems[, root]) */
+#define CPNET_NV_COLL(NAME, TYPE)                                                                       \
+    __device__ inline int nvshmemx_##NAME##_broadcast_block(nvshmem_team_t team, TYPE* dest,            \
+                                                           const TYPE* source, size_t nelems, int root) \
+    {                                                                                                   \
+        cpnet_nv::with_queue("nvshmemx_" #NAME "_broadcast_block", root, [&](cpnet_ctx_t* c) {          \
+            return cpnet_##NAME##_broadcast(c, team, dest, source, nelems, root);                       \
+        });                                                                                             \
+        return 0;                                                                                       \
+    }                                                                                                   \
+    __device__ inline int nvshmemx_##NAME##_fcollect_block(nvshmem_team_t team, TYPE* dest,             \
+                                                          const TYPE* source, size_t nelems)            \
+    {                                                                                                   \
+        cpnet_nv::with_queue("nvshmemx_" #NAME "_fcollect_block", nvshmem_my_pe(), [&](cpnet_ctx_t* c) { \
+            return cpnet_##NAME##_fcollect(c, team, dest, source, nelems);                              \
+        });                                                                                             \
+        return 0;                                                                                       \
+    }                                                                                                   \
+    __device__ inline int nvshmemx_##NAME##_alltoall_block(nvshmem_team_t team, TYPE* dest,             \
+                                                          const TYPE* source, size_t nelems)            \
+    {                                                                                                   \
+        cpnet_nv::with_queue("nvshmemx_" #NAME "_alltoall_block", nvshmem_my_pe(), [&](cpnet_ctx_t* c) { \
+            return cpnet_##NAME##_alltoall(c, team, dest, source, nelems);                              \
+        });                                                                                             \
+        return 0;                                                                                       \
+    }
+CPNET_RMA_TYPES(CPNET_NV_COLL)
+#undef CPNET_NV_COLL
+
+/* nvshmemx_TYPENAME_OP_reduce_block(team, dest, source, nreduce): reduce to all. */
+#define CPNET_NV_REDUCE(NAME, TYPE, OPNAME)                                                             \
+    __device__ inline int nvshmemx_##NAME##OPNAME##_block(nvshmem_team_t team, TYPE* dest,              \
+                                                         const TYPE* source, size_t nreduce)            \
+    {                                                                                                   \
+        cpnet_nv::with_queue("nvshmemx_" #NAME #OPNAME "_block", nvshmem_my_pe(), [&](cpnet_ctx_t* c) { \
+            return cpnet_##NAME##OPNAME(c, team, dest, source, nreduce);                                \
+        });                                                                                             \
+        return 0;                                                                                       \
+    }
+#define CPNET_NV_REDUCE_BITWISE(NAME, TYPE)                                                             \
+    CPNET_NV_REDUCE(NAME, TYPE, _and_reduce) CPNET_NV_REDUCE(NAME, TYPE, _or_reduce)                    \
+    CPNET_NV_REDUCE(NAME, TYPE, _xor_reduce)
+#define CPNET_NV_REDUCE_ARITH(NAME, TYPE)                                                               \
+    CPNET_NV_REDUCE(NAME, TYPE, _min_reduce) CPNET_NV_REDUCE(NAME, TYPE, _max_reduce)                   \
+    CPNET_NV_REDUCE(NAME, TYPE, _sum_reduce) CPNET_NV_REDUCE(NAME, TYPE, _prod_reduce)
+CPNET_REDUCE_BITWISE_TYPES(CPNET_NV_REDUCE_BITWISE)
+CPNET_REDUCE_ARITH_TYPES(CPNET_NV_REDUCE_ARITH)
+#undef CPNET_NV_REDUCE_ARITH
+#undef CPNET_NV_REDUCE_BITWISE
+#undef CPNET_NV_REDUCE
+
+namespace cpnet_nv {
+static __global__ void barrier_kernel(nvshmem_team_t team) { nvshmemx_barrier_block(team); }
+static __global__ void team_sync_kernel(nvshmem_team_t team) { nvshmemx_team_sync_block(team); }
+}
+
+/** A one-block team barrier kernel on `stream` (every member calls it). */
+static inline void nvshmemx_barrier_on_stream(nvshmem_team_t team, cudaStream_t stream)
+{
+    cpnet_nv::barrier_kernel<<<1, 128, 0, stream>>>(team);
+}
+/** A one-block team sync kernel on `stream` (every member calls it). */
+static inline void nvshmemx_team_sync_on_stream(nvshmem_team_t team, cudaStream_t stream)
+{
+    cpnet_nv::team_sync_kernel<<<1, 128, 0, stream>>>(team);
+}
+
 
 #endif /* CPNET_NVSHMEM_H */
