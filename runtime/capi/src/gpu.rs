@@ -190,10 +190,10 @@ pub unsafe extern "C" fn cpnet_gpu_malloc(routine: *const c_char, bytes: usize, 
     if !align.is_power_of_two() || align > rt::pe::SHMALLOC_ALIGN as usize {
         fatal(routine, &format!("alignment {align}: a power of two up to {} is supported", rt::pe::SHMALLOC_ALIGN));
     }
-    let r = with_pe(routine, |pe| pe.shmalloc(bytes as u64).map(|a| pe.dev_ptr(a)));
+    let r = with_pe(routine, |pe| pe.shmalloc(bytes as u64).map(|a| pe.dev_ptr(a)).map_err(|e| e.to_string()));
     match r {
         Ok(p) => p as *mut c_void,
-        Err(e) => fatal(routine, &e.to_string()),
+        Err(why) => fatal(routine, &why),
     }
 }
 
