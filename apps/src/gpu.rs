@@ -278,12 +278,13 @@ pub fn max_coresident(pe: &GpuPe, func: &CudaFunction, threads: u32) -> anyhow::
 pub const AGENT_ROOM: u32 = 16;
 
 /// The grid of a persistent (cooperative) kernel: `wgs` if given (checked
-/// against `max`, [`max_coresident`]), else `max` less room for the
-/// landing agents ([`AGENT_ROOM`], at most a quarter of `max`).
+/// against `max`, [`max_coresident`]), else `max` less `room` block slots
+/// for the landing agents (at most `max - 1`; bfs: [`AGENT_ROOM`], at most
+/// a quarter of `max`; sssp: a quarter, see `sssp::gpu`).
 ///
 /// # Errors
 /// `wgs` outside `1..=max`.
-pub fn persistent_grid(max: u32, wgs: Option<u32>, threads: u32) -> anyhow::Result<u32> {
+pub fn persistent_grid(max: u32, wgs: Option<u32>, threads: u32, room: u32) -> anyhow::Result<u32> {
     match wgs {
         Some(w) => {
             anyhow::ensure!(
@@ -292,7 +293,7 @@ pub fn persistent_grid(max: u32, wgs: Option<u32>, threads: u32) -> anyhow::Resu
             );
             Ok(w)
         }
-        None => Ok(max - (max / 4).min(AGENT_ROOM)),
+        None => Ok(max - room.min(max - 1)),
     }
 }
 

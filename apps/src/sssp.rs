@@ -351,10 +351,10 @@ fn helper_search(wg: &mut WorkGroup, c: &Ctx, sh: &Shared, search: u64) -> Resul
 /// Bad input (before start-up), start-up failures, communication failures,
 /// a distance overflow.
 pub fn run(args: &Args) -> Result<bool> {
-    args.g.variant.require_available()?;
     if args.g.variant == Variant::InterKernel {
         bail!("-variant inter-kernel: not built for sssp yet (one launch per bucket phase); run -variant intra-kernel (GPU) or -variant cpu");
     }
+    args.g.variant.require_available()?;
     if args.nsssp == 0 || args.wgs == Some(0) {
         bail!("-nsssp and -wgs must be at least 1");
     }

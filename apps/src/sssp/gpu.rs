@@ -54,8 +54,8 @@
 //! # `-variant intra-kernel`
 //!
 //! One cooperative launch per search (`sssp_persistent`, as many blocks as
-//! fit on the GPU at once less room for the proxy's landing agents,
-//! [`crate::gpu::persistent_grid`]; or `-gpu-blocks`). The adaptive
+//! fit on the GPU at once less a quarter for the proxy's landing agents,
+//! [`AGENT_ROOM_DIV`], [`crate::gpu::persistent_grid`]; or `-wgs`). The adaptive
 //! controller adapts delta only: every block relaxes in every round (a GPU
 //! does not gain from idling blocks the way CPU threads do), and a bucket
 //! counts as too narrow below `MIN_SETTLED x blocks` settled vertices.
@@ -90,6 +90,12 @@ use crate::graph::{Csr, Partition};
 
 /// Threads per block of the sssp kernel.
 pub const THREADS: u32 = 256;
+/// The default grid leaves `1 / AGENT_ROOM_DIV` of the co-resident block
+/// slots free for the proxy's landing agents. bfs's 16 slots per PE were
+/// not enough here: with two PEs under MPS on the network path the first
+/// exchange never completed (nvidia-h100-x1; sssp's kernel fits 3 blocks
+/// per SM where bfs's fits 4, so a free slot beside it leaves less of an SM).
+pub const AGENT_ROOM_DIV: u32 = 4;
 /// Buckets whose delta the kernel records (the report shows the first few).
 pub const HIST: usize = 64;
 
@@ -269,7 +275,7 @@ pub fn run(args: &Args, input: &Input) -> Result<bool> {
         n_pes.max(1) as u32 <= queues,
         "sssp needs a command queue per sending block ({n_pes} of them) and this PE has {queues} (raise CPNET_QUEUES)"
     );
-    let blocks = persistent_grid(max, args.wgs, THREADS)?;
+    let blocks = persistent_grid(max, args.wgs, THREADS, max / AGENT_ROOM_DIV)?;
     let idb = id_bits(n);
     let mut comm = GpuHostComm(&pe);
     let setup = super::setup(&mut comm, &csr, &part, args, t0.elapsed().as_secs_f64())?;
