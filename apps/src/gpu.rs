@@ -277,14 +277,13 @@ pub fn max_coresident(pe: &GpuPe, func: &CudaFunction, threads: u32) -> anyhow::
 /// starves them and the first exchange never completes.
 pub const AGENT_ROOM: u32 = 16;
 
-/// The grid of a persistent (cooperative) kernel: `wgs` if given (checked
-/// against `max`, [`max_coresident`]), else `max` less `room` block slots
-/// for the landing agents (at most `max - 1`; bfs: [`AGENT_ROOM`], at most
-/// a quarter of `max`; sssp: a quarter, see `sssp::gpu`).
+/// The grid of a persistent (cooperative) kernel (bfs, sssp): `wgs` if
+/// given (checked against `max`, [`max_coresident`]), else `max` less room
+/// for the landing agents ([`AGENT_ROOM`], at most a quarter of `max`).
 ///
 /// # Errors
 /// `wgs` outside `1..=max`.
-pub fn persistent_grid(max: u32, wgs: Option<u32>, threads: u32, room: u32) -> anyhow::Result<u32> {
+pub fn persistent_grid(max: u32, wgs: Option<u32>, threads: u32) -> anyhow::Result<u32> {
     match wgs {
         Some(w) => {
             anyhow::ensure!(
@@ -293,7 +292,7 @@ pub fn persistent_grid(max: u32, wgs: Option<u32>, threads: u32, room: u32) -> a
             );
             Ok(w)
         }
-        None => Ok(max - room.min(max - 1)),
+        None => Ok(max - (max / 4).min(AGENT_ROOM)),
     }
 }
 

@@ -292,7 +292,7 @@ pub fn run(args: &Args, input: &Input) -> Result<(bool, i32)> {
         exchange: load("bfs_exchange_k")?,
         receive: load("bfs_receive_k")?,
     };
-    let blocks = persistent_grid(max, args.wgs, THREADS, (max / 4).min(crate::gpu::AGENT_ROOM))?;
+    let blocks = persistent_grid(max, args.wgs, THREADS)?;
     let mut g = upload(&pe, variant, k, &csr, &part, blocks)?;
     let construction = t0.elapsed().as_secs_f64();
     if me == 0 {
