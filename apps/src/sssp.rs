@@ -105,6 +105,9 @@ pub struct Args {
     /// GPU at once, less room for the proxy's landing agents).
     #[arg(long)]
     pub wgs: Option<u32>,
+    /// GPU variant: do not read the GPU's energy counter (NVML).
+    #[arg(long)]
+    pub no_energy: bool,
     /// Input, validation and placement flags.
     #[command(flatten)]
     pub g: GraphFlags,

@@ -282,7 +282,7 @@ pub fn run(args: &Args, input: &Input) -> Result<bool> {
     let mut comm = GpuHostComm(&pe);
     let setup = super::setup(&mut comm, &csr, &part, args, t0.elapsed().as_secs_f64())?;
     let mut g = upload(&pe, kernel, &csr, &part, blocks, idb, setup.delta0, args.controller)?;
-    let meter = EnergyMeter::for_gpu(&pe);
+    let meter = if args.no_energy { Err("-no-energy".to_owned()) } else { EnergyMeter::for_gpu(&pe) };
     if me == 0 {
         println!(
             "# sssp -variant {}: {n_pes} GPU PE(s), {blocks} block(s) of {THREADS} threads per PE, provider {}{}",
@@ -291,7 +291,7 @@ pub fn run(args: &Args, input: &Input) -> Result<bool> {
             raised.map(|b| format!(", heap raised to {b} bytes")).unwrap_or_default()
         );
         if let Err(why) = &meter {
-            println!("# energy: n/a (no NVML: {why})");
+            println!("# energy: n/a ({why})");
         }
     }
     let meter = meter.ok();
@@ -310,7 +310,7 @@ pub fn run(args: &Args, input: &Input) -> Result<bool> {
         let joules = if has_meter { Some(comm.sum(&[uj])?[0] as f64 * 1e-6) } else { None };
         run.search(&mut comm, &csr, &part, idb, k, root, o, joules)?;
     }
-    let ok = run.finish(input, args, &part, &format!("blocks per PE: {blocks}"), "n/a (no NVML)");
+    let ok = run.finish(input, args, &part, &format!("blocks per PE: {blocks}"), if args.no_energy { "not measured (-no-energy)" } else { "n/a (no NVML)" });
     drop(g);
     pe.finalize()?;
     Ok(ok)
