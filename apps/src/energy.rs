@@ -7,9 +7,9 @@
 //! driver (CI) builds and runs, and [`EnergyMeter::for_gpu`] says why there
 //! is no reading; the apps then print `energy: n/a (no NVML)`. The counter
 //! is the whole GPU's: PEs sharing a GPU (MPS) each see all of it
-//! ([`EnergyMeter::share`]). Hopper GPUs refresh it about every 20-100 ms,
-//! so readings around one short search are coarse: compare sums over many
-//! searches.
+//! ([`EnergyMeter::share`]). The H100 we measured moves it in steps of
+//! about 12-14 J, so readings around one short search are coarse: compare
+//! sums over many searches.
 
 use cpnet::GpuPe;
 use cudarc::driver::sys::CUdevice_attribute as A;

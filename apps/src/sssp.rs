@@ -56,7 +56,7 @@
 //! energy per search from NVML where the driver exposes it (`energy: n/a
 //! (no NVML)` elsewhere). `-variant inter-kernel` is not built for `sssp`
 //! yet and says so. The keys, the validation and the report are shared
-//! ([`setup`], [`Run`]) and go through [`Collectives`].
+//! (`setup`, `Run`) and go through [`Collectives`].
 
 pub mod controller;
 pub mod dijkstra;

@@ -75,8 +75,8 @@
 //! Kernel 1 runs on the host without communication
 //! ([`build_csr_local`]), the keys, sums, energy and `-verify` go through
 //! [`GpuHostComm`], and the per-search report, the Dijkstra validation and
-//! the Graph500 block are the CPU variant's ([`super::report_search`],
-//! [`super::finish`]). A search's time runs from a barrier to the end of its
+//! the Graph500 block are the CPU variant's (`super::setup`,
+//! `super::Run`). A search's time runs from a barrier to the end of its
 //! kernel on each PE (the slowest PE's; the state reset included, the copy
 //! back not). Energy: NVML's counter of each PE's GPU read before and after
 //! each search ([`crate::energy`]).
