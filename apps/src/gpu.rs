@@ -83,6 +83,9 @@ pub mod op {
     /// BFS: the frontier exchange of a round (its puts, or the wait for a
     /// source's message).
     pub const BFS_FRONTIER: u64 = 12;
+    /// SSSP: a round's exchange (its puts, or the wait for a source PE's
+    /// message).
+    pub const SSSP_ROUND: u64 = 13;
 
     /// What operation `id` is, in words.
     pub fn name(id: u64) -> &'static str {
@@ -103,6 +106,7 @@ pub mod op {
             MOE_DISPATCH => "moe dispatch (its puts, or the wait for every source PE's dispatch signal)",
             MOE_COMBINE => "moe combine (its puts, or the wait for every expert PE's combine signal)",
             BFS_FRONTIER => "bfs frontier exchange (its puts, or the wait for a source PE's message)",
+            SSSP_ROUND => "sssp round exchange (its puts, or the wait for a source PE's message)",
             _ => "unknown operation",
         }
     }
@@ -264,6 +268,32 @@ pub fn max_coresident(pe: &GpuPe, func: &CudaFunction, threads: u32) -> anyhow::
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         .context("cuDeviceGetAttribute (SM count)")?;
     Ok((per_sm * sms.max(1) as u32 / pe.pes_on_device()).max(1))
+}
+
+/// Block slots a default persistent grid leaves free on the GPU, per PE:
+/// the proxy's landing agents (one block each, up to 4 per proxy thread)
+/// apply incoming data and signals to the heap on the network path, and the
+/// signals of large peer puts; a persistent grid that takes every slot
+/// starves them and the first exchange never completes.
+pub const AGENT_ROOM: u32 = 16;
+
+/// The grid of a persistent (cooperative) kernel (bfs, sssp): `wgs` if
+/// given (checked against `max`, [`max_coresident`]), else `max` less room
+/// for the landing agents ([`AGENT_ROOM`], at most a quarter of `max`).
+///
+/// # Errors
+/// `wgs` outside `1..=max`.
+pub fn persistent_grid(max: u32, wgs: Option<u32>, threads: u32) -> anyhow::Result<u32> {
+    match wgs {
+        Some(w) => {
+            anyhow::ensure!(
+                (1..=max).contains(&w),
+                "-wgs {w}: between 1 and {max} blocks of {threads} threads (those that fit on this GPU at once for this PE)"
+            );
+            Ok(w)
+        }
+        None => Ok(max - (max / 4).min(AGENT_ROOM)),
+    }
 }
 
 /// Test helper: the number of fields `struct name { ... }` of a kernel

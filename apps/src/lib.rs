@@ -32,6 +32,7 @@
 pub mod allreduce;
 pub mod bfs;
 pub mod cli;
+pub mod energy;
 pub mod figure_csv;
 pub mod floor;
 pub mod gpu;

@@ -45,11 +45,22 @@
 //! ([`dijkstra`]): every distance equal, every parent closing its vertex's
 //! distance through an arc.
 //!
-//! Energy: on CPU PEs there is no NVML reading; the report says so. GPU
-//! variants are not built yet.
+//! Energy: on CPU PEs there is no NVML reading; the report says so.
+//!
+//! # GPU variant ([`gpu`])
+//!
+//! `-variant intra-kernel` runs each search as one persistent cooperative
+//! kernel per PE: the same words, piles and controller, the rounds'
+//! remote relaxations batched into one message per pair of PEs and the
+//! per-round sums over PEs riding on those messages; it reports the GPU's
+//! energy per search from NVML where the driver exposes it (`energy: n/a
+//! (no NVML)` elsewhere). `-variant inter-kernel` is not built for `sssp`
+//! yet and says so. The keys, the validation and the report are shared
+//! (`setup`, `Run`) and go through [`Collectives`].
 
 pub mod controller;
 pub mod dijkstra;
+pub mod gpu;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, RwLock};
@@ -63,7 +74,8 @@ use cpnet::{Pe, WorkGroup};
 use crate::bfs::prepare_input;
 use crate::cli::init_pe;
 use crate::graph::build::{GraphFlags, Input, build_csr};
-use crate::graph::comm::CpuComm;
+use crate::cli::Variant;
+use crate::graph::comm::{Collectives, CpuComm};
 use crate::graph::exchange::Exchange;
 use crate::graph::keys::search_keys;
 use crate::graph::{Csr, Partition, WEIGHT_ONE, stats};
@@ -88,9 +100,14 @@ pub struct Args {
     /// Fixed delta (baseline) or adapted from measured progress.
     #[arg(long, value_enum, default_value_t = Mode::Adaptive)]
     pub controller: Mode,
-    /// Work-groups per PE (CPU threads, each with its own queue).
-    #[arg(long, default_value_t = 1)]
-    pub wgs: u32,
+    /// Work-groups per PE: CPU threads, each with its own queue (default
+    /// 1); GPU variant: thread blocks per PE (default: as many as fit on the
+    /// GPU at once, less room for the proxy's landing agents).
+    #[arg(long)]
+    pub wgs: Option<u32>,
+    /// GPU variant: do not read the GPU's energy counter (NVML).
+    #[arg(long)]
+    pub no_energy: bool,
     /// Input, validation and placement flags.
     #[command(flatten)]
     pub g: GraphFlags,
@@ -337,11 +354,11 @@ fn helper_search(wg: &mut WorkGroup, c: &Ctx, sh: &Shared, search: u64) -> Resul
 /// Bad input (before start-up), start-up failures, communication failures,
 /// a distance overflow.
 pub fn run(args: &Args) -> Result<bool> {
-    args.g.variant.require_available()?;
-    if args.g.variant.is_gpu() {
-        bail!("-variant {}: the GPU variants of sssp are not built yet; run -variant cpu", args.g.variant.name());
+    if args.g.variant == Variant::InterKernel {
+        bail!("-variant inter-kernel: not built for sssp yet (one launch per bucket phase); run -variant intra-kernel (GPU) or -variant cpu");
     }
-    if args.nsssp == 0 || args.wgs == 0 {
+    args.g.variant.require_available()?;
+    if args.nsssp == 0 || args.wgs == Some(0) {
         bail!("-nsssp and -wgs must be at least 1");
     }
     if let Some(d) = args.delta
@@ -357,6 +374,9 @@ pub fn run(args: &Args) -> Result<bool> {
         if crate::graph::quantize(wmax) > dmax {
             bail!("weight {wmax} does not fit a distance word ({} bits for distances in units of 1/{WEIGHT_ONE})", 64 - idb);
         }
+    }
+    if args.g.variant.is_gpu() {
+        return gpu::run(args, &input);
     }
     let chunk = args.g.chunk.max(16);
     let n = input.n();
@@ -375,6 +395,191 @@ pub fn run(args: &Args) -> Result<bool> {
     Ok(ok)
 }
 
+/// What every variant settles before the searches (the same on every PE).
+pub(crate) struct Setup {
+    /// The search keys.
+    pub keys: Vec<u64>,
+    /// Kernel 1's time (the slowest PE's).
+    pub construction: f64,
+    /// The initial delta (fixed point).
+    pub delta0: u64,
+    /// With `-verify`: every arc `(u, v, w)` of the graph on PE 0.
+    pub full: Vec<(u64, u64, u32)>,
+}
+
+/// The keys, the construction time, the initial delta and (with `-verify`)
+/// the whole graph on PE 0 (**collective**).
+///
+/// # Errors
+/// A communication failure; a graph with no edge.
+pub(crate) fn setup<C: Collectives>(comm: &mut C, csr: &Csr, part: &Partition, args: &Args, construction: f64) -> Result<Setup> {
+    let construction = f64::from_bits(comm.max(&[construction.to_bits()])?[0]);
+    let keys = match args.g.root {
+        Some(r) => vec![r],
+        None => search_keys(comm, csr, part, args.g.seed, args.nsssp)?,
+    };
+    if keys.is_empty() {
+        bail!("the graph has no vertex with an edge to another vertex: nothing to search");
+    }
+    let wmax = u64::from(csr.weights.iter().copied().max().unwrap_or(0));
+    let g = comm.sum(&[csr.n_arcs()])?;
+    let wmax = comm.max(&[wmax])?[0].max(1);
+    let avg_deg = g[0] as f64 / part.n as f64;
+    let delta0 = match args.delta {
+        Some(d) => crate::graph::quantize(d).max(1),
+        None => ((wmax as f64 / avg_deg.max(1.0)) as u64).max(1),
+    };
+    let mut full = Vec::new();
+    if args.g.verify {
+        let mut out = vec![Vec::new(); part.n_pes as usize];
+        let lo = csr.lo;
+        out[0] = (0..csr.n_local())
+            .flat_map(|i| csr.arcs(i).flat_map(move |j| [lo + i as u64, csr.cols[j], u64::from(csr.weights[j])]))
+            .collect();
+        comm.all_to_all_dyn(&out, 3, &mut |_, w| full.extend(w.chunks_exact(3).map(|t| (t[0], t[1], t[2] as u32))))?;
+    }
+    Ok(Setup { keys, construction, delta0, full })
+}
+
+/// One search as a PE saw it (any variant).
+pub(crate) struct Searched {
+    /// This PE's distance words.
+    pub words: Vec<u64>,
+    /// Its time on this PE.
+    pub secs: f64,
+    /// Buckets finished.
+    pub buckets: usize,
+    /// Relaxation rounds.
+    pub rounds: u32,
+    /// Delta of each bucket (at least the first ones).
+    pub deltas: Vec<u64>,
+    /// Arcs this PE relaxed.
+    pub relaxations: u64,
+}
+
+/// The searches' report, shared by the variants: each search's line (and
+/// validation), then the Graph500 block and the summary line on PE 0.
+pub(crate) struct Run<'a> {
+    me: i32,
+    setup: &'a Setup,
+    verify: bool,
+    times: Vec<f64>,
+    nedges: Vec<f64>,
+    joules: Vec<Option<f64>>,
+    ok: bool,
+    vtime: f64,
+}
+
+impl<'a> Run<'a> {
+    pub(crate) fn new(me: i32, setup: &'a Setup, args: &Args) -> Run<'a> {
+        Run { me, setup, verify: args.g.verify, times: Vec::new(), nedges: Vec::new(), joules: Vec::new(), ok: true, vtime: 0.0 }
+    }
+
+    /// Account search `k` from `root` (**collective**): its time (the
+    /// slowest PE's), edges, relaxations, validation against Dijkstra with
+    /// `-verify`, and `joules` (the whole job's GPU energy) if measured.
+    ///
+    /// # Errors
+    /// A communication failure.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn search<C: Collectives>(
+        &mut self,
+        comm: &mut C,
+        csr: &Csr,
+        part: &Partition,
+        idb: u32,
+        k: usize,
+        root: u64,
+        o: Searched,
+        joules: Option<f64>,
+    ) -> Result<()> {
+        let secs = f64::from_bits(comm.max(&[o.secs.to_bits()])?[0]);
+        let nl = csr.n_local();
+        let words = &o.words;
+        let deg: u64 = (0..nl).filter(|&i| words[i] != INF).map(|i| csr.degree(i)).sum();
+        let g = comm.sum(&[deg, o.relaxations])?;
+        let nedge = g[0] / 2;
+        let mut valid = true;
+        if self.verify {
+            let tv = Instant::now();
+            let mut out = vec![Vec::new(); part.n_pes as usize];
+            out[0] = words.clone();
+            let mut all = vec![INF; if self.me == 0 { part.n as usize } else { 0 }];
+            let mut at = vec![0usize; part.n_pes as usize];
+            comm.all_to_all_dyn(&out, 1, &mut |s, w| {
+                let base = part.lo(s) as usize + at[s as usize];
+                all[base..base + w.len()].copy_from_slice(w);
+                at[s as usize] += w.len();
+            })?;
+            let mut bad = 0;
+            if self.me == 0 {
+                let full = &self.setup.full;
+                let want = dijkstra::dijkstra(part.n as usize, full, root);
+                let mask = (1u64 << idb) - 1;
+                let d: Vec<u64> = all.iter().map(|&w| if w == INF { INF } else { w >> idb }).collect();
+                let p: Vec<u64> = all.iter().map(|&w| if w == INF { u64::MAX } else { w & mask }).collect();
+                let (n, msgs) = dijkstra::check(full, root, &want, &d, &p, 5);
+                for m in msgs {
+                    eprintln!("sssp validation, root {root}: {m}");
+                }
+                bad = n;
+            }
+            valid = comm.sum(&[bad])?[0] == 0;
+            self.vtime += tv.elapsed().as_secs_f64();
+        }
+        if self.me == 0 {
+            let dl: Vec<String> = o.deltas.iter().take(6).map(|d| format!("{:.4}", *d as f64 / WEIGHT_ONE as f64)).collect();
+            println!(
+                "search {k:2}: root {root:>10}  {secs:>9.6} s  {nedge:>10} edges  {:.4e} TEPS  {} buckets {} rounds  {} relaxations  delta {}{}{}{}",
+                nedge as f64 / secs,
+                o.buckets,
+                o.rounds,
+                g[1],
+                dl.join(" "),
+                if o.deltas.len() > 6 || o.buckets + 1 > o.deltas.len() { " ..." } else { "" },
+                joules.map(|j| format!("  {j:.3} J")).unwrap_or_default(),
+                if self.verify { if valid { "  valid" } else { "  INVALID" } } else { "" }
+            );
+        }
+        self.times.push(secs);
+        self.nedges.push(nedge as f64);
+        self.joules.push(joules);
+        self.ok &= valid;
+        Ok(())
+    }
+
+    /// The Graph500 block and the summary line on PE 0; all searches valid?
+    /// `workers` says what ran (work-groups or blocks per PE); `no_energy`
+    /// what to say when the energy was not measured.
+    pub(crate) fn finish(self, input: &Input, args: &Args, part: &Partition, workers: &str, no_energy: &str) -> bool {
+        if self.me == 0 {
+            let kron = args.g.file.is_none().then_some(args.scale);
+            print!("{}", stats::header(input, kron, "NSSSP", self.setup.keys.len(), part.n_pes, self.setup.construction));
+            print!("{}", stats::kernel_block("sssp", &self.times, &self.nedges));
+            if self.verify {
+                println!("sssp_mean_validate: {:.17e}", self.vtime / self.setup.keys.len() as f64);
+            }
+            let energy = if self.joules.iter().all(Option::is_some) && !self.joules.is_empty() {
+                let j: f64 = self.joules.iter().flatten().sum();
+                let t: f64 = self.times.iter().sum();
+                format!("{:.4} J per search (mean of {}; {:.1} W over the searches)", j / self.joules.len() as f64, self.joules.len(), j / t.max(1e-12))
+            } else {
+                no_energy.to_owned()
+            };
+            println!(
+                "controller: {:?}  initial delta: {:.6}  {workers}  energy: {energy}  validation: {}",
+                args.controller,
+                self.setup.delta0 as f64 / WEIGHT_ONE as f64,
+                if !self.verify { "not run (-verify)" } else if self.ok { "PASSED" } else { "FAILED" }
+            );
+            if !self.ok {
+                eprintln!("sssp: validation FAILED");
+            }
+        }
+        self.ok
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn searches(
     pe: &Pe,
@@ -389,43 +594,13 @@ fn searches(
     construction: f64,
 ) -> Result<bool> {
     let me = pe.my_pe();
+    let wgs = args.wgs.unwrap_or(1);
     let ex = Mutex::new(ex);
     let lock = || ex.lock().unwrap_or_else(PoisonError::into_inner);
-    // Keys, the construction time, the average degree, and (with -verify)
-    // the whole graph on PE 0.
-    let (keys, construction, avg_deg, full) = pe.with_ctx(0, |wg| {
-        Ok((|| -> Result<_> {
-            let mut ex = lock();
-            let construction = f64::from_bits(ex.max(wg, &[construction.to_bits()])?[0]);
-            let keys = match args.g.root {
-                Some(r) => vec![r],
-                None => search_keys(&mut CpuComm { wg, ex: &mut ex }, csr, &part, args.g.seed, args.nsssp)?,
-            };
-            let arcs = ex.sum(wg, &[csr.n_arcs()])?[0];
-            let mut full = Vec::new();
-            if args.g.verify {
-                let mut out = vec![Vec::new(); part.n_pes as usize];
-                let lo = csr.lo;
-                out[0] = (0..csr.n_local())
-                    .flat_map(|i| csr.arcs(i).flat_map(move |j| [lo + i as u64, csr.cols[j], u64::from(csr.weights[j])]))
-                    .collect();
-                ex.all_to_all(wg, &out, 3, |_, w| full.extend(w.chunks_exact(3).map(|t| (t[0], t[1], t[2] as u32))))?;
-            }
-            Ok((keys, construction, arcs as f64 / part.n as f64, full))
-        })())
-    })??;
-    if keys.is_empty() {
-        bail!("the graph has no vertex with an edge to another vertex: nothing to search");
-    }
-    let wmax = csr.weights.iter().copied().max().unwrap_or(0);
-    let wmax = u64::from(pe.with_ctx(0, |wg| Ok(lock().max(wg, &[u64::from(wmax)]).map(|v| v[0])))??.max(1) as u32);
-    let delta0 = match args.delta {
-        Some(d) => crate::graph::quantize(d).max(1),
-        None => ((wmax as f64 / avg_deg.max(1.0)) as u64).max(1),
-    };
+    let setup = pe.with_ctx(0, |wg| Ok(setup(&mut CpuComm { wg, ex: &mut lock() }, csr, &part, args, construction)))??;
     let c = Ctx { csr, part, heap: *pe.heap(), dist, idb, dmax };
     let sh = Shared {
-        team: TeamBarrier::new(args.wgs as usize),
+        team: TeamBarrier::new(wgs as usize),
         near: RwLock::new(Vec::new()),
         active: AtomicU32::new(0),
         finished: AtomicU64::new(0),
@@ -433,12 +608,12 @@ fn searches(
         relaxations: AtomicU64::new(0),
         error: Mutex::new(None),
     };
-    let report = Mutex::new((Vec::new(), Vec::new(), true, 0.0f64));
-    pe.run_work_groups(args.wgs, |wg| {
+    let report = Mutex::new(Run::new(me, &setup, args));
+    pe.run_work_groups(wgs, |wg| {
         let r = if wg.wg() == 0 {
-            lead(wg, &mut lock(), &c, &sh, &keys, delta0, args, full.as_slice(), &report)
+            lead(wg, &mut lock(), &c, &sh, &setup, wgs, args, &report)
         } else {
-            (0..keys.len() as u64).try_for_each(|k| helper_search(wg, &c, &sh, k))
+            (0..setup.keys.len() as u64).try_for_each(|k| helper_search(wg, &c, &sh, k))
         };
         if let Err(e) = r {
             sh.team.abort();
@@ -449,98 +624,27 @@ fn searches(
     if let Some(e) = sh.error.lock().unwrap_or_else(PoisonError::into_inner).take() {
         return Err(e);
     }
-    let (times, nedges, ok, vtime) = report.into_inner().unwrap_or_else(PoisonError::into_inner);
-    if me == 0 {
-        let kron = args.g.file.is_none().then_some(args.scale);
-        print!("{}", stats::header(input, kron, "NSSSP", keys.len(), part.n_pes, construction));
-        print!("{}", stats::kernel_block("sssp", &times, &nedges));
-        if args.g.verify {
-            println!("sssp_mean_validate: {:.17e}", vtime / keys.len() as f64);
-        }
-        println!(
-            "controller: {:?}  initial delta: {:.6}  work-groups: {}  energy: not measured (CPU PEs have no NVML)  validation: {}",
-            args.controller,
-            delta0 as f64 / WEIGHT_ONE as f64,
-            args.wgs,
-            if !args.g.verify { "not run (-verify)" } else if ok { "PASSED" } else { "FAILED" }
-        );
-        if !ok {
-            eprintln!("sssp: validation FAILED");
-        }
-    }
-    Ok(ok)
+    let run = report.into_inner().unwrap_or_else(PoisonError::into_inner);
+    Ok(run.finish(input, args, &part, &format!("work-groups: {wgs}"), "not measured (CPU PEs have no NVML)"))
 }
 
-type Report = Mutex<(Vec<f64>, Vec<f64>, bool, f64)>;
-
 #[allow(clippy::too_many_arguments)]
-fn lead(
-    wg: &mut WorkGroup,
-    ex: &mut Exchange,
-    c: &Ctx,
-    sh: &Shared,
-    keys: &[u64],
-    delta0: u64,
-    args: &Args,
-    full: &[(u64, u64, u32)],
-    report: &Report,
-) -> Result<()> {
-    let me = wg.my_pe();
-    for (k, &root) in keys.iter().enumerate() {
+fn lead(wg: &mut WorkGroup, ex: &mut Exchange, c: &Ctx, sh: &Shared, setup: &Setup, wgs: u32, args: &Args, report: &Mutex<Run>) -> Result<()> {
+    for (k, &root) in setup.keys.iter().enumerate() {
         sh.relaxations.store(0, Ordering::Relaxed);
-        let o = lead_search(wg, ex, c, sh, root, delta0, args.controller, args.wgs)?;
-        let secs = f64::from_bits(ex.max(wg, &[o.secs.to_bits()])?[0]);
+        let o = lead_search(wg, ex, c, sh, root, setup.delta0, args.controller, wgs)?;
         let nl = c.csr.n_local();
         let words: Vec<u64> = (0..nl).map(|i| c.local_word(i).load(Ordering::Acquire)).collect();
-        let deg: u64 = (0..nl).filter(|&i| words[i] != INF).map(|i| c.csr.degree(i)).sum();
-        let g = ex.sum(wg, &[deg, sh.relaxations.load(Ordering::Relaxed)])?;
-        let nedge = g[0] / 2;
-        let mut valid = true;
-        let mut vtime = 0.0;
-        if args.g.verify {
-            let tv = Instant::now();
-            let mut out = vec![Vec::new(); c.part.n_pes as usize];
-            out[0] = words.clone();
-            let mut all = vec![INF; if me == 0 { c.part.n as usize } else { 0 }];
-            let mut at = vec![0usize; c.part.n_pes as usize];
-            ex.all_to_all(wg, &out, 1, |s, w| {
-                let base = c.part.lo(s) as usize + at[s as usize];
-                all[base..base + w.len()].copy_from_slice(w);
-                at[s as usize] += w.len();
-            })?;
-            let mut bad = 0;
-            if me == 0 {
-                let want = dijkstra::dijkstra(c.part.n as usize, full, root);
-                let mask = (1u64 << c.idb) - 1;
-                let d: Vec<u64> = all.iter().map(|&w| if w == INF { INF } else { w >> c.idb }).collect();
-                let p: Vec<u64> = all.iter().map(|&w| if w == INF { u64::MAX } else { w & mask }).collect();
-                let (n, msgs) = dijkstra::check(full, root, &want, &d, &p, 5);
-                for m in msgs {
-                    eprintln!("sssp validation, root {root}: {m}");
-                }
-                bad = n;
-            }
-            valid = ex.sum(wg, &[bad])?[0] == 0;
-            vtime = tv.elapsed().as_secs_f64();
-        }
-        if me == 0 {
-            let dl: Vec<String> = o.deltas.iter().take(6).map(|d| format!("{:.4}", *d as f64 / WEIGHT_ONE as f64)).collect();
-            println!(
-                "search {k:2}: root {root:>10}  {secs:>9.6} s  {nedge:>10} edges  {:.4e} TEPS  {} buckets {} rounds  {} relaxations  delta {}{}{}",
-                nedge as f64 / secs,
-                o.buckets,
-                o.rounds,
-                g[1],
-                dl.join(" "),
-                if o.deltas.len() > 6 { " ..." } else { "" },
-                if args.g.verify { if valid { "  valid" } else { "  INVALID" } } else { "" }
-            );
-        }
-        let mut r = report.lock().unwrap_or_else(PoisonError::into_inner);
-        r.0.push(secs);
-        r.1.push(nedge as f64);
-        r.2 &= valid;
-        r.3 += vtime;
+        let s = Searched {
+            words,
+            secs: o.secs,
+            buckets: o.buckets,
+            rounds: o.rounds,
+            deltas: o.deltas,
+            relaxations: sh.relaxations.load(Ordering::Relaxed),
+        };
+        let mut comm = CpuComm { wg, ex };
+        report.lock().unwrap_or_else(PoisonError::into_inner).search(&mut comm, c.csr, &c.part, c.idb, k, root, s, None)?;
     }
     Ok(())
 }

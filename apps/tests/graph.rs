@@ -7,9 +7,10 @@
 //! machine has two cores).
 //!
 //! The GPU variants of `bfs` (`-variant intra-kernel|inter-kernel`, one GPU
-//! per PE; several PEs share a GPU under MPS) run where there is a GPU and
-//! are skipped loudly elsewhere (`CPNET_REQUIRE_GPU=1` makes that a
-//! failure); without one, the test that they fail clearly runs instead.
+//! per PE; several PEs share a GPU under MPS) and of `sssp` (`-variant
+//! intra-kernel`) run where there is a GPU and are skipped loudly elsewhere
+//! (`CPNET_REQUIRE_GPU=1` makes that a failure); without one, the tests
+//! that they fail clearly run instead.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -34,10 +35,6 @@ fn job(n: u32, provider: &str, bin: &str, args: &[&str]) -> Job {
 fn job_env(n: u32, provider: &str, bin: &str, args: &[&str], env: &[(&str, &str)]) -> Job {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     launch::run(Path::new(bin), n, provider, args, env, Duration::from_secs(300))
-}
-
-fn ok(n: u32, provider: &str, bin: &str, args: &[&str]) -> String {
-    ok_env(n, provider, bin, args, &[])
 }
 
 fn ok_env(n: u32, provider: &str, bin: &str, args: &[&str], env: &[(&str, &str)]) -> String {
@@ -68,9 +65,14 @@ fn bfs_valid_env(n: u32, provider: &str, args: &[&str], searches: usize, env: &[
 }
 
 fn sssp_valid(n: u32, provider: &str, args: &[&str], searches: usize) -> String {
+    sssp_valid_env(n, provider, args, searches, &[])
+}
+
+/// [`sssp_valid`] with extra environment variables.
+fn sssp_valid_env(n: u32, provider: &str, args: &[&str], searches: usize, env: &[(&str, &str)]) -> String {
     let mut a = args.to_vec();
     a.push("-verify");
-    let out = ok(n, provider, SSSP, &a);
+    let out = ok_env(n, provider, SSSP, &a, env);
     let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("search ")).collect();
     assert_eq!(lines.len(), searches, "{out}");
     assert!(lines.iter().all(|l| l.ends_with("valid")), "{out}");
@@ -201,5 +203,58 @@ fn bfs_gpu_variants_refuse_what_they_cannot_do() {
             assert!(!j.status.success(), "bfs -variant {v} must fail:\n{}", j.all);
             assert!(j.all.contains(&format!("-variant {v} needs a GPU")) && j.all.contains("-variant cpu"), "{}", j.all);
         }
+    }
+}
+
+// ------------------------------------------------------------ GPU sssp
+
+/// Both controllers of the GPU variant match Dijkstra on 1 and 2 PEs, and
+/// the energy is reported (joules where NVML answers, n/a where not).
+#[test]
+fn sssp_gpu_matches_dijkstra_on_1_and_2_pes() {
+    if !gpu_or_skip("sssp_gpu_matches_dijkstra_on_1_and_2_pes") {
+        return;
+    }
+    for c in ["fixed", "adaptive"] {
+        let one = sssp_valid(1, SHM, &["-variant", "intra-kernel", "-scale", "12", "-nsssp", "4", "-controller", c], 4);
+        assert!(one.contains("# sssp -variant intra-kernel: 1 GPU PE"), "{one}");
+        assert!(one.contains(" J per search") || one.contains("energy: n/a (no NVML)"), "{one}");
+        sssp_valid(2, SHM, &["-variant", "intra-kernel", "-scale", "14", "-nsssp", "4", "-controller", c], 4);
+    }
+}
+
+/// A real graph file on 3 PEs sharing the GPU.
+#[test]
+fn sssp_gpu_matches_dijkstra_on_a_file() {
+    if !gpu_or_skip("sssp_gpu_matches_dijkstra_on_a_file") {
+        return;
+    }
+    sssp_valid(3, SHM, &["-variant", "intra-kernel", "-file", HARTFORD, "-nsssp", "4"], 4);
+}
+
+/// With the direct paths off every round's exchange takes the network path.
+/// Ignored: there the first round's put-with-signal never completes (2 PEs
+/// under MPS on nvidia-h100-x1, both with 16 and with a quarter of the
+/// block slots left free; docs/results.md, "Graph SSSP on GPU PEs").
+#[test]
+#[ignore = "sssp GPU on the network path: the first exchange never completes (docs/results.md)"]
+fn sssp_gpu_matches_dijkstra_on_the_network_path() {
+    if !gpu_or_skip("sssp_gpu_matches_dijkstra_on_the_network_path") {
+        return;
+    }
+    let env = [("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P", "0")];
+    sssp_valid_env(2, SHM, &["-variant", "intra-kernel", "-scale", "14", "-nsssp", "4"], 4, &env);
+}
+
+/// `-variant inter-kernel` is not built for sssp: a clear error before any
+/// work; without a GPU, `-variant intra-kernel` fails saying so.
+#[test]
+fn sssp_gpu_variants_refuse_what_they_cannot_do() {
+    let j = job(1, SHM, SSSP, &["-variant", "inter-kernel", "-scale", "10"]);
+    assert!(!j.status.success() && j.all.contains("-variant inter-kernel: not built for sssp yet"), "{}", j.all);
+    if gpu_available().is_err() {
+        let j = job(1, SHM, SSSP, &["-variant", "intra-kernel", "-scale", "10"]);
+        assert!(!j.status.success(), "sssp -variant intra-kernel must fail:\n{}", j.all);
+        assert!(j.all.contains("-variant intra-kernel needs a GPU") && j.all.contains("-variant cpu"), "{}", j.all);
     }
 }

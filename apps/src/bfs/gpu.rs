@@ -39,7 +39,7 @@
 //!
 //! One cooperative launch per search (`bfs_persistent`, as many blocks as
 //! fit on the GPU at once, shared among the PEs of the GPU under MPS, less
-//! `AGENT_ROOM` (16) for the proxy's landing agents; or `-wgs`) runs init and
+//! [`crate::gpu::AGENT_ROOM`] (16) for the proxy's landing agents; or `-wgs`) runs init and
 //! every round, with grid barriers after init, after each expand
 //! and after each receive; the first `min(blocks, PEs)` blocks hold a cpnet
 //! context and send.
@@ -70,7 +70,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKern
 
 use super::{Args, Search, UNVISITED, searches};
 use crate::cli::{Variant, init_gpu_pe};
-use crate::gpu::{check_launch, dptr, kernel_source, max_coresident, new_ctl, op};
+use crate::gpu::{check_launch, dptr, kernel_source, max_coresident, new_ctl, op, persistent_grid};
 use crate::graph::build::{Input, build_csr_local};
 use crate::graph::comm::GpuHostComm;
 use crate::graph::{Csr, Partition};
@@ -87,13 +87,6 @@ mod st {
     /// Pairs for each destination (one word per PE from here).
     pub const OUT: usize = 4;
 }
-
-/// Block slots the default grid leaves free on the GPU, per PE: the
-/// proxy's landing agents (one block each, up to 4 per proxy thread) apply
-/// incoming data and signals to the heap on the network path, and the
-/// signals of large peer puts; a persistent grid that takes every slot
-/// starves them and the first exchange never completes.
-const AGENT_ROOM: u32 = 16;
 
 /// [`st::TOTAL`] after a failed exchange.
 const TOTAL_FAILED: u64 = u64::MAX;
@@ -299,16 +292,7 @@ pub fn run(args: &Args, input: &Input) -> Result<(bool, i32)> {
         exchange: load("bfs_exchange_k")?,
         receive: load("bfs_receive_k")?,
     };
-    let blocks = match args.wgs {
-        Some(w) => {
-            ensure!(
-                (1..=max).contains(&w),
-                "-wgs {w}: between 1 and {max} blocks of {THREADS} threads (those that fit on this GPU at once for this PE)"
-            );
-            w
-        }
-        None => max - (max / 4).min(AGENT_ROOM),
-    };
+    let blocks = persistent_grid(max, args.wgs, THREADS)?;
     let mut g = upload(&pe, variant, k, &csr, &part, blocks)?;
     let construction = t0.elapsed().as_secs_f64();
     if me == 0 {
