@@ -136,21 +136,17 @@ __device__ inline const cpnet_team_desc_t* team_desc(nvshmem_team_t t)
     return d->size > 0 ? d : nullptr;
 }
 
-__device__ inline uint64_t now_ns()
+/** Spin until `*p cmp v` (acquire load, device.cuh's comparison: false for
+ *  an unknown cmp), or fail after handle.wait_timeout_ns naming `routine`;
+ *  returns the value seen. */
+template <typename T>
+__device__ inline T wait_until(const char* routine, const T* p, int cmp, T v)
 {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
-/** Spin until `*w >= v` (acquire), or fail after handle.wait_timeout_ns. */
-__device__ inline uint64_t wait_ge(const char* routine, const uint64_t* w, uint64_t v)
-{
-    const uint64_t t0 = now_ns();
+    const uint64_t t0 = cpnet_globaltimer_ns();
     for (;;) {
-        const uint64_t x = cpnet_ld_acquire_sys_u64(w);
-        if (x >= v) return x;
-        if (handle.wait_timeout_ns != 0 && now_ns() - t0 > handle.wait_timeout_ns)
+        const T x = cpnet_detail::load_acquire(p);
+        if (cpnet_detail::compare(x, cmp, v)) return x;
+        if (handle.wait_timeout_ns != 0 && cpnet_globaltimer_ns() - t0 > handle.wait_timeout_ns)
             fail(routine, handle.my_pe, "timed out (CPNET_WAIT_TIMEOUT)");
     }
 }
@@ -173,7 +169,7 @@ __device__ inline void barrier_p2p(const char* routine)
         const int partner = (int)((me + (1LL << k)) % n);
         uint64_t* theirs = (uint64_t*)remote_or_fail(routine, mine, w->start + partner * w->stride);
         cpnet_st_release_sys_u64(theirs, e);
-        wait_ge(routine, mine, e);
+        wait_until<uint64_t>(routine, mine, CPNET_CMP_GE, e);
     }
 }
 
@@ -184,9 +180,9 @@ __device__ inline void with_queue(const char* routine, int pe, F f)
 {
     __shared__ cpnet_ctx_t ctx;
     int e;
-    const uint64_t t0 = now_ns();
+    const uint64_t t0 = cpnet_globaltimer_ns();
     while ((e = cpnet_ctx_create(&handle, &ctx)) == CPNET_E_NO_QUEUE) {
-        if (handle.wait_timeout_ns != 0 && now_ns() - t0 > handle.wait_timeout_ns) break;
+        if (handle.wait_timeout_ns != 0 && cpnet_globaltimer_ns() - t0 > handle.wait_timeout_ns) break;
         cpnet_sleep_ns(1000);
     }
     if (e != CPNET_E_OK) fail(routine, pe, "no command queue (raise CPNET_QUEUES)");
@@ -417,23 +413,9 @@ __device__ inline void nvshmemx_signal_op(uint64_t* sig_addr, uint64_t signal, i
  *  returns the value seen. */
 __device__ inline uint64_t nvshmem_signal_wait_until(uint64_t* sig_addr, int cmp, uint64_t value)
 {
-    const uint64_t t0 = cpnet_nv::now_ns();
-    for (;;) {
-        const uint64_t x = cpnet_ld_acquire_sys_u64(sig_addr);
-        bool ok;
-        switch (cmp) {
-        case NVSHMEM_CMP_EQ: ok = x == value; break;
-        case NVSHMEM_CMP_NE: ok = x != value; break;
-        case NVSHMEM_CMP_GT: ok = x > value; break;
-        case NVSHMEM_CMP_GE: ok = x >= value; break;
-        case NVSHMEM_CMP_LT: ok = x < value; break;
-        case NVSHMEM_CMP_LE: ok = x <= value; break;
-        default: cpnet_nv::fail("nvshmem_signal_wait_until", nvshmem_my_pe(), "unknown comparison"); ok = true;
-        }
-        if (ok) return x;
-        if (cpnet_nv::handle.wait_timeout_ns != 0 && cpnet_nv::now_ns() - t0 > cpnet_nv::handle.wait_timeout_ns)
-            cpnet_nv::fail("nvshmem_signal_wait_until", nvshmem_my_pe(), "timed out (CPNET_WAIT_TIMEOUT)");
-    }
+    if (cmp < 0 || cmp >= CPNET_CMP_COUNT)
+        cpnet_nv::fail("nvshmem_signal_wait_until", nvshmem_my_pe(), "unknown comparison");
+    return cpnet_nv::wait_until<uint64_t>("nvshmem_signal_wait_until", sig_addr, cmp, value);
 }
 
 /** Every PE reached it, and every operation issued before it is complete.
@@ -496,19 +478,7 @@ CPNET_RMA_TYPES(CPNET_NV_RMA)
 #define CPNET_NV_WAIT(NAME, TYPE)                                                                       \
     __device__ inline void nvshmem_##NAME##_wait_until(TYPE* ivar, int cmp, TYPE value)                 \
     {                                                                                                   \
-        const uint64_t t0 = cpnet_nv::now_ns();                                                         \
-        for (;;) {                                                                                      \
-            const TYPE x = *(volatile TYPE*)ivar;                                                       \
-            if ((cmp == NVSHMEM_CMP_EQ && x == value) || (cmp == NVSHMEM_CMP_NE && x != value) ||       \
-                (cmp == NVSHMEM_CMP_GT && x > value) || (cmp == NVSHMEM_CMP_GE && x >= value) ||        \
-                (cmp == NVSHMEM_CMP_LT && x < value) || (cmp == NVSHMEM_CMP_LE && x <= value)) {        \
-                __threadfence_system();                                                                 \
-                return;                                                                                 \
-            }                                                                                           \
-            if (cpnet_nv::handle.wait_timeout_ns != 0 &&                                                \
-                cpnet_nv::now_ns() - t0 > cpnet_nv::handle.wait_timeout_ns)                             \
-                cpnet_nv::fail("nvshmem_" #NAME "_wait_until", nvshmem_my_pe(), "timed out (CPNET_WAIT_TIMEOUT)"); \
-        }                                                                                               \
+        cpnet_nv::wait_until<TYPE>("nvshmem_" #NAME "_wait_until", ivar, cmp, value);                   \
     }
 CPNET_P2P_TYPES(CPNET_NV_WAIT)
 #undef CPNET_NV_WAIT
