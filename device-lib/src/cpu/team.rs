@@ -113,65 +113,47 @@ pub trait ReduceType: Copy + PartialEq + core::fmt::Debug + Send + Sync + 'stati
     fn combine(op: ReduceOp, a: Self, b: Self) -> Self;
 }
 
-macro_rules! reduce_int {
-    ($($t:ty => $name:literal),* $(,)?) => {$(
+/// `ReduceType` for each `$t => $name`: little-endian bytes, and `combine`
+/// as `|$op, $a, $b| $combine`.
+macro_rules! reduce_type {
+    ($integer:literal, |$op:ident, $a:ident, $b:ident| $combine:expr; $($t:ty => $name:literal),* $(,)?) => {$(
         impl ReduceType for $t {
             const SIZE: usize = size_of::<$t>();
             const NAME: &'static str = $name;
-            const INTEGER: bool = true;
+            const INTEGER: bool = $integer;
             fn read(b: &[u8]) -> Self {
                 <$t>::from_le_bytes(b[..Self::SIZE].try_into().expect("SIZE bytes"))
             }
             fn write(self, b: &mut [u8]) {
                 b[..Self::SIZE].copy_from_slice(&self.to_le_bytes());
             }
-            fn combine(op: ReduceOp, a: Self, b: Self) -> Self {
-                match op {
-                    ReduceOp::And => a & b,
-                    ReduceOp::Or => a | b,
-                    ReduceOp::Xor => a ^ b,
-                    ReduceOp::Min => a.min(b),
-                    ReduceOp::Max => a.max(b),
-                    ReduceOp::Sum => a.wrapping_add(b),
-                    ReduceOp::Prod => a.wrapping_mul(b),
-                }
+            fn combine($op: ReduceOp, $a: Self, $b: Self) -> Self {
+                $combine
             }
         }
     )*};
 }
-reduce_int!(i8 => "int8", i16 => "int16", i32 => "int32", i64 => "int64",
-            u8 => "uint8", u16 => "uint16", u32 => "uint32", u64 => "uint64");
+reduce_type!(true, |op, a, b| match op {
+        ReduceOp::And => a & b,
+        ReduceOp::Or => a | b,
+        ReduceOp::Xor => a ^ b,
+        ReduceOp::Min => a.min(b),
+        ReduceOp::Max => a.max(b),
+        ReduceOp::Sum => a.wrapping_add(b),
+        ReduceOp::Prod => a.wrapping_mul(b),
+    };
+    i8 => "int8", i16 => "int16", i32 => "int32", i64 => "int64",
+    u8 => "uint8", u16 => "uint16", u32 => "uint32", u64 => "uint64");
+reduce_type!(false, |op, a, b| match op {
+        ReduceOp::Min => if b < a { b } else { a },
+        ReduceOp::Max => if b > a { b } else { a },
+        ReduceOp::Sum => a + b,
+        ReduceOp::Prod => a * b,
+        ReduceOp::And | ReduceOp::Or | ReduceOp::Xor => unreachable!("bitwise reduction of a float"),
+    };
+    f32 => "float", f64 => "double", half::f16 => "half", half::bf16 => "bfloat16");
 
-macro_rules! reduce_float {
-    ($($t:ty => $name:literal),* $(,)?) => {$(
-        impl ReduceType for $t {
-            const SIZE: usize = size_of::<$t>();
-            const NAME: &'static str = $name;
-            const INTEGER: bool = false;
-            fn read(b: &[u8]) -> Self {
-                <$t>::from_le_bytes(b[..Self::SIZE].try_into().expect("SIZE bytes"))
-            }
-            fn write(self, b: &mut [u8]) {
-                b[..Self::SIZE].copy_from_slice(&self.to_le_bytes());
-            }
-            fn combine(op: ReduceOp, a: Self, b: Self) -> Self {
-                match op {
-                    ReduceOp::Min => if b < a { b } else { a },
-                    ReduceOp::Max => if b > a { b } else { a },
-                    ReduceOp::Sum => a + b,
-                    ReduceOp::Prod => a * b,
-                    ReduceOp::And | ReduceOp::Or | ReduceOp::Xor => unreachable!("bitwise reduction of a float"),
-                }
-            }
-        }
-    )*};
-}
-reduce_float!(f32 => "float", f64 => "double", half::f16 => "half", half::bf16 => "bfloat16");
-
-/// The `size_of` of the integer and float types above.
-use core::mem::size_of;
-
-/// The team's name in errors: the scratch offset identifies it.
+/// The operation name of a team sync in errors.
 const OP_SYNC: &str = "team_sync";
 
 impl CpuCtx {
