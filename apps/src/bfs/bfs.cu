@@ -53,19 +53,6 @@ __device__ __forceinline__ app_u64 bfs_ld_msg(const app_u64* p) { return __ldcg(
 
 __device__ __forceinline__ app_u64* bfs_st(const bfs_params& p) { return (app_u64*)p.state; }
 
-__device__ __forceinline__ app_u64* bfs_recv_slot(const bfs_params& p, app_u64 seq, app_i64 src)
-{
-    return (app_u64*)p.recv + ((seq & 1ull) * (app_u64)p.n_pes + (app_u64)src) * (app_u64)p.slot;
-}
-
-/** Record a failed cpnet call (leader) and say whether to stop. */
-__device__ __forceinline__ bool bfs_failed(const bfs_params& p, int e, app_u64 op, app_u64 seq)
-{
-    if (e == CPNET_E_OK) return false;
-    if (threadIdx.x == 0) app_fail_leader((app_u64*)p.ctl, e, op, seq, (int)p.me, ~0ull, 0, 0);
-    return true;
-}
-
 /** Level lvl1 and parent u for local vertex vl if nobody claimed it first;
  *  then it joins the next frontier. */
 __device__ __forceinline__ void bfs_claim(const bfs_params& p, unsigned vl, app_u64 u, unsigned lvl1, unsigned* next,
@@ -155,7 +142,7 @@ __device__ int bfs_send(cpnet_ctx_t* ctx, const bfs_params& p, app_u64 seq, app_
             msg[1] = k;
         }
         /* The call's block barrier orders the header before the command. */
-        cpnet_putmem_signal_nbi(ctx, bfs_recv_slot(p, seq, p.me), msg, (k + 2) * 8, (uint64_t*)p.sig + p.me, seq,
+        cpnet_putmem_signal_nbi(ctx, app_recv_slot(p, seq, p.me), msg, (k + 2) * 8, (uint64_t*)p.sig + p.me, seq,
                                 CPNET_SIGNAL_SET, (int)d);
         if (threadIdx.x == 0) st[BFS_ST_OUT + d] = 0;
     }
@@ -172,7 +159,7 @@ __device__ int bfs_wait_all(const cpnet_handle_t* h, const bfs_params& p, app_u6
         if (s == p.me) continue;
         const int e = app_wait_ge(h, (app_u64*)p.ctl, (const app_u64*)p.sig + s, seq, BFS_OP_FRONTIER, seq);
         if (e != 0) return e;
-        sum += bfs_ld_msg(bfs_recv_slot(p, seq, s));
+        sum += bfs_ld_msg(app_recv_slot(p, seq, s));
     }
     *total = sum;
     return 0;
@@ -186,7 +173,7 @@ __device__ void bfs_receive(const bfs_params& p, app_u64 r, app_u64 seq, app_u64
     app_u64* next_cnt = &bfs_st(p)[(r + 1) & 1ull];
     for (app_i64 s = 0; s < p.n_pes; ++s) {
         if (s == p.me) continue;
-        const app_u64* msg = bfs_recv_slot(p, seq, s);
+        const app_u64* msg = app_recv_slot(p, seq, s);
         const app_u64 k = bfs_ld_msg(&msg[1]);
         for (app_u64 i = t; i < k; i += nt) {
             const app_u64 w = bfs_ld_msg(&msg[2 + i]);
@@ -215,7 +202,7 @@ extern "C" __global__ void __launch_bounds__(BFS_THREADS) bfs_persistent(cpnet_h
     const app_i64 senders = p.n_pes < (app_i64)gridDim.x ? p.n_pes : (app_i64)gridDim.x;
     const bool sender = (app_i64)blockIdx.x < senders;
     int fail = 0;
-    if (sender && bfs_failed(p, cpnet_ctx_create(&h, &ctx), APP_OP_CTX_CREATE, 0)) fail = 1;
+    if (sender && app_call_failed(p.ctl, cpnet_ctx_create(&h, &ctx), APP_OP_CTX_CREATE, 0, p.me)) fail = 1;
     const app_u64 t = (app_u64)blockIdx.x * blockDim.x + threadIdx.x, nt = (app_u64)gridDim.x * blockDim.x;
     bfs_init(p, t, nt);
     app_u64 gen = 0, r = 0;
@@ -228,7 +215,7 @@ extern "C" __global__ void __launch_bounds__(BFS_THREADS) bfs_persistent(cpnet_h
         /* Every block read F before the barrier: the counter is free for
          * round r + 1's claims (its next frontier). */
         if (blockIdx.x == 0 && threadIdx.x == 0) st[r & 1ull] = 0;
-        if (sender && bfs_failed(p, bfs_send(&ctx, p, seq, F, blockIdx.x, senders), BFS_OP_FRONTIER, seq)) {
+        if (sender && app_call_failed(p.ctl, bfs_send(&ctx, p, seq, F, blockIdx.x, senders), BFS_OP_FRONTIER, seq, p.me)) {
             fail = 1;
             break;
         }
@@ -239,7 +226,7 @@ extern "C" __global__ void __launch_bounds__(BFS_THREADS) bfs_persistent(cpnet_h
         if ((fail = app_grid_sync(&h, ctl, ++gen, seq)) != 0) break;
     }
     if (fail == 0 && blockIdx.x == 0 && threadIdx.x == 0) st[BFS_ST_ROUNDS] = r + 1;
-    if (fail == 0 && sender) bfs_failed(p, cpnet_ctx_destroy(&ctx), APP_OP_QUIET, 0);
+    if (fail == 0 && sender) app_call_failed(p.ctl, cpnet_ctx_destroy(&ctx), APP_OP_QUIET, 0, p.me);
 }
 
 /* ---------------------------------------------------------------- inter */
@@ -268,11 +255,11 @@ extern "C" __global__ void __launch_bounds__(BFS_THREADS) bfs_exchange_k(cpnet_h
     __syncthreads();
     if (threadIdx.x == 0) st[r & 1ull] = 0;
     app_u64 total = BFS_TOTAL_FAILED;
-    if (!bfs_failed(p, cpnet_ctx_create(&h, &ctx), APP_OP_CTX_CREATE, seq)) {
-        if (!bfs_failed(p, bfs_send(&ctx, p, seq, F, 0, 1), BFS_OP_FRONTIER, seq) &&
+    if (!app_call_failed(p.ctl, cpnet_ctx_create(&h, &ctx), APP_OP_CTX_CREATE, seq, p.me)) {
+        if (!app_call_failed(p.ctl, bfs_send(&ctx, p, seq, F, 0, 1), BFS_OP_FRONTIER, seq, p.me) &&
             bfs_wait_all(&h, p, seq, F, &total) != 0)
             total = BFS_TOTAL_FAILED;
-        if (bfs_failed(p, cpnet_ctx_destroy(&ctx), APP_OP_QUIET, seq)) total = BFS_TOTAL_FAILED;
+        if (app_call_failed(p.ctl, cpnet_ctx_destroy(&ctx), APP_OP_QUIET, seq, p.me)) total = BFS_TOTAL_FAILED;
     }
     if (threadIdx.x == 0) st[BFS_ST_TOTAL] = total;
 }

@@ -76,6 +76,26 @@ __device__ __noinline__ void app_fail_leader(app_u64* ctl, int code, app_u64 op,
     __threadfence();
 }
 
+/** Record a failed cpnet call (its code `e`, operation, iteration; the
+ *  block's leader records it) and say whether to stop: false for
+ *  CPNET_E_OK. `ctl` is the app's control block (a kernel parameter). */
+__device__ __forceinline__ bool app_call_failed(app_u64 ctl, int e, app_u64 op, app_u64 iter, app_i64 pe)
+{
+    if (e == CPNET_E_OK) return false;
+    if (threadIdx.x == 0) app_fail_leader((app_u64*)ctl, e, op, iter, (int)pe, ~0ull, 0, 0);
+    return true;
+}
+
+/** The receive slot of source PE `src` for round `seq` of an app whose
+ *  parameters `p` have `recv` (the slots' address), `n_pes` and `slot`
+ *  (words per slot): two alternating sets of n_pes slots, so a round's
+ *  messages never land on the previous round's while they are read. */
+template <typename P>
+__device__ __forceinline__ app_u64* app_recv_slot(const P& p, app_u64 seq, app_i64 src)
+{
+    return (app_u64*)p.recv + ((seq & 1ull) * (app_u64)p.n_pes + (app_u64)src) * (app_u64)p.slot;
+}
+
 /** Whether some block of the grid has failed. */
 __device__ __forceinline__ bool app_failed(const app_u64* ctl)
 {

@@ -58,14 +58,6 @@ __device__ __forceinline__ unsigned short moe_expert(app_i64 e, app_i64 experts,
     return moe_bf16(__fmaf_rn(moe_f32(x), s, b));
 }
 
-/* Record a failed cpnet call (leader) and say whether to stop. */
-__device__ __forceinline__ bool moe_failed(const moe_params& p, int e, app_u64 op, app_u64 it, int me)
-{
-    if (e == CPNET_E_OK) return false;
-    if (threadIdx.x == 0) app_fail_leader((app_u64*)p.ctl, e, op, it, me, ~0ull, 0, 0);
-    return true;
-}
-
 extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_run(cpnet_handle_t h, moe_params p)
 {
     __shared__ cpnet_ctx_t ctx;
@@ -73,7 +65,7 @@ extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_run(cpnet_handle_t
     const int me = (int)p.me;
     const app_i64 n = p.n_pes, T = p.tokens, H = p.hidden, K = p.topk, EL = p.experts / p.n_pes;
     const app_u64 hb = (app_u64)H * 2;
-    if (moe_failed(p, cpnet_ctx_create(&h, &ctx), APP_OP_CTX_CREATE, 0, me)) return;
+    if (app_call_failed(p.ctl, cpnet_ctx_create(&h, &ctx), APP_OP_CTX_CREATE, 0, me)) return;
     const unsigned* route_e = (const unsigned*)p.route_e;
     const float* route_w = (const float*)p.route_w;
     const unsigned* slot = (const unsigned*)p.slot;
@@ -93,7 +85,7 @@ extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_run(cpnet_handle_t
             cpnet_putmem_nbi(&ctx, (void*)(p.recv + idx * hb), (const void*)(p.x + (app_u64)t * hb), hb, d);
             cpnet_putmem_nbi(&ctx, (void*)(p.meta + idx * 8), (const void*)(p.meta_out + (app_u64)i * 8), 8, d);
         }
-        if (moe_failed(p, cpnet_quiet(&ctx), MOE_OP_DISPATCH, it, me)) { fail = 1; break; }
+        if (app_call_failed(p.ctl, cpnet_quiet(&ctx), MOE_OP_DISPATCH, it, me)) { fail = 1; break; }
         if ((fail = app_grid_sync(&h, ctl, ++gen, it)) != 0) break;
         for (app_i64 d = blockIdx.x; d < n; d += gridDim.x)
             cpnet_putmem_signal_nbi(&ctx, (void*)(p.counts + (app_u64)(me * EL) * 8),
@@ -135,13 +127,13 @@ extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_run(cpnet_handle_t
             }
         }
         if (fail != 0) break;
-        if (moe_failed(p, cpnet_quiet(&ctx), MOE_OP_COMBINE, it, me)) { fail = 1; break; }
+        if (app_call_failed(p.ctl, cpnet_quiet(&ctx), MOE_OP_COMBINE, it, me)) { fail = 1; break; }
         if ((fail = app_grid_sync(&h, ctl, ++gen, it)) != 0) break;
         for (app_i64 s = blockIdx.x; s < n; s += gridDim.x) {
             uint64_t* sig = (uint64_t*)(p.comb_sig + (app_u64)me * 8);
             cpnet_putmem_signal_nbi(&ctx, sig, sig, 0, sig, epoch, CPNET_SIGNAL_SET, (int)s);
         }
-        if (moe_failed(p, cpnet_quiet(&ctx), MOE_OP_COMBINE, it, me)) { fail = 1; break; }
+        if (app_call_failed(p.ctl, cpnet_quiet(&ctx), MOE_OP_COMBINE, it, me)) { fail = 1; break; }
         for (app_i64 d = 0; d < n && fail == 0; ++d)
             fail = app_wait_ge(&h, ctl, (const app_u64*)(p.comb_sig + (app_u64)d * 8), epoch, MOE_OP_COMBINE, it);
         if (fail != 0) break;
@@ -172,5 +164,5 @@ extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_run(cpnet_handle_t
         ctl[MOE_CTL_COMBINE_NS] = comb_ns;
         ctl[MOE_CTL_EXPERTS_NS] = exp_ns;
     }
-    if (fail == 0) moe_failed(p, cpnet_ctx_destroy(&ctx), APP_OP_QUIET, 0, me);
+    if (fail == 0) app_call_failed(p.ctl, cpnet_ctx_destroy(&ctx), APP_OP_QUIET, 0, me);
 }

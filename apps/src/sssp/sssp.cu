@@ -53,19 +53,6 @@ struct sssp_params {
 
 __device__ __forceinline__ app_u64* sssp_st(const sssp_params& p) { return (app_u64*)p.state; }
 
-__device__ __forceinline__ app_u64* sssp_recv_slot(const sssp_params& p, app_u64 seq, app_i64 src)
-{
-    return (app_u64*)p.recv + ((seq & 1ull) * (app_u64)p.n_pes + (app_u64)src) * (app_u64)p.slot;
-}
-
-/** Record a failed cpnet call (leader) and say whether to stop. */
-__device__ __forceinline__ bool sssp_failed(const sssp_params& p, int e, app_u64 op, app_u64 seq)
-{
-    if (e == CPNET_E_OK) return false;
-    if (threadIdx.x == 0) app_fail_leader((app_u64*)p.ctl, e, op, seq, (int)p.me, ~0ull, 0, 0);
-    return true;
-}
-
 /** The controller of sssp/controller.rs (Controller::bucket_done), the same
  *  arithmetic on the same (global) inputs on every PE and thread. */
 struct sssp_ctlr {
@@ -203,7 +190,7 @@ __device__ int sssp_send(cpnet_ctx_t* ctx, const sssp_params& p, app_u64 seq, co
         if (threadIdx.x < SSSP_HDR - 1) msg[threadIdx.x] = app_ld_relaxed_gpu(&hdr[threadIdx.x]);
         if (threadIdx.x == 0) msg[SSSP_HDR - 1] = k;
         /* The call's block barrier orders the header before the command. */
-        cpnet_putmem_signal_nbi(ctx, sssp_recv_slot(p, seq, p.me), msg, (SSSP_HDR + 2 * k) * 8,
+        cpnet_putmem_signal_nbi(ctx, app_recv_slot(p, seq, p.me), msg, (SSSP_HDR + 2 * k) * 8,
                                 (uint64_t*)p.sig + p.me, seq, CPNET_SIGNAL_SET, (int)d);
         if (threadIdx.x == 0) st[SSSP_ST_OUT + d] = 0;
     }
@@ -230,7 +217,7 @@ __device__ int sssp_wait_all(const cpnet_handle_t* h, const sssp_params& p, app_
         if (src == p.me) continue;
         const int e = app_wait_ge(h, (app_u64*)p.ctl, (const app_u64*)p.sig + src, seq, SSSP_OP_ROUND, seq);
         if (e != 0) return e;
-        const app_u64* m = sssp_recv_slot(p, seq, src);
+        const app_u64* m = app_recv_slot(p, seq, src);
         s->near += __ldcg(&m[0]);
         s->far += __ldcg(&m[1]);
         const app_u64 fm = __ldcg(&m[2]);
@@ -249,7 +236,7 @@ __device__ void sssp_apply(const sssp_params& p, app_u64 seq, app_u64 t, app_u64
     const app_u64 lo = (app_u64)p.lo;
     for (app_i64 s = 0; s < p.n_pes; ++s) {
         if (s == p.me) continue;
-        const app_u64* m = sssp_recv_slot(p, seq, s);
+        const app_u64* m = app_recv_slot(p, seq, s);
         const app_u64 k = __ldcg(&m[SSSP_HDR - 1]);
         for (app_u64 i = t; i < k; i += nt)
             atomicMin(&dist[__ldcg(&m[SSSP_HDR + 2 * i]) - lo], __ldcg(&m[SSSP_HDR + 2 * i + 1]));
@@ -337,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(SSSP_THREADS) sssp_persistent(cpnet
     const bool sender = (app_i64)blockIdx.x < senders;
     const bool lead = blockIdx.x == 0 && threadIdx.x == 0;
     int fail = 0;
-    if (sender && sssp_failed(p, cpnet_ctx_create(&h, &ctx), APP_OP_CTX_CREATE, 0)) fail = 1;
+    if (sender && app_call_failed(p.ctl, cpnet_ctx_create(&h, &ctx), APP_OP_CTX_CREATE, 0, p.me)) fail = 1;
     const app_u64 t = (app_u64)blockIdx.x * blockDim.x + threadIdx.x, nt = (app_u64)gridDim.x * blockDim.x;
     sssp_init(p, t, nt);
     sssp_ctlr c;
@@ -369,7 +356,7 @@ extern "C" __global__ void __launch_bounds__(SSSP_THREADS) sssp_persistent(cpnet
         sssp_fill(p, t, nt);
         if ((fail = app_grid_sync(&h, ctl, ++gen, seq)) != 0) break;
         const app_u64* hdr = &st[SSSP_ST_HDR];
-        if (sender && sssp_failed(p, sssp_send(&ctx, p, seq, hdr, blockIdx.x, senders), SSSP_OP_ROUND, seq)) {
+        if (sender && app_call_failed(p.ctl, sssp_send(&ctx, p, seq, hdr, blockIdx.x, senders), SSSP_OP_ROUND, seq, p.me)) {
             fail = 1;
             break;
         }
@@ -402,5 +389,5 @@ extern "C" __global__ void __launch_bounds__(SSSP_THREADS) sssp_persistent(cpnet
         st[SSSP_ST_ROUNDS] = r + 1;
         st[SSSP_ST_BUCKETS] = buckets;
     }
-    if (fail == 0 && sender) sssp_failed(p, cpnet_ctx_destroy(&ctx), APP_OP_QUIET, 0);
+    if (fail == 0 && sender) app_call_failed(p.ctl, cpnet_ctx_destroy(&ctx), APP_OP_QUIET, 0, p.me);
 }
