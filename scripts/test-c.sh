@@ -123,8 +123,10 @@ else
   rm -rf "$work/apps-cuda" && cp -r apps/cuda "$work/apps-cuda" && rm -f "$work/apps-cuda/jacobi"
   if make -s -C "$work/apps-cuda" PREFIX="$prefix" NVCC="$nvcc_bin" >"$work/nvcc.out" 2>&1 &&
      "$nvcc_bin" -arch=sm_90 -O2 -std=c++17 -I"$prefix/include" tests/cuda/coll.cu -o "$work/coll" \
+       -L"$prefix/lib" -lcpnet -Xlinker -rpath -Xlinker "$prefix/lib" >>"$work/nvcc.out" 2>&1 &&
+     "$nvcc_bin" -arch=sm_90 -O2 -std=c++17 -I"$prefix/include" tests/cuda/fill.cu -o "$work/fill" \
        -L"$prefix/lib" -lcpnet -Xlinker -rpath -Xlinker "$prefix/lib" >>"$work/nvcc.out" 2>&1; then
-    say "ok   tests/cuda/coll.cu (nvshmem.h team collectives) built with nvcc"
+    say "ok   tests/cuda/coll.cu (nvshmem.h team collectives) and tests/cuda/fill.cu built with nvcc"
     say "ok   apps/cuda/jacobi built with $("$nvcc_bin" --version | sed -n 's/.*release \([0-9.]*\).*/nvcc \1/p') against the installed nvshmem.h, no -rdc"
     rc=0
     timeout 120 cpnet-run -n 2 -- "$work/apps-cuda/jacobi" -nx 256 -ny 258 -iters 100 >"$work/jacobi.out" 2>&1 || rc=$?
@@ -135,6 +137,25 @@ else
         say "ok   tests/cuda/coll -n 2 on the GPU (peer stores), every element checked"
       else
         say "FAIL tests/cuda/coll:"; cat "$work/coll.out"; fail=1
+      fi
+      # The network path (as to a PE on another host): every put and signal
+      # through the queue, the proxy and the landing agent on the target.
+      if CPNET_GPU_IPC=0 CPNET_GPU_P2P=0 timeout 120 cpnet-run -n 2 -- "$work/coll" >"$work/coll-net.out" 2>&1 &&
+         [ "$(grep -c ' 0 wrong: ok$' "$work/coll-net.out")" = 2 ] &&
+         CPNET_GPU_IPC=0 CPNET_GPU_P2P=0 timeout 120 cpnet-run -n 2 -- "$work/apps-cuda/jacobi" -nx 256 -ny 258 -iters 100 >"$work/jacobi-net.out" 2>&1 &&
+         grep -q "jacobi: 2 PEs, 0 wrong points in all: OK" "$work/jacobi-net.out"; then
+        say "ok   tests/cuda/coll and apps/cuda/jacobi -n 2 on the network path (CPNET_GPU_IPC=0 CPNET_GPU_P2P=0)"
+      else
+        say "FAIL tests/cuda/coll or apps/cuda/jacobi on the network path:"; cat "$work/coll-net.out" "$work/jacobi-net.out" 2>/dev/null; fail=1
+      fi
+      # The largest collective launch the query allows, waiting on the
+      # network: the landing agents must still find room beside it.
+      if timeout 120 cpnet-run -n 2 -- "$work/fill" >"$work/fill.out" 2>&1 &&
+         CPNET_GPU_IPC=0 CPNET_GPU_P2P=0 timeout 120 cpnet-run -n 2 -- "$work/fill" >>"$work/fill.out" 2>&1 &&
+         [ "$(grep -c ' 0 wrong: ok$' "$work/fill.out")" = 4 ]; then
+        say "ok   tests/cuda/fill -n 2, peer stores and network path: $(grep -m1 -o '[0-9]* blocks' "$work/fill.out") per PE, the grid one larger refused"
+      else
+        say "FAIL tests/cuda/fill:"; cat "$work/fill.out"; fail=1
       fi
     elif [ "$rc" = 1 ] && grep -q "nvshmem_init: init failed: no GPU" "$work/jacobi.out"; then
       say "ok   apps/cuda/jacobi without a GPU: \"$(grep -m1 'no GPU' "$work/jacobi.out")\""

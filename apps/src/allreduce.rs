@@ -139,12 +139,15 @@ pub struct Args {
     pub slots: u32,
 }
 
-/// `-wgs` of the GPU variants when not given: 128 rings (a block of 512
-/// threads each; the PE's `CPNET_QUEUES` is raised to match when unset).
+/// `-wgs` of the GPU variants when not given: 120 rings (a block of 512
+/// threads each; the PE's `CPNET_QUEUES` is raised to match when unset):
+/// two PEs sharing an H100 under MPS have 132 such blocks each, less 8
+/// blocks' room for the proxy's 16 landing agents (`GpuPe::max_persistent_blocks`).
+/// The figures below were taken with 128.
 /// With peer-to-peer stores the rings' blocks do the copies, so bandwidth
 /// grows with them: on two H200s 16 rings reach 100 GB/s busbw at 8 MiB,
 /// 128 rings 222 GB/s (docs/results.md, "Peer-to-peer stores").
-pub const GPU_DEFAULT_WGS: u32 = 128;
+pub const GPU_DEFAULT_WGS: u32 = 120;
 /// `-chunk` of the GPU variants when not given, bytes.
 pub const GPU_DEFAULT_CHUNK: u64 = 256 << 10;
 /// `-slots` of the GPU variants when not given.

@@ -23,7 +23,6 @@
 use anyhow::{Context, bail};
 use cpnet::GpuPe;
 use cpnet::device::layout::ErrorCode;
-use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaFunction, CudaSlice};
 
 /// The device helpers (after the generated `#define`s).
@@ -251,35 +250,23 @@ pub fn check_launch(
     Ok(words.unwrap_or_default())
 }
 
-/// How many blocks of `threads` threads of `func` can be resident on the
-/// GPU at once (occupancy × SMs), divided among the PEs that share this
-/// GPU ([`GpuPe::pes_on_device`]: under MPS every PE's persistent grid must
-/// be resident at the same time): the most a cooperative launch of this PE
-/// takes.
+/// How many blocks of `threads` threads of `func` a persistent
+/// (cooperative) kernel of this PE may take: its share of the blocks that
+/// fit on the GPU at once (under MPS every PE's grid must be resident at
+/// the same time), less room for the proxy's landing agents when a peer is
+/// reached through the proxy ([`GpuPe::max_persistent_blocks`]: without
+/// that room the agent that applies the first incoming message never
+/// starts, and the first exchange never completes).
 ///
 /// # Errors
-/// The driver queries.
+/// The driver queries; no room at all for the agents.
 pub fn max_coresident(pe: &GpuPe, func: &CudaFunction, threads: u32) -> anyhow::Result<u32> {
-    let per_sm = func
-        .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)
-        .context("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
-    let sms = pe
-        .cuda()
-        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-        .context("cuDeviceGetAttribute (SM count)")?;
-    Ok((per_sm * sms.max(1) as u32 / pe.pes_on_device()).max(1))
+    pe.max_persistent_blocks(func, threads, 0).context("size the persistent grid")
 }
 
-/// Block slots a default persistent grid leaves free on the GPU, per PE:
-/// the proxy's landing agents (one block each, up to 4 per proxy thread)
-/// apply incoming data and signals to the heap on the network path, and the
-/// signals of large peer puts; a persistent grid that takes every slot
-/// starves them and the first exchange never completes.
-pub const AGENT_ROOM: u32 = 16;
-
 /// The grid of a persistent (cooperative) kernel (bfs, sssp): `wgs` if
-/// given (checked against `max`, [`max_coresident`]), else `max` less room
-/// for the landing agents ([`AGENT_ROOM`], at most a quarter of `max`).
+/// given (checked against `max`, [`max_coresident`], which already leaves
+/// the landing agents their room), else `max`.
 ///
 /// # Errors
 /// `wgs` outside `1..=max`.
@@ -288,11 +275,12 @@ pub fn persistent_grid(max: u32, wgs: Option<u32>, threads: u32) -> anyhow::Resu
         Some(w) => {
             anyhow::ensure!(
                 (1..=max).contains(&w),
-                "-wgs {w}: between 1 and {max} blocks of {threads} threads (those that fit on this GPU at once for this PE)"
+                "-wgs {w}: between 1 and {max} blocks of {threads} threads (those that fit on this GPU at once for this PE, \
+                 beside the proxy's landing agents)"
             );
             Ok(w)
         }
-        None => Ok(max - (max / 4).min(AGENT_ROOM)),
+        None => Ok(max),
     }
 }
 

@@ -232,12 +232,12 @@ fn sssp_gpu_matches_dijkstra_on_a_file() {
     sssp_valid(3, SHM, &["-variant", "intra-kernel", "-file", HARTFORD, "-nsssp", "4"], 4);
 }
 
-/// With the direct paths off every round's exchange takes the network path.
-/// Ignored: there the first round's put-with-signal never completes (2 PEs
-/// under MPS on nvidia-h100-x1, both with 16 and with a quarter of the
-/// block slots left free; docs/results.md, "Graph SSSP on GPU PEs").
+/// With the direct paths off every round's exchange takes the network path,
+/// landing through the proxy's agents beside a grid that fills the GPU
+/// (`GpuPe::max_persistent_blocks`: room and a matching carveout; it hung
+/// before those, docs/results.md, "The landing agent beside persistent
+/// kernels").
 #[test]
-#[ignore = "sssp GPU on the network path: the first exchange never completes (docs/results.md)"]
 fn sssp_gpu_matches_dijkstra_on_the_network_path() {
     if !gpu_or_skip("sssp_gpu_matches_dijkstra_on_the_network_path") {
         return;

@@ -66,10 +66,12 @@ pub fn headers() -> &'static [(&'static str, &'static str)] {
 /// `extern "C"` kernel named [`AGENT_KERNEL`] with the parameters
 /// `(cpnet_agent_ctl_t*, cpnet_agent_rec_t*, uint32_t log2_depth, uint8_t*
 /// heap, uint64_t heap_size, uint64_t idle_ns)`, launched with one block of
-/// `CPNET_AGENT_THREADS` threads.
+/// `CPNET_AGENT_THREADS` threads; at least 8 such blocks fit on an SM (its
+/// launch bounds), which keeps it to 32 registers per thread: the runtime
+/// counts on that when it leaves room for agents beside persistent kernels.
 pub const AGENT_SOURCE: &str = r#"
 #include <cpnet/agent.cuh>
-extern "C" __global__ void __launch_bounds__(CPNET_AGENT_THREADS)
+extern "C" __global__ void __launch_bounds__(CPNET_AGENT_THREADS, 8)
 cpnet_agent(cpnet_agent_ctl_t* ctl, uint64_t* ring, uint32_t log2_depth,
             uint8_t* heap, uint64_t heap_size, uint64_t idle_ns)
 {

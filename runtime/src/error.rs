@@ -153,4 +153,21 @@ pub enum GpuError {
     /// Kernel compilation failed (the log is in the message).
     #[error(transparent)]
     Nvrtc(#[from] nvrtc::NvrtcError),
+    /// A persistent kernel's blocks and this PE's landing agents do not fit
+    /// on its share of the GPU at once ([`crate::GpuPe::max_persistent_blocks`]).
+    #[error(
+        "no room for a persistent kernel: {coresident} blocks of {threads} threads fit on this PE's share of the GPU, \
+         and its {agents} landing agents need the room of {room} of them (fewer threads or registers per block, \
+         fewer PEs per GPU, or CPNET_AGENT_LANES / CPNET_PROXY_THREADS lower)"
+    )]
+    NoRoom {
+        /// Blocks of the kernel that fit at once on this PE's share.
+        coresident: u32,
+        /// Threads per block.
+        threads: u32,
+        /// Landing agents of this PE.
+        agents: u32,
+        /// Blocks' worth of room they need.
+        room: u32,
+    },
 }

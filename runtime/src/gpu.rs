@@ -19,7 +19,6 @@ use std::sync::Arc;
 use cpnet_device::layout::{
     CPNET_STATUS_BYTES, CPNET_STATUS_OFF_ABORT, ErrorCode, Handle, Status, claim_abort, claim_words,
 };
-use cpnet_device::nvrtc::{self, BuildOptions};
 use cpnet_device::ring::{QueueGeometry, QueueMem};
 use cpnet_device::sync::{Ordering, Words};
 use cpnet_device::cpu::SymAddr;
@@ -30,7 +29,7 @@ use cpnet_proxy::service::{CommandError, GPU_PACING, IDLE_SPIN_FOR, PayloadSlots
 use cpnet_proxy::agent::AgentKernel;
 use cpnet_proxy::staged::{GpuHeap, PeShared, StagedConfig, StagedEndpoint, StagedTransport};
 use cpnet_proxy::transport::EndpointFacts;
-use cudarc::driver::{CudaContext, CudaModule, CudaStream, DeviceRepr, DriverError};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, DeviceRepr, DriverError};
 
 use crate::bootstrap::Bootstrap;
 use crate::env::{Launch, QueuePlacement, Tuning};
@@ -43,7 +42,11 @@ use crate::proxy_link::ProxyLink;
 use crate::proxy_threads::{Backend, Proxies};
 use cudarc::driver::{result as cu, sys as cusys};
 
+mod module;
 mod team;
+
+pub use module::{build_module, is_loaded, persistent_blocks};
+use module::landing_agent;
 
 /// Whether the CUDA driver library can be loaded (without loading CUDA).
 pub fn driver_present() -> bool {
@@ -509,36 +512,6 @@ pub struct KernelHandle(pub Handle);
 // (layout.rs asserts every offset against cmd.h).
 unsafe impl DeviceRepr for KernelHandle {}
 
-/// Compile `source` (which may `#include <cpnet/device.cuh>`) for `ctx`'s
-/// GPU with the NVRTC helper and load it.
-///
-/// # Errors
-/// [`GpuError::Nvrtc`] with the compiler log; [`GpuError::Cuda`] when the
-/// module does not load.
-pub fn build_module(ctx: &Arc<CudaContext>, name: &str, source: &str) -> std::result::Result<Arc<CudaModule>, GpuError> {
-    let (major, minor) =
-        ctx.compute_capability().map_err(|source| GpuError::Cuda { what: "cuDeviceGetAttribute (capability)", source })?;
-    let opts = BuildOptions { name: name.into(), ..BuildOptions::for_compute_capability(major as u32, minor as u32) };
-    let image = nvrtc::compile_kernel(source, &opts)?;
-    ctx.load_module(image).map_err(|source| GpuError::Cuda { what: "cuModuleLoadData", source })
-}
-
-/// The landing agent (`cpnet/agent.cuh`), compiled with NVRTC for this
-/// PE's GPU and loaded in its context once; every proxy thread launches it
-/// on its own landing ring (cmd.h, THE LANDING AGENT).
-fn landing_agent(cuda: &Arc<CudaContext>, tuning: &Tuning) -> std::result::Result<AgentKernel, GpuError> {
-    let module = build_module(cuda, "cpnet_agent.cu", nvrtc::AGENT_SOURCE)?;
-    let function = module
-        .load_function(nvrtc::AGENT_KERNEL)
-        .map_err(|source| GpuError::Cuda { what: "cuModuleGetFunction (landing agent)", source })?;
-    Ok(AgentKernel {
-        function,
-        idle_ns: tuning.agent_idle.as_nanos().min(u128::from(u64::MAX)) as u64,
-        max_bytes: tuning.agent_bytes,
-        lanes: tuning.agent_lanes,
-    })
-}
-
 /// GPU memory (`cuMemAlloc`), zeroed, freed on drop: the symmetric heap,
 /// and the queue pool of [`QueuePlacement::Device`].
 #[derive(Debug)]
@@ -674,6 +647,9 @@ impl Drop for PeerHeaps {
 /// in GPU memory, the queues, the CUDA IPC exchange; the staged proxy threads.
 struct GpuKind {
     cuda: Arc<CudaContext>,
+    /// The landing agent's function once the proxy loaded it (for
+    /// [`GpuPe::max_persistent_blocks`], which sets its carveout).
+    agent: Arc<std::sync::OnceLock<CudaFunction>>,
 }
 
 /// A GPU PE's heap, queues and peer mappings.
@@ -721,6 +697,7 @@ impl PeKind for GpuKind {
         let threads = tuning.gpu_proxy_threads.min(tuning.queues).max(1);
         let limits = Limits { n_pes: launch.n_pes, heap_size };
         let agent = landing_agent(&self.cuda, tuning)?;
+        let _ = self.agent.set(agent.function.clone());
         let indices: Vec<Vec<usize>> = (0..threads).map(|t| (t..tuning.queues).step_by(threads).collect()).collect();
         // The proxy's views: the queues, or (CPNET_QUEUE_MEM=device) the host
         // shadows that the threads' mirrors keep. The watchdog reads them.
@@ -841,6 +818,9 @@ pub struct GpuPe {
     queues: Arc<GpuQueues>,
     /// The kernels' team table (`cpnet_handle_t.teams`).
     teams: team::TeamTable,
+    /// The landing agent's function (its carveout follows the persistent
+    /// kernels', [`GpuPe::max_persistent_blocks`]).
+    agent: Arc<std::sync::OnceLock<CudaFunction>>,
     heap: DeviceMem,
     cuda: Arc<CudaContext>,
 }
@@ -887,11 +867,12 @@ impl GpuPe {
         startup::init_logging();
         let cuda = open_device(launch.local_pe)?;
         let threads = tuning.gpu_proxy_threads.min(tuning.queues).max(1);
-        let (core, parts) = startup::start(launch, tuning, GpuKind { cuda: Arc::clone(&cuda) })?;
+        let agent = Arc::new(std::sync::OnceLock::new());
+        let (core, parts) = startup::start(launch, tuning, GpuKind { cuda: Arc::clone(&cuda), agent: Arc::clone(&agent) })?;
         let GpuParts { stream, peers, p2p, queues, heap } = parts;
         let me = core.my_pe();
         let teams = team::TeamTable::new(&cuda, &core.teams)?;
-        let pe = GpuPe { core, stream, peers, p2p, queues, teams, heap, cuda };
+        let pe = GpuPe { core, stream, peers, p2p, queues, teams, agent, heap, cuda };
         tracing::debug!(pe = me, n_pes = pe.n_pes(), device = pe.cuda.ordinal(), provider = %pe.core.provider, threads, queue_mem = %pe.queues.placement(), "cpnet GPU PE up");
         if pe.core.tuning.transport_map {
             crate::transport_map::print(&pe.transport_map());
@@ -910,6 +891,102 @@ impl GpuPe {
         let mine = lp.rem_euclid(count);
         ((0..ls).filter(|p| p.rem_euclid(count) == mine).count() as u32).max(1)
     }
+
+    /// Landing agents (one block of `CPNET_AGENT_THREADS` threads each,
+    /// `cpnet/agent.cuh`) this PE's proxy may run on its GPU at once: one
+    /// per landing lane of every proxy thread (`CPNET_PROXY_THREADS` x
+    /// `CPNET_AGENT_LANES`). Any operation a kernel hands to the proxy may
+    /// need one: on the staged path every small put, signal and AMO lands
+    /// through it, and on the others the ADD signal of a put the copy engine
+    /// moves (a put larger than the peer-store threshold, a put to itself).
+    /// Local.
+    pub fn landing_agents(&self) -> u32 {
+        let t = &self.core.tuning;
+        (t.gpu_proxy_threads.min(t.queues).max(1) * t.agent_lanes.max(1)) as u32
+    }
+
+    /// The most blocks of `threads` threads (with `dynamic_smem` bytes of
+    /// dynamic shared memory each) of `func` that a persistent kernel of
+    /// this PE may launch so that all of them are resident at once **and**
+    /// its landing agents still find room beside them; sets `func`'s and
+    /// the agents' preferred shared-memory carveout to the same value. Call
+    /// it before launching the kernel. Local.
+    ///
+    /// The count is this PE's share of the blocks that fit on the GPU at once
+    /// (occupancy x SMs / [`GpuPe::pes_on_device`]: under MPS every PE's
+    /// grid must be resident together) less the room of
+    /// [`GpuPe::landing_agents`] agents, counted in blocks of this kernel
+    /// (an agent takes 256 threads and at most 32 registers, so one block of
+    /// 1024 threads holds four, and one agent needs one block of 256
+    /// threads). The carveout: an SM runs blocks of one L1/shared split at a
+    /// time, so an agent whose split differs from the kernel's cannot start
+    /// beside it ([`module::set_carveout`]); both get the smallest split
+    /// that holds the kernel's blocks. A kernel that waits on the network
+    /// and leaves no room never sees its first message land: the agent that
+    /// would apply it cannot start. With several persistent kernels at once,
+    /// the agents follow the last one sized.
+    ///
+    /// # Errors
+    /// [`GpuError::Cuda`] from the occupancy, attribute and carveout calls;
+    /// [`GpuError::NoRoom`] when the agents need every block.
+    pub fn max_persistent_blocks(&self, func: &CudaFunction, threads: u32, dynamic_smem: usize) -> Result<u32> {
+        use cudarc::driver::sys::CUfunction_attribute as A;
+        let attr = |a: A, what: &'static str| {
+            func.get_attribute(a).map(|v| v.max(0) as u32).map_err(|source| GpuError::Cuda { what, source })
+        };
+        let regs = attr(A::CU_FUNC_ATTRIBUTE_NUM_REGS, "cuFuncGetAttribute (registers)")?;
+        let static_smem = attr(A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, "cuFuncGetAttribute (static shared memory)")?;
+        let occupancy = || {
+            func.occupancy_max_active_blocks_per_multiprocessor(threads, dynamic_smem, None)
+                .map_err(|source| GpuError::Cuda { what: "cuOccupancyMaxActiveBlocksPerMultiprocessor", source })
+        };
+        let per_sm = occupancy()?;
+        let percent = self.carveout_percent(per_sm, u64::from(static_smem) + dynamic_smem as u64)?;
+        module::set_carveout(func, percent, "cuFuncSetAttribute (persistent kernel carveout)")?;
+        let per_sm = occupancy()?.min(per_sm);
+        self.persistent_blocks_of(per_sm, threads, regs, percent)
+    }
+
+    /// [`GpuPe::max_persistent_blocks`] from the kernel's figures, for
+    /// callers that ask the CUDA runtime (the C API): `per_sm` blocks of
+    /// `threads` threads and `regs` registers per thread fit on one SM, and
+    /// the kernel has been given the preferred carveout `percent`
+    /// ([`GpuPe::carveout_percent`]), which the agents now get too. Local.
+    ///
+    /// # Errors
+    /// As [`GpuPe::max_persistent_blocks`].
+    pub fn persistent_blocks_of(&self, per_sm: u32, threads: u32, regs: u32, percent: i32) -> Result<u32> {
+        use cudarc::driver::sys::CUdevice_attribute;
+        if let Some(agent) = self.agent.get() {
+            self.cuda.bind_to_thread().map_err(|source| GpuError::Cuda { what: "cuCtxSetCurrent", source })?;
+            module::set_carveout(agent, percent, "cuFuncSetAttribute (landing agent carveout)")?;
+        }
+        let sms = self
+            .cuda
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|source| GpuError::Cuda { what: "cuDeviceGetAttribute (SM count)", source })?;
+        let coresident = (per_sm * sms.max(1) as u32 / self.pes_on_device()).max(1);
+        Ok(module::persistent_blocks(coresident, threads, regs, self.landing_agents())?)
+    }
+
+    /// The preferred shared-memory carveout (percent) for a persistent
+    /// kernel of which `per_sm` blocks with `smem` bytes of shared memory
+    /// each (static and dynamic) fit on an SM: give it to the kernel
+    /// (`cudaFuncSetAttribute(.., cudaFuncAttributePreferredSharedMemoryCarveout, ..)`)
+    /// and to [`GpuPe::persistent_blocks_of`]. Local.
+    ///
+    /// # Errors
+    /// [`GpuError::Cuda`] from the device queries.
+    pub fn carveout_percent(&self, per_sm: u32, smem: u64) -> Result<i32> {
+        use cudarc::driver::sys::CUdevice_attribute as D;
+        let dev = |a: D, what: &'static str| {
+            self.cuda.attribute(a).map(|v| v.max(0) as u64).map_err(|source| GpuError::Cuda { what, source })
+        };
+        let reserved = dev(D::CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, "cuDeviceGetAttribute (reserved shared memory)")?;
+        let max = dev(D::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, "cuDeviceGetAttribute (shared memory per SM)")?;
+        Ok(module::carveout_percent(per_sm, smem + reserved, max))
+    }
+
 
     /// The path this PE's operations take to every PE, itself included (PE
     /// order): from the CUDA IPC mappings that opened ([`GpuPe::peer_path`])

@@ -225,6 +225,9 @@ impl GpuRings {
             .module
             .load_function(&name)
             .with_context(|| format!("kernel {name}"))?;
+        // Gives this type's kernel the landing agents' carveout (the probe's
+        // count at run start holds for every type: same shape).
+        max_coresident(pe, &func, THREADS)?;
         let (table, stride, max_pieces) =
             plan_tables(count, self.rings, n as usize, me as usize, piece);
         let plan_buf = s.clone_htod(&table).context("plan tables")?;

@@ -39,7 +39,7 @@
 //!
 //! One cooperative launch per search (`bfs_persistent`, as many blocks as
 //! fit on the GPU at once, shared among the PEs of the GPU under MPS, less
-//! [`crate::gpu::AGENT_ROOM`] (16) for the proxy's landing agents; or `-wgs`) runs init and
+//! room for the proxy's landing agents ([`crate::gpu::max_coresident`]); or `-wgs`) runs init and
 //! every round, with grid barriers after init, after each expand
 //! and after each receive; the first `min(blocks, PEs)` blocks hold a cpnet
 //! context and send.

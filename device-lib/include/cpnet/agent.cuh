@@ -17,7 +17,7 @@
  * one translation unit together with the kernel wrapper:
  *
  *     #include <cpnet/agent.cuh>
- *     extern "C" __global__ void __launch_bounds__(CPNET_AGENT_THREADS)
+ *     extern "C" __global__ void __launch_bounds__(CPNET_AGENT_THREADS, 8)
  *     cpnet_agent(cpnet_agent_ctl_t* c, uint64_t* r, uint32_t l,
  *                 uint8_t* h, uint64_t s, uint64_t i)
  *     { cpnet_agent_run(c, r, l, h, s, i); }

@@ -18,7 +18,8 @@
  *    the same launch), finalize, my_pe / n_pes, team_my_pe / team_n_pes
  *    (NVSHMEM_TEAM_WORLD, NVSHMEMX_TEAM_NODE), malloc / calloc / align /
  *    free, barrier_all, barrier_all_on_stream, quiet_on_stream,
- *    collective_launch, global_exit.
+ *    collective_launch (with collective_launch_query_gridsize: the grid
+ *    leaves room for the proxy's landing agents), global_exit.
  *  - Device, thread scope: my_pe, n_pes, team_my_pe, team_n_pes, ptr, typed
  *    p / g / put / get (+ _nbi), putmem / getmem, putmem_signal(_nbi),
  *    signal_op, signal_wait_until, typed wait_until, quiet, fence,
@@ -66,6 +67,7 @@ typedef int32_t nvshmem_team_t;
 #define NVSHMEM_SIGNAL_ADD CPNET_SIGNAL_ADD
 
 #define NVSHMEMX_SUCCESS 0
+#define NVSHMEMX_ERROR_INVALID_VALUE 2
 #define NVSHMEMX_ERROR_INTERNAL 7
 #define NVSHMEMX_INIT_WITH_MPI_COMM 1
 typedef struct {
@@ -241,6 +243,32 @@ __device__ inline void signal_p2p(const char* routine, uint64_t* sig, uint64_t v
 }
 
 static __global__ void barrier_all_kernel();
+static __global__ void barrier_kernel(nvshmem_team_t team);
+static __global__ void team_sync_kernel(nvshmem_team_t team);
+
+/* Reference this header's own kernels now, so that the CUDA runtime loads
+ * them at init. Under lazy loading (CUDA_MODULE_LOADING=LAZY, the default
+ * since CUDA 12.2) it loads a kernel when the program first references it
+ * (CUDA C++ Programming Guide, "Lazy Loading"), and that load may wait for
+ * every kernel of the context to end. nvshmemx_barrier_on_stream right
+ * after a kernel that waits on the network would then wait for that
+ * kernel, and hold the context while it does, so that the proxy's own
+ * driver calls (the landing agent that would apply the kernel's messages)
+ * wait too: a hang, seen on the network path before this. */
+static inline void preload_kernels(const char* routine)
+{
+    const void* kernels[] = {(const void*)barrier_all_kernel, (const void*)barrier_kernel,
+                             (const void*)team_sync_kernel};
+    for (const void* k : kernels) {
+        cudaFuncAttributes a;
+        const cudaError_t e = cudaFuncGetAttributes(&a, k);
+        if (e != cudaSuccess) {
+            fprintf(stderr, "cpnet: %s: cudaFuncGetAttributes (load nvshmem.h's kernels): %s\n", routine,
+                    cudaGetErrorString(e));
+            exit(1);
+        }
+    }
+}
 
 } /* namespace cpnet_nv */
 
@@ -259,6 +287,7 @@ static inline void nvshmem_init(void)
         exit(1);
     }
     cpnet_gpu_publish("nvshmem_init");
+    cpnet_nv::preload_kernels("nvshmem_init");
 }
 
 /** nvshmemx_init_attr: as nvshmem_init; the PEs are the launcher's ranks
@@ -332,11 +361,67 @@ static inline void nvshmemx_barrier_all_on_stream(cudaStream_t stream)
  *  add. */
 static inline void nvshmemx_quiet_on_stream(cudaStream_t stream) { (void)stream; }
 
+/** The largest grid (blocks) nvshmemx_collective_launch takes for `func`
+ *  with `block` threads and `shmem` bytes of dynamic shared memory per
+ *  block, in `*gridsize`: this PE's share of the blocks that fit on the GPU
+ *  at once (the GPU's PEs under MPS share it), less room for the proxy's
+ *  landing agents, without which a kernel that waits on the network never
+ *  sees its first message land (cpnet_gpu_persistent_blocks); gives `func`
+ *  the agents' shared-memory carveout. `args` is not read. NVSHMEMX_ERROR_INVALID_VALUE (with a message) when the agents
+ *  leave no room; NVSHMEMX_ERROR_INTERNAL when the CUDA queries fail. */
+static inline int nvshmemx_collective_launch_query_gridsize(const void* func, dim3 block, void** args, size_t shmem,
+                                                            int* gridsize)
+{
+    (void)args;
+    const int threads = (int)(block.x * block.y * block.z);
+    int per_sm = 0;
+    cudaFuncAttributes a;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, func, threads, shmem) != cudaSuccess ||
+        cudaFuncGetAttributes(&a, func) != cudaSuccess)
+        return NVSHMEMX_ERROR_INTERNAL;
+    int carveout = 0;
+    const int n = cpnet_gpu_persistent_blocks("nvshmemx_collective_launch_query_gridsize", per_sm, threads, a.numRegs,
+                                              a.sharedSizeBytes + shmem, &carveout);
+    if (n < 0) return NVSHMEMX_ERROR_INVALID_VALUE;
+    /* The same L1/shared split as the proxy's landing agents: an SM runs
+     * blocks of one split at a time, and an agent that cannot start beside
+     * this kernel never applies its messages (cpnet_gpu_persistent_blocks). */
+    if (cudaFuncSetAttribute(func, cudaFuncAttributePreferredSharedMemoryCarveout, carveout) != cudaSuccess)
+        return NVSHMEMX_ERROR_INTERNAL;
+    *gridsize = n;
+    return NVSHMEMX_SUCCESS;
+}
+
 /** Launch `func` with every block resident at once (cudaLaunchCooperativeKernel),
- *  as kernels that wait on each other need. */
+ *  as kernels that wait on each other need. A grid larger than
+ *  nvshmemx_collective_launch_query_gridsize gives is refused with a message
+ *  (NVSHMEMX_ERROR_INVALID_VALUE): its blocks would fit but leave the
+ *  proxy's landing agents no room, and it would hang on its first message. */
 static inline int nvshmemx_collective_launch(const void* func, dim3 grid, dim3 block, void** args, size_t shmem,
                                              cudaStream_t stream)
 {
+    /* The query's answer for the last kernel shape this thread launched: a
+     * launch per iteration pays it once. */
+    static thread_local const void* last_func = nullptr;
+    static thread_local unsigned last_threads = 0;
+    static thread_local size_t last_shmem = 0;
+    static thread_local int most = 0;
+    const unsigned threads = block.x * block.y * block.z;
+    if (func != last_func || threads != last_threads || shmem != last_shmem) {
+        const int q = nvshmemx_collective_launch_query_gridsize(func, block, args, shmem, &most);
+        if (q != NVSHMEMX_SUCCESS) return q;
+        last_func = func;
+        last_threads = threads;
+        last_shmem = shmem;
+    }
+    const long long blocks = (long long)grid.x * grid.y * grid.z;
+    if (blocks > most) {
+        fprintf(stderr,
+                "cpnet: nvshmemx_collective_launch: %lld blocks of %u threads: at most %d fit on this PE's share of "
+                "the GPU beside the proxy's landing agents (nvshmemx_collective_launch_query_gridsize)\n",
+                blocks, threads, most);
+        return NVSHMEMX_ERROR_INVALID_VALUE;
+    }
     return cudaLaunchCooperativeKernel(func, grid, block, args, shmem, stream) == cudaSuccess
                ? NVSHMEMX_SUCCESS
                : NVSHMEMX_ERROR_INTERNAL;

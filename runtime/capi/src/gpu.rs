@@ -146,6 +146,48 @@ pub extern "C" fn cpnet_gpu_n_pes() -> c_int {
     N_PES.load(Ordering::Acquire)
 }
 
+/// The most blocks a collective (cooperative) launch of this PE may take
+/// (`nvshmemx_collective_launch_query_gridsize`): `per_sm` blocks of
+/// `threads` threads, `regs` registers each and `smem` bytes of shared
+/// memory each (static and dynamic) fit on one SM (the caller's
+/// `cudaOccupancyMaxActiveBlocksPerMultiprocessor` and
+/// `cudaFuncGetAttributes`): this PE's share of the GPU's SMs, less room
+/// for the proxy's landing agents ([`rt::GpuPe::max_persistent_blocks`]).
+/// `*carveout` gets the preferred shared-memory carveout (percent) to give
+/// the kernel (`cudaFuncAttributePreferredSharedMemoryCarveout`); the
+/// agents have it now. Prints why and returns -1 when the agents leave no
+/// room. Local.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string; `carveout` is valid for a
+/// write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cpnet_gpu_persistent_blocks(
+    routine: *const c_char,
+    per_sm: c_int,
+    threads: c_int,
+    regs: c_int,
+    smem: usize,
+    carveout: *mut c_int,
+) -> c_int {
+    let r = with_pe(routine, |pe| {
+        let per_sm = per_sm.max(0) as u32;
+        let percent = pe.carveout_percent(per_sm, smem as u64).map_err(|e| e.to_string())?;
+        pe.persistent_blocks_of(per_sm, threads.max(1) as u32, regs.max(0) as u32, percent).map(|b| (b, percent)).map_err(|e| e.to_string())
+    });
+    match r {
+        Ok((b, percent)) => {
+            // SAFETY: the caller's contract.
+            unsafe { carveout.write(percent) };
+            b.min(c_int::MAX as u32) as c_int
+        }
+        Err(why) => {
+            eprintln!("cpnet: {}: {why}", crate::state::routine_name(routine));
+            -1
+        }
+    }
+}
+
 /// This PE's number in team `team` (`nvshmem_team_my_pe`): the world team
 /// (0) and the node team (1); -1 for any other handle. Local.
 ///
