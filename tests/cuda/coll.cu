@@ -1,7 +1,9 @@
 // tests/cuda/coll.cu -- nvshmem.h's team collectives from one block per PE
 // (scripts/test-c.sh builds it with nvcc against the installed headers and
 // runs it where there is a GPU): reduce (sum, max), broadcast, fcollect,
-// alltoall on NVSHMEM_TEAM_WORLD, every element checked on the host.
+// alltoall on NVSHMEM_TEAM_WORLD, and then the _on_stream forms (int sum
+// reduce, broadcast, fcollect; double min reduce) on the same stream, every
+// element checked on the host. `coll legacy` uses the legacy stream.
 #include <nvshmem.h>
 #include <cstdio>
 #include <vector>
@@ -37,8 +39,23 @@ int main(int argc, char** argv)
     int* a2a = (int*)nvshmem_malloc(n * sizeof(int));
     cudaStream_t s = 0;
     if (!legacy) cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    int* sum2 = (int*)nvshmem_malloc(N * sizeof(int));
+    int* bc2 = (int*)nvshmem_malloc(N * sizeof(int));
+    int* fc2 = (int*)nvshmem_malloc(7 * n * sizeof(int));
+    double* dsrc = (double*)nvshmem_malloc(N * sizeof(double));
+    double* dmin = (double*)nvshmem_malloc(N * sizeof(double));
     coll_kernel<<<1, 128, 0, s>>>(src, sum, mx, bc, fc, a2a_src, a2a);
     nvshmemx_barrier_on_stream(NVSHMEM_TEAM_WORLD, s);
+    /* The _on_stream forms, ordered after the kernel on the same stream. */
+    std::vector<double> hd(N);
+    for (int i = 0; i < N; ++i) hd[i] = 0.5 * (me + 1) + i;
+    cudaMemcpyAsync(dsrc, hd.data(), N * sizeof(double), cudaMemcpyHostToDevice, s);
+    int rc = 0;
+    rc |= nvshmemx_int_sum_reduce_on_stream(NVSHMEM_TEAM_WORLD, sum2, src, N, s);
+    rc |= nvshmemx_int_broadcast_on_stream(NVSHMEM_TEAM_WORLD, bc2, src, N, 0, s);
+    rc |= nvshmemx_int_fcollect_on_stream(NVSHMEM_TEAM_WORLD, fc2, src, 7, s);
+    rc |= nvshmemx_double_min_reduce_on_stream(NVSHMEM_TEAM_WORLD, dmin, dsrc, N, s);
+    cudaStreamSynchronize(s);
     nvshmem_barrier_all();
     std::vector<int> h(N), f(7 * n), a(n);
     int bad = 0;
@@ -57,6 +74,21 @@ int main(int argc, char** argv)
         for (int i = 0; i < 7; ++i) bad += f[p * 7 + i] != (p + 1) * 1000 + i;
     cudaMemcpy(a.data(), a2a, n * sizeof(int), cudaMemcpyDeviceToHost);
     for (int p = 0; p < n; ++p) bad += a[p] != p * 100 + me;
+    /* _on_stream results */
+    bad += rc != 0;
+    cudaMemcpy(h.data(), sum2, N * sizeof(int), cudaMemcpyDeviceToHost);
+    for (int i = 0; i < N; ++i) {
+        int want = 0;
+        for (int p = 0; p < n; ++p) want += (p + 1) * 1000 + i;
+        bad += h[i] != want;
+    }
+    cudaMemcpy(h.data(), bc2, N * sizeof(int), cudaMemcpyDeviceToHost);
+    for (int i = 0; i < N; ++i) bad += h[i] != 1000 + i;
+    cudaMemcpy(f.data(), fc2, 7 * n * sizeof(int), cudaMemcpyDeviceToHost);
+    for (int p = 0; p < n; ++p)
+        for (int i = 0; i < 7; ++i) bad += f[p * 7 + i] != (p + 1) * 1000 + i;
+    cudaMemcpy(hd.data(), dmin, N * sizeof(double), cudaMemcpyDeviceToHost);
+    for (int i = 0; i < N; ++i) bad += hd[i] != 0.5 + i;
     printf("coll: PE %d of %d: %d wrong: %s\n", me, n, bad, bad ? "FAILED" : "ok");
     nvshmem_finalize();
     return bad ? 1 : 0;

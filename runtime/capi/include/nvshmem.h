@@ -34,7 +34,9 @@
  *    typed broadcast / fcollect / alltoall, and TYPENAME_OP_reduce (half and
  *    bfloat16 as cpnet_half_t / cpnet_bfloat16_t: cast a __half*).
  *  - Host, on a stream: barrier_all_on_stream, barrier_on_stream(team),
- *    team_sync_on_stream(team) (one-block kernels). Peer-to-peer where mapped; otherwise through a command
+ *    team_sync_on_stream(team), TYPENAME_{broadcast,fcollect,alltoall}_on_stream
+ *    and TYPENAME_OP_reduce_on_stream (one-block kernels running the block
+ *    forms; loaded by nvshmem_init). Peer-to-peer where mapped; otherwise through a command
  *    queue and the proxy (cpnet's network path), claimed for the call and
  *    quieted before it returns, so the _nbi forms complete on return there.
  *
@@ -48,6 +50,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <vector>
 #include <cpnet/cpnet.h>
 #include <cpnet/device.cuh>
 
@@ -246,6 +249,20 @@ static __global__ void barrier_all_kernel();
 static __global__ void barrier_kernel(nvshmem_team_t team);
 static __global__ void team_sync_kernel(nvshmem_team_t team);
 
+/* The header's kernels that nvshmem_init loads (preload_kernels): the fixed
+ * ones below, and each _on_stream collective's kernel that the program
+ * instantiates (registered at program start by its `preload<Op>`). */
+inline std::vector<const void*>& preload_list()
+{
+    static std::vector<const void*> kernels;
+    return kernels;
+}
+inline int register_preload(const void* kernel)
+{
+    preload_list().push_back(kernel);
+    return 0;
+}
+
 /* Reference this header's own kernels now, so that the CUDA runtime loads
  * them at init. Under lazy loading (CUDA_MODULE_LOADING=LAZY, the default
  * since CUDA 12.2) it loads a kernel when the program first references it
@@ -257,8 +274,10 @@ static __global__ void team_sync_kernel(nvshmem_team_t team);
  * wait too: a hang, seen on the network path before this. */
 static inline void preload_kernels(const char* routine)
 {
-    const void* kernels[] = {(const void*)barrier_all_kernel, (const void*)barrier_kernel,
-                             (const void*)team_sync_kernel};
+    std::vector<const void*> kernels = preload_list();
+    kernels.push_back((const void*)barrier_all_kernel);
+    kernels.push_back((const void*)barrier_kernel);
+    kernels.push_back((const void*)team_sync_kernel);
     for (const void* k : kernels) {
         cudaFuncAttributes a;
         const cudaError_t e = cudaFuncGetAttributes(&a, k);
@@ -651,6 +670,41 @@ __device__ inline int nvshmemx_team_sync_block(nvshmem_team_t team)
     return 0;
 }
 
+namespace cpnet_nv {
+/* One block of CPNET_NV_STREAM_THREADS threads running the block-scope
+ * collective `Op::run` on a stream (the _on_stream forms). The kernel of an
+ * Op exists only where the program calls that form; its preload<Op>
+ * registers it at program start so that nvshmem_init loads it (lazy
+ * loading, preload_kernels). */
+#define CPNET_NV_STREAM_THREADS 256
+template <class Op>
+__global__ void on_stream_kernel(nvshmem_team_t team, typename Op::type* dest, const typename Op::type* source,
+                                 size_t nelems, int root)
+{
+    Op::run(team, dest, source, nelems, root);
+}
+template <class Op>
+struct preload {
+    static const int registered;
+};
+template <class Op>
+const int preload<Op>::registered = register_preload((const void*)on_stream_kernel<Op>);
+
+template <class Op>
+static inline int launch_on_stream(const char* routine, cudaStream_t stream, nvshmem_team_t team,
+                                   typename Op::type* dest, const typename Op::type* source, size_t nelems, int root)
+{
+    (void)preload<Op>::registered;
+    on_stream_kernel<Op><<<1, CPNET_NV_STREAM_THREADS, 0, stream>>>(team, dest, source, nelems, root);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        fprintf(stderr, "cpnet: %s: launch: %s\n", routine, cudaGetErrorString(e));
+        return NVSHMEMX_ERROR_INTERNAL;
+    }
+    return NVSHMEMX_SUCCESS;
+}
+} /* namespace cpnet_nv */
+
 /* nvshmemx_TYPENAME_{broadcast,fcollect,alltoall}_block(team, dest, source, nelems[, root]) */
 #define CPNET_NV_COLL(NAME, TYPE)                                                                       \
     __device__ inline int nvshmemx_##NAME##_broadcast_block(nvshmem_team_t team, TYPE* dest,            \
@@ -676,6 +730,53 @@ __device__ inline int nvshmemx_team_sync_block(nvshmem_team_t team)
             return cpnet_##NAME##_alltoall(c, team, dest, source, nelems);                              \
         });                                                                                             \
         return 0;                                                                                       \
+    }                                                                                                   \
+    namespace cpnet_nv {                                                                                \
+    struct NAME##_broadcast_op {                                                                        \
+        typedef TYPE type;                                                                              \
+        __device__ static void run(nvshmem_team_t t, TYPE* d, const TYPE* s, size_t n, int root)        \
+        {                                                                                               \
+            nvshmemx_##NAME##_broadcast_block(t, d, s, n, root);                                        \
+        }                                                                                               \
+    };                                                                                                  \
+    struct NAME##_fcollect_op {                                                                         \
+        typedef TYPE type;                                                                              \
+        __device__ static void run(nvshmem_team_t t, TYPE* d, const TYPE* s, size_t n, int)             \
+        {                                                                                               \
+            nvshmemx_##NAME##_fcollect_block(t, d, s, n);                                               \
+        }                                                                                               \
+    };                                                                                                  \
+    struct NAME##_alltoall_op {                                                                         \
+        typedef TYPE type;                                                                              \
+        __device__ static void run(nvshmem_team_t t, TYPE* d, const TYPE* s, size_t n, int)             \
+        {                                                                                               \
+            nvshmemx_##NAME##_alltoall_block(t, d, s, n);                                               \
+        }                                                                                               \
+    };                                                                                                  \
+    }                                                                                                   \
+    template <int CPNET_NV_LAZY = 0> /* instantiated (its kernel compiled) only where called */  \
+    static inline int nvshmemx_##NAME##_broadcast_on_stream(nvshmem_team_t team, TYPE* dest,            \
+                                                            const TYPE* source, size_t nelems, int root, \
+                                                            cudaStream_t stream)                        \
+    {                                                                                                   \
+        return cpnet_nv::launch_on_stream<cpnet_nv::NAME##_broadcast_op>(                               \
+            "nvshmemx_" #NAME "_broadcast_on_stream", stream, team, dest, source, nelems, root);         \
+    }                                                                                                   \
+    template <int CPNET_NV_LAZY = 0> /* instantiated (its kernel compiled) only where called */  \
+    static inline int nvshmemx_##NAME##_fcollect_on_stream(nvshmem_team_t team, TYPE* dest,             \
+                                                           const TYPE* source, size_t nelems,           \
+                                                           cudaStream_t stream)                         \
+    {                                                                                                   \
+        return cpnet_nv::launch_on_stream<cpnet_nv::NAME##_fcollect_op>(                                \
+            "nvshmemx_" #NAME "_fcollect_on_stream", stream, team, dest, source, nelems, 0);             \
+    }                                                                                                   \
+    template <int CPNET_NV_LAZY = 0> /* instantiated (its kernel compiled) only where called */  \
+    static inline int nvshmemx_##NAME##_alltoall_on_stream(nvshmem_team_t team, TYPE* dest,             \
+                                                           const TYPE* source, size_t nelems,           \
+                                                           cudaStream_t stream)                         \
+    {                                                                                                   \
+        return cpnet_nv::launch_on_stream<cpnet_nv::NAME##_alltoall_op>(                                \
+            "nvshmemx_" #NAME "_alltoall_on_stream", stream, team, dest, source, nelems, 0);             \
     }
 CPNET_RMA_TYPES(CPNET_NV_COLL)
 #undef CPNET_NV_COLL
@@ -689,6 +790,23 @@ CPNET_RMA_TYPES(CPNET_NV_COLL)
             return cpnet_##NAME##OPNAME(c, team, dest, source, nreduce);                                \
         });                                                                                             \
         return 0;                                                                                       \
+    }                                                                                                   \
+    namespace cpnet_nv {                                                                                \
+    struct NAME##OPNAME##_op {                                                                          \
+        typedef TYPE type;                                                                              \
+        __device__ static void run(nvshmem_team_t t, TYPE* d, const TYPE* s, size_t n, int)             \
+        {                                                                                               \
+            nvshmemx_##NAME##OPNAME##_block(t, d, s, n);                                                \
+        }                                                                                               \
+    };                                                                                                  \
+    }                                                                                                   \
+    template <int CPNET_NV_LAZY = 0> /* instantiated (its kernel compiled) only where called */  \
+    static inline int nvshmemx_##NAME##OPNAME##_on_stream(nvshmem_team_t team, TYPE* dest,              \
+                                                          const TYPE* source, size_t nreduce,           \
+                                                          cudaStream_t stream)                          \
+    {                                                                                                   \
+        return cpnet_nv::launch_on_stream<cpnet_nv::NAME##OPNAME##_op>(                                 \
+            "nvshmemx_" #NAME #OPNAME "_on_stream", stream, team, dest, source, nreduce, 0);            \
     }
 #define CPNET_NV_REDUCE_BITWISE(NAME, TYPE)                                                             \
     CPNET_NV_REDUCE(NAME, TYPE, _and_reduce) CPNET_NV_REDUCE(NAME, TYPE, _or_reduce)                    \
