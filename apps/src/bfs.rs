@@ -135,13 +135,16 @@ impl Args {
 /// errors here stop every PE before any work.
 ///
 /// # Errors
-/// A bad graph file ([`load::read`]), a root outside the graph, a SCALE
+/// A bad graph file ([`load::read`]) or road side ([`load::road_grid`]),
+/// a root outside the graph, a SCALE
 /// outside the generator's range or too large for this host's memory.
-pub fn prepare_input(file: Option<&std::path::Path>, scale: u32, seed: u64, root: Option<u64>, weights: bool) -> Result<Input> {
+pub fn prepare_input(g: &GraphFlags, scale: u32, weights: bool) -> Result<Input> {
     let launch = cpnet::env::Launch::from_env()?;
-    let input = match file {
-        Some(path) => Input::File(Arc::new(load::read(path, weights)?)),
-        None => Input::Kronecker { scale, seed },
+    let (seed, root) = (g.seed, g.root);
+    let input = match (&g.file, g.road) {
+        (Some(path), _) => Input::File(Arc::new(load::read(path, weights)?)),
+        (None, Some(side)) => Input::Road(Arc::new(load::road_grid(side)?), side),
+        (None, None) => Input::Kronecker { scale, seed },
     };
     if let Some(r) = root
         && r >= input.n()
@@ -289,7 +292,7 @@ pub fn run(args: &Args) -> Result<bool> {
             args.g.variant.name()
         );
     }
-    let input = prepare_input(args.g.file.as_deref(), args.scale, args.g.seed, args.g.root, false)?;
+    let input = prepare_input(&args.g, args.scale, false)?;
     let (ok, me) = if args.g.variant.is_gpu() { gpu::run(args, &input)? } else { run_cpu(args, &input)? };
     if me == 0 && !ok {
         eprintln!("bfs: validation FAILED");
@@ -380,7 +383,7 @@ pub fn searches<C: Collectives>(
         nedges.push(nedge as f64);
     }
     if me == 0 {
-        let kron = args.g.file.is_none().then_some(args.scale);
+        let kron = matches!(input, Input::Kronecker { .. }).then_some(args.scale);
         print!("{}", stats::header(input, kron, "NBFS", keys.len(), part.n_pes, construction));
         print!("{}", stats::kernel_block("bfs", &times, &nedges));
         if args.g.verify {

@@ -366,7 +366,7 @@ pub fn run(args: &Args) -> Result<bool> {
     {
         bail!("-delta {d} must be a positive number of weight units");
     }
-    let input = prepare_input(args.g.file.as_deref(), args.scale, args.g.seed, args.g.root, true)?;
+    let input = prepare_input(&args.g, args.scale, true)?;
     let idb = id_bits(input.n());
     let dmax = (u64::MAX >> idb) - 1;
     if let Input::File(g) = &input {
@@ -553,7 +553,7 @@ impl<'a> Run<'a> {
     /// what to say when the energy was not measured.
     pub(crate) fn finish(self, input: &Input, args: &Args, part: &Partition, workers: &str, no_energy: &str) -> bool {
         if self.me == 0 {
-            let kron = args.g.file.is_none().then_some(args.scale);
+            let kron = matches!(input, Input::Kronecker { .. }).then_some(args.scale);
             print!("{}", stats::header(input, kron, "NSSSP", self.setup.keys.len(), part.n_pes, self.setup.construction));
             print!("{}", stats::kernel_block("sssp", &self.times, &self.nedges));
             if self.verify {

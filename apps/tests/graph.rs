@@ -115,6 +115,17 @@ fn a_real_graph_from_a_package_is_searched_validly() {
     sssp_valid(3, SHM, &["-file", HARTFORD, "-nsssp", "4", "-wgs", "2"], 4);
 }
 
+/// The road-like grid (`-road SIDE`): degree at most 4, diameter 2 (SIDE -
+/// 1), thousands of buckets; both searches valid, both controllers, and the
+/// header names the input.
+#[test]
+fn a_road_like_grid_is_searched_validly() {
+    let b = bfs_valid(2, SHM, &["-road", "48", "-nbfs", "4"], 4);
+    assert!(b.contains("graph_generation: road-like grid 48 x 48"), "{b}");
+    sssp_valid(2, SHM, &["-road", "48", "-nsssp", "4"], 4);
+    sssp_valid(3, SHM, &["-road", "40", "-nsssp", "2", "-controller", "fixed"], 2);
+}
+
 /// Bad input stops every PE before any work, with a message that names it.
 fn fails_with(bin: &str, args: &[&str], want: &str) {
     let j = job(2, SHM, bin, args);

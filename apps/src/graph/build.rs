@@ -21,8 +21,13 @@ pub struct GraphFlags {
     /// Read the graph from this file instead of generating it (.mtx Matrix
     /// Market, .gr DIMACS, otherwise a `u v [w]` edge list); edges without a
     /// weight get Graph500 kernel 3's.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "road")]
     pub file: Option<std::path::PathBuf>,
+    /// Generate a road-like graph instead of the Kronecker one: a SIDE x
+    /// SIDE grid of degree at most 4 and diameter 2 (SIDE - 1), Graph500
+    /// kernel 3 weights (`graph::load::road_grid`).
+    #[arg(long, value_name = "SIDE")]
+    pub road: Option<u64>,
     /// One search from this root instead of the sampled keys.
     #[arg(long)]
     pub root: Option<u64>,
@@ -50,6 +55,8 @@ pub enum Input {
     },
     /// A graph read from a file before start-up ([`super::load::read`]).
     File(std::sync::Arc<EdgeList>),
+    /// The road-like grid of this side ([`super::load::road_grid`]).
+    Road(std::sync::Arc<EdgeList>, u64),
 }
 
 impl Input {
@@ -57,7 +64,7 @@ impl Input {
     pub fn n(&self) -> u64 {
         match self {
             Input::Kronecker { scale, .. } => 1 << scale,
-            Input::File(g) => g.n,
+            Input::File(g) | Input::Road(g, _) => g.n,
         }
     }
 
@@ -65,7 +72,7 @@ impl Input {
     pub fn m(&self) -> u64 {
         match self {
             Input::Kronecker { scale, .. } => kron::n_edges(*scale),
-            Input::File(g) => g.edges.len() as u64,
+            Input::File(g) | Input::Road(g, _) => g.edges.len() as u64,
         }
     }
 
@@ -74,6 +81,7 @@ impl Input {
         match self {
             Input::Kronecker { .. } => "Kronecker (Graph500 v2.0 section 3)".into(),
             Input::File(_) => "file".into(),
+            Input::Road(_, side) => format!("road-like grid {side} x {side} (cpnet)"),
         }
     }
 }
@@ -153,7 +161,7 @@ pub fn build_csr(pe: &Pe, ex: &mut Exchange, input: &Input, part: &Partition, th
             drop(out);
             Ok(Csr::from_arcs(lo, (hi - lo) as usize, arcs))
         }
-        Input::File(g) => Ok(file_csr(g, part, me)),
+        Input::File(g) | Input::Road(g, _) => Ok(file_csr(g, part, me)),
     }
 }
 
@@ -227,7 +235,7 @@ pub fn build_csr_local(input: &Input, part: &Partition, me: i32, threads: usize)
             let arcs = words.chunks_exact(3).map(|t| (t[0], t[1], t[2] as u32)).collect();
             Csr::from_arcs(lo, (hi - lo) as usize, arcs)
         }
-        Input::File(g) => file_csr(g, part, me),
+        Input::File(g) | Input::Road(g, _) => file_csr(g, part, me),
     }
 }
 

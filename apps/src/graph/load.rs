@@ -58,6 +58,39 @@ pub fn read(path: &Path, weights_needed: bool) -> Result<EdgeList> {
     parse(&text, Format::of(path), &path.display().to_string(), weights_needed)
 }
 
+/// Sides of [`road_grid`] it accepts: 2 ..= 2^14 (268 M vertices).
+pub const ROAD_SIDES: std::ops::RangeInclusive<u64> = 2..=1 << 14;
+
+/// A road-like graph: a `side` x `side` grid, vertex `r * side + c` joined
+/// to its right and lower neighbours (`2 side (side - 1)` edges, degree at
+/// most 4), without weights (the builder gives them Graph500 kernel 3's,
+/// uniform in `[0, 1)` from the seed). It has what sets road networks
+/// (DIMACS USA-road) apart from Kronecker graphs for delta-stepping: low,
+/// even degree and a diameter of `2 (side - 1)` hops, so that a search
+/// takes thousands of buckets instead of tens. Ids follow the rows, so a
+/// 1D partition gives each PE a strip and exchanges cross only its edges.
+///
+/// # Errors
+/// `side` outside [`ROAD_SIDES`].
+pub fn road_grid(side: u64) -> Result<EdgeList> {
+    if !ROAD_SIDES.contains(&side) {
+        bail!("-road {side}: the grid's side must be in {}..={}", ROAD_SIDES.start(), ROAD_SIDES.end());
+    }
+    let mut edges = Vec::with_capacity((2 * side * (side - 1)) as usize);
+    for r in 0..side {
+        for c in 0..side {
+            let v = r * side + c;
+            if c + 1 < side {
+                edges.push((v, v + 1, None));
+            }
+            if r + 1 < side {
+                edges.push((v, v + side, None));
+            }
+        }
+    }
+    Ok(EdgeList { n: side * side, edges })
+}
+
 fn id(tok: &str, at: &str, what: &str) -> Result<u64> {
     match tok.parse::<i64>() {
         Ok(v) if v >= 0 => Ok(v as u64),
@@ -225,6 +258,22 @@ fn finish(name: &str, n: u64, edges: Vec<(u64, u64, Option<f64>)>) -> Result<Edg
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_road_grid_has_the_lattice_shape() {
+        let g = road_grid(5).unwrap();
+        assert_eq!((g.n, g.edges.len()), (25, 2 * 5 * 4));
+        let mut deg = [0; 25];
+        for &(u, v, w) in &g.edges {
+            assert!(w.is_none() && u < v && (v == u + 1 || v == u + 5), "{u} {v}");
+            deg[u as usize] += 1;
+            deg[v as usize] += 1;
+        }
+        assert_eq!((deg[0], deg[12], deg[2]), (2, 4, 3), "corner, inside, edge");
+        assert!(road_grid(1).unwrap_err().to_string().contains("-road 1"));
+        assert!(road_grid(1 << 15).is_err());
+    }
+
     use super::*;
 
     /// The Hartford drug-user network that Debian's python3-networkx ships
