@@ -43,9 +43,11 @@ use crate::proxy_threads::{Backend, Proxies};
 use cudarc::driver::{result as cu, sys as cusys};
 
 mod module;
+mod on_stream;
 mod team;
 
 pub use module::{build_module, is_loaded, persistent_blocks};
+pub use on_stream::ON_STREAM_THREADS;
 use module::landing_agent;
 
 /// Whether the CUDA driver library can be loaded (without loading CUDA).
@@ -821,6 +823,8 @@ pub struct GpuPe {
     /// The landing agent's function (its carveout follows the persistent
     /// kernels', [`GpuPe::max_persistent_blocks`]).
     agent: Arc<std::sync::OnceLock<CudaFunction>>,
+    /// The `_on_stream` collectives' kernels built so far.
+    on_stream: on_stream::OnStreamKernels,
     heap: DeviceMem,
     cuda: Arc<CudaContext>,
 }
@@ -872,7 +876,7 @@ impl GpuPe {
         let GpuParts { stream, peers, p2p, queues, heap } = parts;
         let me = core.my_pe();
         let teams = team::TeamTable::new(&cuda, &core.teams)?;
-        let pe = GpuPe { core, stream, peers, p2p, queues, teams, agent, heap, cuda };
+        let pe = GpuPe { core, stream, peers, p2p, queues, teams, agent, on_stream: Default::default(), heap, cuda };
         tracing::debug!(pe = me, n_pes = pe.n_pes(), device = pe.cuda.ordinal(), provider = %pe.core.provider, threads, queue_mem = %pe.queues.placement(), "cpnet GPU PE up");
         if pe.core.tuning.transport_map {
             crate::transport_map::print(&pe.transport_map());

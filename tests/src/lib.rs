@@ -14,6 +14,7 @@ pub mod chaos;
 pub mod collectives;
 pub mod gpu;
 pub mod gpu_coll;
+pub mod gpu_on_stream;
 pub mod isolation;
 
 use rand::rngs::StdRng;

@@ -93,6 +93,8 @@ gpu_test! {
     collectives_2_pes_shm: ok(2, SHM, &["collectives"]);
     collectives_2_pes_shm_network_path: ok_env(2, SHM, &["collectives"], NETWORK_PATH);
     coll_bench_2_pes_shm: coll_bench();
+    on_stream_2_pes_shm: ok(2, SHM, &["on-stream"]);
+    on_stream_3_pes_shm_network_path: ok_env(3, SHM, &["on-stream"], NETWORK_PATH);
 }
 
 /// `CPNET_GPU_IPC=0 CPNET_GPU_P2P=0`: the network path (every operation

@@ -93,6 +93,9 @@ enum Scenario {
         #[arg(long, default_value_t = 2000)]
         iters: u32,
     },
+    /// The host-side `_on_stream` team collectives (GpuPe::team_*_on_stream)
+    /// on the world team and an even-PE split, every element checked.
+    OnStream,
 }
 
 /// One line to stderr in one write (PEs share the terminal).
@@ -130,6 +133,7 @@ fn main() -> ExitCode {
         Scenario::StuckWait => stuck_wait(&pe, threads),
         Scenario::Collectives => collectives(&pe, threads),
         Scenario::CollBench { iters } => coll_bench(&pe, threads, iters),
+        Scenario::OnStream => cpnet_tests::gpu_on_stream::on_stream(&pe),
     };
     match r.and_then(|()| pe.finalize().context("finalize")) {
         Ok(()) => {

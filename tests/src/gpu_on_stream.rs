@@ -1,0 +1,110 @@
+//! `cpnet-gpu-check on-stream`: the host-side `_on_stream` team collectives
+//! of a GPU PE (`GpuPe::team_*_on_stream`, issue 22), each enqueued on the
+//! PE's stream behind the copy that writes its source, on the world team and
+//! on an even-PE split, every element checked against what the PEs' inputs
+//! determine.
+
+use anyhow::{Context, Result, ensure};
+use cpnet::GpuPe;
+use cpnet::device::cpu::{ReduceOp, SymAddr};
+use cpnet::team::Team;
+
+/// Elements (and bytes per PE for the byte collectives) each case moves:
+/// odd, and more than one round of the team scratch's chunk for the
+/// reductions' u64 case.
+const N: usize = 1001;
+
+/// PE `pe`'s value `i` (a deterministic pattern the checks recompute).
+fn val(pe: i32, i: usize) -> u64 {
+    (pe as u64 + 1) * 1_000_003 + i as u64 * 7919
+}
+
+fn u64s(b: &[u8]) -> Vec<u64> {
+    b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
+}
+
+fn f64s(b: &[u8]) -> Vec<f64> {
+    b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
+}
+
+/// Run every form on `team` (this PE a member) with `src` and `dst` (each
+/// `N` x 8 x the team's size bytes, allocated by every PE) and check it.
+/// **Collective** over the team.
+fn check_team(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: SymAddr) -> Result<()> {
+    let (me, n) = (team.my_pe(), team.n_pes());
+    let world = |i: i32| team.world_pe(i).expect("a member index of the team");
+    let bytes = (N * 8) as u64;
+    let s = pe.stream();
+    let mine: Vec<u8> = (0..N * n as usize).flat_map(|i| val(pe.my_pe(), i).to_le_bytes()).collect();
+    pe.write_heap(src, &mine)?;
+    let mut got = vec![0u8; (bytes * n as u64) as usize];
+
+    // u64 sum and xor, f64 min.
+    pe.team_reduce_on_stream::<u64>(team, ReduceOp::Sum, dst, src, N, s)?;
+    pe.synchronize()?;
+    pe.read_heap(dst, &mut got[..N * 8])?;
+    let want: Vec<u64> = (0..N).map(|i| (0..n).fold(0u64, |a, p| a.wrapping_add(val(world(p), i)))).collect();
+    ensure!(u64s(&got[..N * 8]) == want, "{name}: u64 sum reduce on a stream differs");
+    pe.team_reduce_on_stream::<u64>(team, ReduceOp::Xor, dst, src, N, s)?;
+    pe.synchronize()?;
+    pe.read_heap(dst, &mut got[..N * 8])?;
+    let want: Vec<u64> = (0..N).map(|i| (0..n).fold(0u64, |a, p| a ^ val(world(p), i))).collect();
+    ensure!(u64s(&got[..N * 8]) == want, "{name}: u64 xor reduce on a stream differs");
+    let fl: Vec<u8> = (0..N).flat_map(|i| (val(pe.my_pe(), i) as f64 * 0.5).to_le_bytes()).collect();
+    pe.write_heap(src, &fl)?;
+    pe.team_reduce_on_stream::<f64>(team, ReduceOp::Min, dst, src, N, s)?;
+    pe.synchronize()?;
+    pe.read_heap(dst, &mut got[..N * 8])?;
+    let want: Vec<f64> = (0..N).map(|i| (0..n).map(|p| val(world(p), i) as f64 * 0.5).fold(f64::INFINITY, f64::min)).collect();
+    ensure!(f64s(&got[..N * 8]) == want, "{name}: f64 min reduce on a stream differs");
+    pe.write_heap(src, &mine)?;
+
+    // broadcast from the last member, fcollect, alltoall.
+    let root = n - 1;
+    pe.team_broadcast_on_stream(team, dst, src, N * 8, root, s)?;
+    pe.synchronize()?;
+    pe.read_heap(dst, &mut got[..N * 8])?;
+    let want: Vec<u64> = (0..N).map(|i| val(world(root), i)).collect();
+    ensure!(u64s(&got[..N * 8]) == want, "{name}: broadcast on a stream differs");
+    pe.team_fcollect_on_stream(team, dst, src, N * 8, s)?;
+    pe.synchronize()?;
+    pe.read_heap(dst, &mut got)?;
+    let want: Vec<u64> = (0..n).flat_map(|p| (0..N).map(move |i| val(world(p), i))).collect();
+    ensure!(u64s(&got) == want, "{name}: fcollect on a stream differs");
+    pe.team_alltoall_on_stream(team, dst, src, N * 8, s)?;
+    pe.synchronize()?;
+    pe.read_heap(dst, &mut got)?;
+    // Block i of my dest is block `me` of member i's source.
+    let want: Vec<u64> = (0..n).flat_map(|p| (0..N).map(move |i| val(world(p), me as usize * N + i))).collect();
+    ensure!(u64s(&got) == want, "{name}: alltoall on a stream differs");
+
+    // sync and barrier, twice each.
+    for quiet in [false, true, false, true] {
+        pe.team_sync_on_stream(team, quiet, s)?;
+    }
+    pe.synchronize()?;
+    Ok(())
+}
+
+/// The scenario: the world team, then the even PEs' split (its members
+/// only; the others wait at the world barrier). **Collective.**
+///
+/// # Errors
+/// A wrong element, naming the team and the form; runtime errors.
+pub fn on_stream(pe: &GpuPe) -> Result<()> {
+    let world = pe.team_world();
+    // Allocation is collective over every PE: once, sized for the world.
+    let bytes = (N * 8) as u64 * pe.n_pes() as u64;
+    let (src, dst) = (pe.shmalloc(bytes)?, pe.shmalloc(bytes)?);
+    check_team(pe, &world, "world", src, dst).context("team world")?;
+    println!("on-stream PE {}: world team ({} PEs): reduce, broadcast, fcollect, alltoall, sync, barrier OK", pe.my_pe(), world.n_pes());
+    let even = pe.team_split_strided(&world, 0, 2, (pe.n_pes() + 1) / 2)?;
+    if let Some(t) = &even {
+        check_team(pe, t, "even PEs", src, dst).context("team of the even PEs")?;
+        println!("on-stream PE {}: even-PE team ({} PEs) OK", pe.my_pe(), t.n_pes());
+    }
+    pe.barrier_all()?;
+    pe.shfree(dst)?;
+    pe.shfree(src)?;
+    Ok(())
+}
