@@ -139,7 +139,7 @@ run_pe() {
     ip netns exec "$ns" env -u CPNET_PE -u CPNET_N_PES -u CPNET_LOCAL_PE -u CPNET_LOCAL_SIZE \
       -u CPNET_FABRIC_NODE -u FI_PROVIDER \
       $(launcher_env "$style" "$rank") \
-      CPNET_BOOTSTRAP_ADDR="$ADDR_A:$PORT" CPNET_PROVIDER='tcp;ofi_rxm' CPNET_TRANSPORT_MAP=1 \
+      CPNET_BOOTSTRAP_ADDR="$ADDR_A:$PORT" CPNET_PROVIDER='tcp;ofi_rxm' CPNET_TRANSPORT_MAP=1 FI_OFI_RXM_BUFFER_SIZE="${FI_OFI_RXM_BUFFER_SIZE:-65536}" \
       timeout 300 "$@" </dev/null 2>&1 || rc=$?
     echo "$rc" >"$TMP/$name.rc"
   } | tee "$TMP/$name.out" | sed -u "s/^/[$name] /"

@@ -234,6 +234,19 @@ fn run(args: &Args) -> Result<u8, String> {
     Ok(code)
 }
 
+/// tcp;ofi_rxm's eager limit (`FI_OFI_RXM_BUFFER_SIZE`, fi_rxm(7)): a
+/// message above it takes rxm's rendezvous protocol, one more round trip.
+/// libfabric's default is 16 KiB, so a staged 16 KiB put (a Jacobi halo row of
+/// 4096 floats) with cpnet's header went by rendezvous: 56 µs one-way
+/// against 36 µs with 64 KiB (docs/results.md, session 14). The launcher
+/// sets 64 KiB for its PEs unless the user set it; under mpirun or srun,
+/// pass it the same way (`-x FI_OFI_RXM_BUFFER_SIZE=65536`). It is
+/// libfabric's variable, read when the provider loads, so the launcher
+/// (before the PE starts) is the only place it can be set safely.
+const RXM_EAGER_VAR: &str = "FI_OFI_RXM_BUFFER_SIZE";
+/// The eager limit the launcher gives its PEs, bytes.
+const RXM_EAGER_BYTES: &str = "65536";
+
 fn spawn_pe(
     program: &OsString,
     rest: &[OsString],
@@ -249,6 +262,9 @@ fn spawn_pe(
     }
     if let Some(k) = job {
         cmd.env(env::JOB_ID, k.id.to_string()).env(env::JOB_TOKEN, k.token_hex());
+    }
+    if std::env::var_os(RXM_EAGER_VAR).is_none() {
+        cmd.env(RXM_EAGER_VAR, RXM_EAGER_BYTES);
     }
     cmd.args(rest)
         .env(env::PE, pe.to_string())
