@@ -53,11 +53,12 @@
 //! The same partition, CSR and top-down search on one GPU per PE:
 //! `-variant intra-kernel` runs each search as one persistent cooperative
 //! kernel whose blocks exchange the frontier with `putmem_signal_nbi` and
-//! sum the frontier sizes over the PEs from inside the kernel;
-//! `-variant inter-kernel` launches the phases of every level as separate
-//! kernels, the host deciding between levels whether to go on (ComP-Net's
-//! baseline). Both are top-down only (`-direction hybrid` is refused with a
-//! GPU variant; its default there is top-down). The keys, the validation,
+//! sum the frontier sizes over the PEs from inside the kernel (with
+//! `-direction hybrid`, bottom-up levels too: frontier bitmaps exchanged
+//! from the kernel); `-variant inter-kernel` launches the phases of every
+//! level as separate kernels, the host deciding between levels whether to
+//! go on (ComP-Net's baseline; top-down only). The GPU variants default to
+//! top-down. The keys, the validation,
 //! the TEPS and the output are this module's ([`searches`], over the host
 //! collectives of [`crate::graph::comm`]).
 
@@ -71,7 +72,7 @@ use anyhow::{Result, bail};
 use clap::{Parser, ValueEnum};
 use cpnet::WorkGroup;
 
-use crate::cli::init_pe;
+use crate::cli::{Variant, init_pe};
 use crate::graph::build::{GraphFlags, Input, build_csr, check_memory};
 use crate::graph::comm::{Collectives, CpuComm};
 use crate::graph::exchange::Exchange;
@@ -103,7 +104,8 @@ pub struct Args {
     #[arg(long, default_value_t = 64)]
     pub nbfs: usize,
     /// Top-down only, or direction-optimizing (default: hybrid on CPU
-    /// work-groups; the GPU variants are top-down only).
+    /// work-groups, top-down on the GPU variants; hybrid there runs in
+    /// `-variant intra-kernel` only).
     #[arg(long, value_enum)]
     pub direction: Option<Direction>,
     /// Switch to bottom-up when the frontier's arcs exceed the unvisited
@@ -281,16 +283,15 @@ pub fn bfs(wg: &mut WorkGroup, ex: &mut Exchange, csr: &Csr, part: &Partition, r
 /// # Errors
 /// Bad input (before start-up), start-up failures, communication failures.
 pub fn run(args: &Args) -> Result<bool> {
+    if args.g.variant == Variant::InterKernel && args.direction() == Direction::Hybrid {
+        bail!(
+            "-variant inter-kernel -direction hybrid: bottom-up levels run in the intra-kernel variant only; \
+             use -variant intra-kernel or cpu, or -direction top-down"
+        );
+    }
     args.g.variant.require_available()?;
     if args.nbfs == 0 {
         bail!("-nbfs must be at least 1");
-    }
-    if args.g.variant.is_gpu() && args.direction() == Direction::Hybrid {
-        bail!(
-            "-variant {} -direction hybrid: the GPU variants search top-down only (no bottom-up levels on the GPU yet); \
-             use -direction top-down, or -variant cpu for direction optimization",
-            args.g.variant.name()
-        );
     }
     let input = prepare_input(&args.g, args.scale, false)?;
     let (ok, me) = if args.g.variant.is_gpu() { gpu::run(args, &input)? } else { run_cpu(args, &input)? };

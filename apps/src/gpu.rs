@@ -285,8 +285,9 @@ pub fn persistent_grid(max: u32, wgs: Option<u32>, threads: u32) -> anyhow::Resu
 }
 
 /// Test helper: the number of fields `struct name { ... }` of a kernel
-/// source declares, checking that each is an `app_u64` or `app_i64` (8
-/// bytes: the Rust mirrors are `u64`/`i64` in the same order, no padding).
+/// source declares, checking that each is an `app_u64`, `app_i64` or
+/// `double` (8 bytes: the Rust mirrors are `u64`/`i64`/`f64` in the same
+/// order, no padding).
 #[cfg(test)]
 pub(crate) fn c_struct_fields(src: &str, name: &str) -> usize {
     let body = src
@@ -320,7 +321,7 @@ pub(crate) fn c_struct_fields(src: &str, name: &str) -> usize {
         if code.contains(';') {
             let t = code.trim();
             assert!(
-                t.starts_with("app_u64 ") || t.starts_with("app_i64 "),
+                t.starts_with("app_u64 ") || t.starts_with("app_i64 ") || t.starts_with("double "),
                 "{name}: {t}"
             );
             fields += t.matches(',').count() + 1;

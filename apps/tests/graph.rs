@@ -201,15 +201,39 @@ fn bfs_gpu_variants_reach_what_the_cpu_variant_reaches() {
     }
 }
 
-/// The GPU variants search top-down only: `-direction hybrid` is refused
-/// with a clear error; without a GPU they fail saying so.
+/// Direction optimization on the GPU: `-variant intra-kernel -direction
+/// hybrid` validates on 1 and 2 PEs, peer stores and the network path,
+/// takes bottom-up levels, and reaches what the CPU search reaches.
+#[test]
+fn bfs_gpu_hybrid_is_valid_and_goes_bottom_up() {
+    if !gpu_or_skip("bfs_gpu_hybrid_is_valid_and_goes_bottom_up") {
+        return;
+    }
+    let h = ["-variant", "intra-kernel", "-direction", "hybrid"];
+    let with = |extra: &[&'static str]| -> Vec<&'static str> { h.iter().chain(extra).copied().collect() };
+    let one = bfs_valid(1, SHM, &with(&["-scale", "14", "-nbfs", "4"]), 4);
+    assert!(one.contains("-direction hybrid") && one.contains("direction: Hybrid"), "{one}");
+    assert!(!one.lines().filter(|l| l.starts_with("search ")).all(|l| l.contains("+ 0 bottom-up")), "no bottom-up level:\n{one}");
+    let two = bfs_valid(2, SHM, &with(&["-scale", "14", "-nbfs", "4"]), 4);
+    assert!(!two.lines().filter(|l| l.starts_with("search ")).all(|l| l.contains("+ 0 bottom-up")), "no bottom-up level:\n{two}");
+    let env = [("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P", "0")];
+    bfs_valid_env(2, SHM, &with(&["-scale", "14", "-nbfs", "4"]), 4, &env);
+    let a = ["-scale", "12", "-seed", "5", "-root", "17"];
+    let cpu = edges_of(&bfs_valid(2, SHM, &a, 1));
+    let mut args = with(&a);
+    args.extend(["-alpha", "1e9"]); // bottom-up whenever top-down would not be: both switches, level after level
+    assert_eq!(edges_of(&bfs_valid(3, SHM, &args, 1)), cpu, "intra-kernel hybrid on 3 PEs");
+}
+
+/// Bottom-up levels run in the intra-kernel variant only: the inter-kernel
+/// one refuses `-direction hybrid` before start-up (GPU or not); without a
+/// GPU both GPU variants fail saying so.
 #[test]
 fn bfs_gpu_variants_refuse_what_they_cannot_do() {
-    for v in ["intra-kernel", "inter-kernel"] {
-        if gpu_available().is_ok() {
-            let j = job(1, SHM, BFS, &["-variant", v, "-scale", "10", "-direction", "hybrid"]);
-            assert!(!j.status.success() && j.all.contains("the GPU variants search top-down only"), "{}", j.all);
-        } else {
+    let j = job(1, SHM, BFS, &["-variant", "inter-kernel", "-scale", "10", "-direction", "hybrid"]);
+    assert!(!j.status.success() && j.all.contains("bottom-up levels run in the intra-kernel variant only"), "{}", j.all);
+    if gpu_available().is_err() {
+        for v in ["intra-kernel", "inter-kernel"] {
             let j = job(1, SHM, BFS, &["-variant", v, "-scale", "10"]);
             assert!(!j.status.success(), "bfs -variant {v} must fail:\n{}", j.all);
             assert!(j.all.contains(&format!("-variant {v} needs a GPU")) && j.all.contains("-variant cpu"), "{}", j.all);

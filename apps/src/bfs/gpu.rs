@@ -1,5 +1,6 @@
-//! The GPU variants of `bfs`: the same 1D partition, CSR and top-down
-//! search as the CPU work-groups ([`super`]), on one GPU per PE, the
+//! The GPU variants of `bfs`: the same 1D partition, CSR and search as the
+//! CPU work-groups ([`super`]; top-down, or direction-optimizing with
+//! `-variant intra-kernel -direction hybrid`), on one GPU per PE, the
 //! frontier exchange issued from the GPU through cpnet (`bfs.cu`).
 //!
 //! # Data
@@ -12,7 +13,8 @@
 //! (source, parity) and a signal word per source; a slot holds `2 + block`
 //! words (the header and at most one pair per vertex of the destination's
 //! block: a remote vertex is sent at most once per search), so one message
-//! per pair of PEs and round always fits.
+//! per pair of PEs and round always fits, and 3 more for a hybrid search's
+//! counts.
 //!
 //! # A round (level-synchronous, top-down)
 //!
@@ -44,6 +46,25 @@
 //! and after each receive; the first `min(blocks, PEs)` blocks hold a cpnet
 //! context and send.
 //!
+//! # `-direction hybrid` (intra-kernel)
+//!
+//! `bfs_persistent_hybrid` opens every round with a count exchange: each
+//! PE puts its frontier's vertices, the frontier's arcs and its unvisited
+//! arcs (kept as the claims add each new vertex's degree) into every other
+//! PE's receive slot with signal `seq`, and every block of every PE sums
+//! the same numbers. An empty global frontier ends the search; otherwise
+//! Beamer's rule (as the CPU variant's: bottom-up once frontier arcs x
+//! alpha exceed the unvisited arcs, top-down again once frontier vertices
+//! x beta fall under n) picks the round's direction, identically
+//! everywhere, and the round's payload travels with signal `seq + 1`:
+//! top-down as above, or bottom-up: each PE's frontier as a bitmap of its
+//! block (built in its own send slot, which is never a destination) to
+//! every PE, then one thread per unvisited local vertex takes the first
+//! neighbour, in CSR order, whose bit is set in its owner's bitmap. A
+//! search uses two signal values per round and one for the final count
+//! exchange; the kernel reports how many, with the rounds and bottom-up
+//! rounds it ran.
+//!
 //! # `-variant inter-kernel`
 //!
 //! The same phases as separate launches: `bfs_init_k`, then per round
@@ -68,7 +89,7 @@ use anyhow::{Context, Result, bail, ensure};
 use cpnet::GpuPe;
 use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
 
-use super::{Args, Search, UNVISITED, searches};
+use super::{Args, Direction, Search, UNVISITED, searches};
 use crate::cli::{Variant, init_gpu_pe};
 use crate::gpu::{check_launch, dptr, kernel_source, max_coresident, new_ctl, op, persistent_grid};
 use crate::graph::build::{Input, build_csr_local};
@@ -84,8 +105,16 @@ mod st {
     pub const TOTAL: usize = 2;
     /// Rounds the persistent kernel ran.
     pub const ROUNDS: usize = 3;
+    /// Hybrid: arcs of the frontier by round parity (two words).
+    pub const ARCS: usize = 4;
+    /// Hybrid: arcs of the vertices of every frontier expanded so far.
+    pub const VARCS: usize = 6;
+    /// Hybrid: bottom-up rounds of the search.
+    pub const BU: usize = 7;
+    /// Hybrid: signal values the search used.
+    pub const SEQS: usize = 8;
     /// Pairs for each destination (one word per PE from here).
-    pub const OUT: usize = 4;
+    pub const OUT: usize = 9;
 }
 
 /// [`st::TOTAL`] after a failed exchange.
@@ -98,7 +127,12 @@ pub fn source() -> String {
         ("BFS_UNVISITED", format!("{UNVISITED}u")),
         ("BFS_ST_TOTAL", st::TOTAL.to_string()),
         ("BFS_ST_ROUNDS", st::ROUNDS.to_string()),
+        ("BFS_ST_ARCS", st::ARCS.to_string()),
+        ("BFS_ST_VARCS", st::VARCS.to_string()),
+        ("BFS_ST_BU", st::BU.to_string()),
+        ("BFS_ST_SEQS", st::SEQS.to_string()),
         ("BFS_ST_OUT", st::OUT.to_string()),
+        ("BFS_COUNT_WORDS", COUNT_WORDS.to_string()),
         ("BFS_TOTAL_FAILED", format!("{TOTAL_FAILED}ull")),
         ("BFS_OP_FRONTIER", format!("{}ull", op::BFS_FRONTIER)),
     ];
@@ -130,15 +164,24 @@ struct BfsParams {
     root: i64,
     seq0: i64,
     round: i64,
+    alpha: f64,
+    beta: f64,
 }
 
-// SAFETY: repr(C), plain 8-byte integers, laid out as `struct bfs_params`
-// (same fields, same order, no padding on either side).
+// SAFETY: repr(C), plain 8-byte integers and doubles, laid out as `struct
+// bfs_params` (same fields, same order, no padding on either side).
 unsafe impl DeviceRepr for BfsParams {}
 
-/// Words of one send or receive slot for `part`.
+/// Words of a hybrid search's count message ([frontier vertices, frontier
+/// arcs, unvisited arcs]), kept at the end of a slot (`BFS_COUNT_WORDS`).
+const COUNT_WORDS: u64 = 3;
+
+/// Words of one send or receive slot for `part`: the header, one pair per
+/// vertex of the destination's block, and the count words past them (a
+/// block still putting its counts while others expand into the pairs must
+/// not share a word with them).
 fn slot_words(part: &Partition) -> u64 {
-    2 + part.block
+    2 + part.block + COUNT_WORDS
 }
 
 /// Symmetric heap bytes per PE: send slots, receive slots (two parities),
@@ -151,6 +194,7 @@ pub fn heap_bytes(part: &Partition) -> u64 {
 /// The loaded kernels.
 struct Kernels {
     persistent: CudaFunction,
+    hybrid: CudaFunction,
     init: CudaFunction,
     expand: CudaFunction,
     exchange: CudaFunction,
@@ -161,6 +205,8 @@ struct Kernels {
 struct GpuBfs<'a> {
     pe: &'a GpuPe,
     variant: Variant,
+    /// `-direction hybrid` (intra-kernel only): `bfs_persistent_hybrid`.
+    hybrid: bool,
     k: Kernels,
     blocks: u32,
     params: BfsParams,
@@ -190,6 +236,22 @@ impl GpuBfs<'_> {
         p.seq0 = self.seq0 as i64;
         let hnd = self.pe.handle();
         let t = Instant::now();
+        if self.hybrid {
+            let mut b = s.launch_builder(&self.k.hybrid);
+            b.arg(&hnd).arg(&p);
+            // SAFETY: the arguments match bfs_persistent_hybrid(cpnet_handle_t,
+            // bfs_params); the pointers as for bfs_persistent below.
+            // Cooperative: blocks <= the hybrid kernel's co-resident maximum (run).
+            unsafe { b.launch_cooperative(Self::cfg(self.blocks)) }.context("launch bfs_persistent_hybrid")?;
+            check_launch(self.pe, &self.ctl, "bfs_persistent_hybrid", "signal")?;
+            let state = s.clone_dtoh(&self.state).context("copy the search state back")?;
+            let secs = t.elapsed().as_secs_f64();
+            let (rounds, bu, seqs) = (state[st::ROUNDS], state[st::BU], state[st::SEQS]);
+            ensure!(seqs >= 1 && bu <= rounds, "internal: hybrid search state rounds {rounds}, bottom-up {bu}, signals {seqs}");
+            self.seq0 += seqs;
+            let (level, parent) = self.levels_and_parents()?;
+            return Ok((Search { parent, level, levels: ((rounds - bu) as u32, bu as u32) }, secs));
+        }
         let rounds = match self.variant {
             Variant::IntraKernel => {
                 let mut b = s.launch_builder(&self.k.persistent);
@@ -209,12 +271,19 @@ impl GpuBfs<'_> {
         let secs = t.elapsed().as_secs_f64();
         ensure!(rounds >= 1, "internal: the search ran no round");
         self.seq0 += rounds;
+        let (level, parent) = self.levels_and_parents()?;
+        Ok((Search { parent, level, levels: ((rounds - 1) as u32, 0) }, secs))
+    }
+
+    /// The levels and parents of this PE's vertices, copied back.
+    fn levels_and_parents(&self) -> Result<(Vec<u32>, Vec<u64>)> {
+        let s = self.pe.stream();
         let mut level = s.clone_dtoh(&self.level).context("copy the levels back")?;
         let mut parent = s.clone_dtoh(&self.parent).context("copy the parents back")?;
         // The buffers hold at least one element (a PE may own no vertex).
         level.truncate(self.nl);
         parent.truncate(self.nl);
-        Ok((Search { parent, level, levels: ((rounds - 1) as u32, 0) }, secs))
+        Ok((level, parent))
     }
 
     /// `-variant inter-kernel`: the launches of one search; the rounds run.
@@ -277,8 +346,17 @@ pub fn run(args: &Args, input: &Input) -> Result<(bool, i32)> {
     let csr = build_csr_local(input, &part, me, threads);
     let module = pe.build_module("bfs.cu", &source())?;
     let load = |name: &str| module.load_function(name).with_context(|| format!("kernel {name}"));
+    let hybrid = args.direction() == Direction::Hybrid;
+    ensure!(
+        !hybrid || variant == Variant::IntraKernel,
+        "-variant {} -direction hybrid: bottom-up levels run in the intra-kernel variant only; \
+         use -variant intra-kernel, or -direction top-down",
+        variant.name()
+    );
     let persistent = load("bfs_persistent")?;
-    let max = max_coresident(&pe, &persistent, THREADS)?;
+    let hybrid_k = load("bfs_persistent_hybrid")?;
+    // The grid of the kernel that runs (the hybrid one may hold more registers).
+    let max = max_coresident(&pe, if hybrid { &hybrid_k } else { &persistent }, THREADS)?;
     let queues = pe.handle().0.n_queues;
     ensure!(
         n_pes.max(1) as u32 <= queues || variant == Variant::InterKernel,
@@ -287,6 +365,7 @@ pub fn run(args: &Args, input: &Input) -> Result<(bool, i32)> {
     );
     let k = Kernels {
         persistent,
+        hybrid: hybrid_k,
         init: load("bfs_init_k")?,
         expand: load("bfs_expand_k")?,
         exchange: load("bfs_exchange_k")?,
@@ -294,11 +373,15 @@ pub fn run(args: &Args, input: &Input) -> Result<(bool, i32)> {
     };
     let blocks = persistent_grid(max, args.wgs, THREADS)?;
     let mut g = upload(&pe, variant, k, &csr, &part, blocks)?;
+    g.hybrid = hybrid;
+    g.params.alpha = args.alpha;
+    g.params.beta = args.beta;
     let construction = t0.elapsed().as_secs_f64();
     if me == 0 {
         println!(
-            "# bfs -variant {}: {n_pes} GPU PE(s), {} block(s) of {THREADS} threads per PE, provider {}{}",
+            "# bfs -variant {}{}: {n_pes} GPU PE(s), {} block(s) of {THREADS} threads per PE, provider {}{}",
             variant.name(),
+            if hybrid { format!(" -direction hybrid (alpha {}, beta {})", args.alpha, args.beta) } else { String::new() },
             g.blocks,
             pe.provider(),
             raised.map(|b| format!(", heap raised to {b} bytes")).unwrap_or_default()
@@ -361,6 +444,7 @@ fn upload<'a>(pe: &'a GpuPe, variant: Variant, k: Kernels, csr: &Csr, part: &Par
     Ok(GpuBfs {
         pe,
         variant,
+        hybrid: false,
         k,
         blocks,
         params,
@@ -395,7 +479,10 @@ mod tests {
     #[test]
     fn slots_hold_a_whole_block() {
         let part = Partition::new(1 << 20, 3);
-        assert_eq!(slot_words(&part), 2 + part.block);
+        assert_eq!(slot_words(&part), 2 + part.block + COUNT_WORDS);
+        // The bitmap of a bottom-up round (header and a bit per vertex)
+        // ends before the count words.
+        assert!(2 + part.block / 64 <= slot_words(&part) - COUNT_WORDS);
         assert!(heap_bytes(&part) >= 3 * 3 * slot_words(&part) * 8 + 3 * 8);
     }
 }
