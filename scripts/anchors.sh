@@ -35,6 +35,7 @@ log="$out/anchors.log"
 step_s=${STEP_S:-60}
 budget_s=${BUDGET_S:-540}
 t0=$(date +%s)
+export t0
 pp=${FI_PINGPONG:-$(command -v fi_pingpong || echo "$B/fi_pingpong")}
 
 # NVLink multicast can put a host's GPUs out of service (../shared/DEVICE.md).
@@ -56,33 +57,14 @@ fi
 have_torch=0
 python3 -c "import torch" 2>/dev/null && [ "${ONE_GPU:-0}" != 1 ] && have_torch=1
 
-# step NAME ENV... -- CMD...: one section of the log, with its own limit.
-step() {
-  local name=$1
-  shift
-  local envs=()
-  while [ "$1" != -- ]; do envs+=("$1"); shift; done
-  shift
-  local used=$(($(date +%s) - t0))
-  if [ $((budget_s - used)) -lt 10 ]; then
-    echo "### $name: skipped (BUDGET_S=$budget_s spent)"
-    return
-  fi
-  local lim=$step_s
-  [ "$lim" -gt $((budget_s - used)) ] && lim=$((budget_s - used))
-  echo "### $name (t=${used}s${envs[*]:+, ${envs[*]}})"
-  if declare -F "$1" >/dev/null; then # a function of this script: in a bash of its own
-    local fn=$1
-    shift
-    env "${envs[@]}" pp="$pp" timeout -k 5 "$lim" bash -c "$(declare -f "$fn"); $fn \"\$@\"" _ "$@" 2>&1
-  else
-    env "${envs[@]}" timeout -k 5 "$lim" "$@" 2>&1
-  fi | grep -v '^ *[0-9]*, [0-9.]*$' # Jacobi's norm lines
-  echo "### rc=${PIPESTATUS[0]} $name"
+. "$(dirname "${BASH_SOURCE[0]}")/lib/step.sh"
+pingpong() { # PROVIDER: fi_pingpong's server and client on this host
+  "$pp" -p "$1" -e rdm -I 3000 &
+  sleep 0.5
+  "$pp" -p "$1" -e rdm -I 3000 localhost
+  wait
 }
-pingpong() { # provider
-  bash -c "'$pp' -p '$1' -e rdm -I 3000 & sleep 0.5; '$pp' -p '$1' -e rdm -I 3000 localhost; wait"
-}
+export pp
 NET=(CPNET_GPU_IPC=0 CPNET_GPU_P2P=0)
 TCP=(CPNET_GPU_IPC=0 CPNET_GPU_P2P=0 "CPNET_PROVIDER=tcp;ofi_rxm")
 run=("$B/cpnet-run" -n 2 --)
