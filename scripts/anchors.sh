@@ -18,7 +18,7 @@
 #   floor:  fi_pingpong -e rdm over shm and tcp (one-way = usec/xfer)
 #   cpnet:  put-with-signal ping-pong (8 B-32 KiB), staged bandwidth,
 #           allreduce 8 B-64 MiB, Jacobi 4096^2 speedup over 1 GPU (64 and
-#           128 WGs), device collectives (coll-bench), moe; each over the
+#           128 WGs), device collectives (coll-bench, a2a-bench), moe; each over the
 #           network path (CPNET_GPU_IPC=0 CPNET_GPU_P2P=0) with shm and
 #           tcp;ofi_rxm, and with peer stores where that is the comparison
 #   anchor: NCCL allreduce held to host memory (shm's anchor) and to sockets
@@ -104,6 +104,8 @@ nccl() { # SCRIPT ARGS...: scripts/nccl_*.py through torch.distributed.run, its 
   fi
   step "device collectives, peer stores" -- "${run[@]}" "$B/cpnet-gpu-check" --threads 128 coll-bench --iters 1000
   step "device collectives, network path, shm" "${NET[@]}" -- "${run[@]}" "$B/cpnet-gpu-check" --threads 128 coll-bench --iters 1000
+  step "device alltoall, peer stores" CPNET_HEAP_SIZE=320M -- "${run[@]}" "$B/cpnet-gpu-check" --threads 256 a2a-bench --max 64M
+  step "device alltoall, network path, shm" CPNET_HEAP_SIZE=96M "${NET[@]}" -- "${run[@]}" "$B/cpnet-gpu-check" --threads 256 a2a-bench --max 16M --iters 50
   step "moe, peer stores" -- "${run[@]}" "$B/moe" -variant intra-kernel -verify
   step "moe, network path, shm" "${NET[@]}" -- "${run[@]}" "$B/moe" -variant intra-kernel -verify -iters 10
   if [ "$have_torch" = 1 ]; then

@@ -126,21 +126,7 @@ extern "C" __global__ void pingpong(cpnet_handle_t h, unsigned char* buf, const 
 }
 "#;
 
-/// A byte count: digits with an optional K/M/G (KiB/MiB/GiB) suffix.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("not a size: {s:?}"))?;
-    let mul = match unit.to_ascii_uppercase().as_str() {
-        "" | "B" => 1,
-        "K" | "KB" | "KIB" => 1 << 10,
-        "M" | "MB" | "MIB" => 1 << 20,
-        "G" | "GB" | "GIB" => 1 << 30,
-        _ => return Err(format!("unknown unit in {s:?} (use K, M or G)")),
-    };
-    n.checked_mul(mul).ok_or_else(|| format!("{s:?} is too large"))
-}
+pub use crate::cli::parse_size;
 
 /// What to measure (the flags of `cpnet-gpu-p2p`, and of `cpnet-gpu-bench
 /// --suite` for its Fig. 8a part).

@@ -511,6 +511,27 @@ extern "C" __global__ void coll_bench(cpnet_handle_t h, int team, unsigned iters
     }
     END();
 }
+
+/* cpnet_alltoallmem of sizes[w] bytes per pair, iters[w] calls each after 3
+ * warm-ups (every call returns with this PE's dest complete); out[w] = ns per
+ * call. src and dst hold n_pes * the largest size. */
+extern "C" __global__ void a2a_bench(cpnet_handle_t h, int team, const u64* sizes, const u64* iters, unsigned nsizes,
+                                     u8* src, u8* dst, u64* out, u64* logs)
+{
+    BEGIN(h, logs);
+    for (unsigned w = 0; w < nsizes; ++w) {
+        for (unsigned i = 0; i < 3; ++i) cpnet_alltoallmem(&ctx, team, dst, src, sizes[w]);
+        EXPECT_EQ(cpnet_team_sync(&ctx, team), CPNET_E_OK, w);
+        const u64 t0 = cpnet_globaltimer_ns();
+        int bad = 0;
+        for (u64 i = 0; i < iters[w]; ++i) bad |= cpnet_alltoallmem(&ctx, team, dst, src, sizes[w]);
+        const u64 t1 = cpnet_globaltimer_ns();
+        EXPECT_EQ(bad, CPNET_E_OK, w);
+        if (leader_()) out[w] = (t1 - t0) / iters[w];
+        __syncthreads();
+    }
+    END();
+}
 "#;
 
 #[cfg(test)]

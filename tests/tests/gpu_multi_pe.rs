@@ -93,6 +93,8 @@ gpu_test! {
     collectives_2_pes_shm: ok(2, SHM, &["collectives"]);
     collectives_2_pes_shm_network_path: ok_env(2, SHM, &["collectives"], NETWORK_PATH);
     coll_bench_2_pes_shm: coll_bench();
+    a2a_bench_2_pes_shm: a2a_bench(&[]);
+    a2a_bench_2_pes_shm_network_path: a2a_bench(NETWORK_PATH);
     on_stream_2_pes_shm: ok(2, SHM, &["on-stream"]);
     on_stream_3_pes_shm_network_path: ok_env(3, SHM, &["on-stream"], NETWORK_PATH);
 }
@@ -106,6 +108,17 @@ fn coll_bench() {
     let out = ok(2, SHM, &["coll-bench", "--iters", "200"]);
     for op in ["barrier", "sync", "reduce"] {
         assert!(out.lines().any(|l| l.starts_with("coll-bench:") && l.contains(op)), "no {op} line:\n{out}");
+    }
+}
+
+/// The alltoall benchmark runs and prints a line per size (1 KiB-1 MiB).
+fn a2a_bench(env: &[(&str, &str)]) {
+    let out = ok_env(2, SHM, &["a2a-bench", "--iters", "20", "--max", "1M"], env);
+    for size in ["1024", "4096", "16384", "65536", "262144", "1048576"] {
+        assert!(
+            out.lines().any(|l| l.starts_with("a2a-bench:") && l.split_whitespace().nth(1) == Some(size)),
+            "no {size} line:\n{out}"
+        );
     }
 }
 

@@ -93,9 +93,28 @@ enum Scenario {
         #[arg(long, default_value_t = 2000)]
         iters: u32,
     },
+    /// Device alltoall latency on CPNET_TEAM_WORLD (cpnet_alltoallmem, one
+    /// block per PE): 1 KiB to `max` bytes per pair, x4, against NCCL's
+    /// all_to_all_single of the same bytes (scripts/nccl_alltoall.py).
+    /// PE 0 prints. The heap must hold 2 x n_pes x max bytes
+    /// (CPNET_HEAP_SIZE).
+    A2aBench {
+        /// Calls per size up to 1 MiB (fewer above: about 1 GiB moved per size).
+        #[arg(long, default_value_t = 200)]
+        iters: u64,
+        /// The largest size per pair, bytes (K, M suffixes).
+        #[arg(long, default_value = "16M", value_parser = parse_size)]
+        max: u64,
+    },
     /// The host-side `_on_stream` team collectives (GpuPe::team_*_on_stream)
     /// on the world team and an even-PE split, every element checked.
     OnStream,
+}
+
+/// A byte count with an optional K/M/G suffix (the runtime's own parser,
+/// as for `CPNET_HEAP_SIZE`); for clap.
+fn parse_size(s: &str) -> Result<u64, String> {
+    cpnet::env::parse_bytes(s).ok_or_else(|| format!("'{s}' is not a byte count (e.g. 64K, 16M)"))
 }
 
 /// One line to stderr in one write (PEs share the terminal).
@@ -133,6 +152,7 @@ fn main() -> ExitCode {
         Scenario::StuckWait => stuck_wait(&pe, threads),
         Scenario::Collectives => collectives(&pe, threads),
         Scenario::CollBench { iters } => coll_bench(&pe, threads, iters),
+        Scenario::A2aBench { iters, max } => a2a_bench(&pe, threads, iters, max),
         Scenario::OnStream => cpnet_tests::gpu_on_stream::on_stream(&pe),
     };
     match r.and_then(|()| pe.finalize().context("finalize")) {
@@ -917,6 +937,56 @@ fn collectives(pe: &GpuPe, threads: u32) -> Result<()> {
         Ok(())
     })?;
     verdict(fails)
+}
+
+/// Alltoall latency on CPNET_TEAM_WORLD, 1 KiB to `max` bytes per pair.
+fn a2a_bench(pe: &GpuPe, threads: u32, iters: u64, max: u64) -> Result<()> {
+    use cpnet_tests::gpu_coll;
+    let me = pe.my_pe();
+    let n = pe.n_pes() as u64;
+    let sizes: Vec<u64> = std::iter::successors(Some(1024u64), |s| Some(s * 4)).take_while(|&s| s <= max.max(1024)).collect();
+    let counts: Vec<u64> = sizes.iter().map(|&s| if s <= 1 << 20 { iters } else { (iters * (1 << 20) / s).max(5) }).collect();
+    let span = n * sizes.last().copied().unwrap_or(1024);
+    let k = build(pe, "a2a-bench", "a2a_bench", gpu_coll::COLL)?;
+    let need = 2 * span;
+    let alloc = |what: &str, bytes: u64| {
+        pe.shmalloc(bytes).with_context(|| format!("a2a-bench {what}: {bytes} bytes (both buffers need {need}: raise CPNET_HEAP_SIZE)"))
+    };
+    let sz = alloc("sizes", 8 * sizes.len() as u64)?;
+    let it = alloc("counts", 8 * sizes.len() as u64)?;
+    let src = alloc("source", span)?;
+    let dst = alloc("dest", span)?;
+    let out = alloc("times", 8 * sizes.len() as u64)?;
+    let logs = alloc("logs", LOG_WORDS as u64 * 8)?;
+    pe.write_heap(sz, &u64s_bytes(&sizes))?;
+    pe.write_heap(it, &u64s_bytes(&counts))?;
+    pe.barrier_all()?;
+    let (p_sz, p_it, p_src, p_dst, p_out, p_logs) =
+        (pe.dev_ptr(sz), pe.dev_ptr(it), pe.dev_ptr(src), pe.dev_ptr(dst), pe.dev_ptr(out), pe.dev_ptr(logs));
+    let nsizes = sizes.len() as u32;
+    let team = pe.team_world().id();
+    let h = pe.handle();
+    let mut b = pe.stream().launch_builder(&k.func);
+    b.arg(&h).arg(&team).arg(&p_sz).arg(&p_it).arg(&nsizes).arg(&p_src).arg(&p_dst).arg(&p_out).arg(&p_logs);
+    // SAFETY: the arguments match `a2a_bench` in cpnet_tests::gpu_coll::COLL;
+    // src and dst hold n_pes x the largest size; one block per PE;
+    // synchronized below.
+    unsafe { b.launch(grid(1, threads)) }.context("launch a2a_bench")?;
+    pe.synchronize()?;
+    pe.barrier_all()?;
+    check_logs(pe, &k, logs, 1)?;
+    let ns = read_u64s(pe, out, sizes.len())?;
+    if me == 0 {
+        let path = if h.0.peers != 0 { "p2p stores" } else { "queue (network path)" };
+        println!("a2a-bench: {n} PEs, team world, cpnet_alltoallmem, 1 block x {threads} threads, {path}");
+        println!("a2a-bench: {:>10} {:>8} {:>10} {:>10}", "bytes/pair", "calls", "time(us)", "algbw(GB/s)");
+        for ((s, c), t) in sizes.iter().zip(&counts).zip(&ns) {
+            // algbw as nccl_alltoall.py: the bytes this PE sends to the others per second.
+            let bw = (n - 1) as f64 * *s as f64 / (*t as f64).max(1.0);
+            println!("a2a-bench: {s:>10} {c:>8} {:>10.2} {bw:>10.2}", *t as f64 / 1e3);
+        }
+    }
+    Ok(())
 }
 
 /// Barrier, sync and float sum reduce latency on CPNET_TEAM_WORLD.
