@@ -38,26 +38,11 @@ t0=$(date +%s)
 export t0
 pp=${FI_PINGPONG:-$(command -v fi_pingpong || echo "$B/fi_pingpong")}
 
-# NVLink multicast can put a host's GPUs out of service (../shared/DEVICE.md).
-export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-[ -d /usr/local/cuda/lib64 ] && export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-
-for b in cpnet-run cpnet-gpu-p2p allreduce jacobi cpnet-gpu-check moe cpnet-bench; do
-  [ -x "$B/$b" ] || { echo "anchors.sh: $B/$b is missing (BIN=$B)" >&2; exit 2; }
-done
-ngpus=$(nvidia-smi -L 2>/dev/null | wc -l)
-if [ "${ONE_GPU:-0}" = 1 ]; then
-  [ "$ngpus" -ge 1 ] || { echo "anchors.sh: no GPU" >&2; exit 2; }
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
-  mkdir -p /tmp/mps /tmp/mpslog && nvidia-cuda-mps-control -d 2>/dev/null
-  trap 'echo quit | nvidia-cuda-mps-control 2>/dev/null' EXIT
-else
-  [ "$ngpus" -ge 2 ] || { echo "anchors.sh: needs 2 GPUs (found $ngpus); ONE_GPU=1 for two PEs on one GPU under MPS" >&2; exit 2; }
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/lib/step.sh"
+gpu_machine anchors.sh "$B" cpnet-run cpnet-gpu-p2p allreduce jacobi cpnet-gpu-check moe cpnet-bench
 have_torch=0
 python3 -c "import torch" 2>/dev/null && [ "${ONE_GPU:-0}" != 1 ] && have_torch=1
 
-. "$(dirname "${BASH_SOURCE[0]}")/lib/step.sh"
 pingpong() { # PROVIDER: fi_pingpong's server and client on this host
   "$pp" -p "$1" -e rdm -I 3000 &
   sleep 0.5

@@ -54,8 +54,9 @@
 //! remote relaxations batched into one message per pair of PEs and the
 //! per-round sums over PEs riding on those messages; it reports the GPU's
 //! energy per search from NVML where the driver exposes it (`energy: n/a
-//! (no NVML)` elsewhere). `-variant inter-kernel` is not built for `sssp`
-//! yet and says so. The keys, the validation and the report are shared
+//! (no NVML)` elsewhere). `-variant inter-kernel` runs the same phases as
+//! separate launches, the host deciding after each round's exchange
+//! (ComP-Net's baseline). The keys, the validation and the report are shared
 //! (`setup`, `Run`) and go through [`Collectives`].
 
 pub mod controller;
@@ -74,7 +75,6 @@ use cpnet::{Pe, WorkGroup};
 use crate::bfs::prepare_input;
 use crate::cli::init_pe;
 use crate::graph::build::{GraphFlags, Input, build_csr};
-use crate::cli::Variant;
 use crate::graph::comm::{Collectives, CpuComm};
 use crate::graph::exchange::Exchange;
 use crate::graph::keys::search_keys;
@@ -354,9 +354,6 @@ fn helper_search(wg: &mut WorkGroup, c: &Ctx, sh: &Shared, search: u64) -> Resul
 /// Bad input (before start-up), start-up failures, communication failures,
 /// a distance overflow.
 pub fn run(args: &Args) -> Result<bool> {
-    if args.g.variant == Variant::InterKernel {
-        bail!("-variant inter-kernel: not built for sssp yet (one launch per bucket phase); run -variant intra-kernel (GPU) or -variant cpu");
-    }
     args.g.variant.require_available()?;
     if args.nsssp == 0 || args.wgs == Some(0) {
         bail!("-nsssp and -wgs must be at least 1");

@@ -281,15 +281,46 @@ fn sssp_gpu_matches_dijkstra_on_the_network_path() {
     sssp_valid_env(2, SHM, &["-variant", "intra-kernel", "-scale", "14", "-nsssp", "4"], 4, &env);
 }
 
-/// `-variant inter-kernel` is not built for sssp: a clear error before any
-/// work; without a GPU, `-variant intra-kernel` fails saying so.
+/// Without a GPU both GPU variants of sssp fail before any work, saying so.
 #[test]
 fn sssp_gpu_variants_refuse_what_they_cannot_do() {
-    let j = job(1, SHM, SSSP, &["-variant", "inter-kernel", "-scale", "10"]);
-    assert!(!j.status.success() && j.all.contains("-variant inter-kernel: not built for sssp yet"), "{}", j.all);
     if gpu_available().is_err() {
-        let j = job(1, SHM, SSSP, &["-variant", "intra-kernel", "-scale", "10"]);
-        assert!(!j.status.success(), "sssp -variant intra-kernel must fail:\n{}", j.all);
-        assert!(j.all.contains("-variant intra-kernel needs a GPU") && j.all.contains("-variant cpu"), "{}", j.all);
+        for v in ["intra-kernel", "inter-kernel"] {
+            let j = job(1, SHM, SSSP, &["-variant", v, "-scale", "10"]);
+            assert!(!j.status.success(), "sssp -variant {v} must fail:\n{}", j.all);
+            assert!(j.all.contains(&format!("-variant {v} needs a GPU")) && j.all.contains("-variant cpu"), "{}", j.all);
+        }
     }
+}
+
+/// `-variant inter-kernel` (a launch per phase, the host deciding between
+/// rounds) matches Dijkstra with both controllers on 1 and 2 PEs, on peer
+/// stores and the network path, and takes the same buckets as the
+/// intra-kernel variant with fixed delta (the same decisions from the same
+/// sums).
+#[test]
+fn sssp_gpu_inter_kernel_matches_dijkstra() {
+    if !gpu_or_skip("sssp_gpu_inter_kernel_matches_dijkstra") {
+        return;
+    }
+    for c in ["fixed", "adaptive"] {
+        let one = sssp_valid(1, SHM, &["-variant", "inter-kernel", "-scale", "12", "-nsssp", "4", "-controller", c], 4);
+        assert!(one.contains("# sssp -variant inter-kernel: 1 GPU PE"), "{one}");
+        sssp_valid(2, SHM, &["-variant", "inter-kernel", "-scale", "14", "-nsssp", "4", "-controller", c], 4);
+    }
+    let env = [("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P", "0")];
+    sssp_valid_env(2, SHM, &["-variant", "inter-kernel", "-scale", "14", "-nsssp", "2"], 2, &env);
+    let a = ["-scale", "12", "-nsssp", "2", "-controller", "fixed"];
+    let buckets = |v: &str| -> Vec<String> {
+        let mut args = a.to_vec();
+        args.extend(["-variant", v]);
+        let out = sssp_valid(2, SHM, &args, 2);
+        // "... 8 buckets 19 rounds ...": the word before "buckets".
+        let count = |l: &str| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.iter().position(|&x| x == "buckets").map(|i| w[i - 1].to_owned()).unwrap_or_default()
+        };
+        out.lines().filter(|l| l.starts_with("search ")).map(count).collect()
+    };
+    assert_eq!(buckets("inter-kernel"), buckets("intra-kernel"), "fixed delta: the same buckets");
 }

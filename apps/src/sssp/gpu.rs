@@ -60,15 +60,23 @@
 //! does not gain from idling blocks the way CPU threads do), and a bucket
 //! counts as too narrow below `MIN_SETTLED x blocks` settled vertices.
 //!
-//! `-variant inter-kernel` is not built for `sssp` yet (a clear error).
+//! (On the network path the first round's put-with-signal once never
+//! completed: the landing agent found no block slot beside the persistent
+//! grid and the L1/shared split of the two differed; session 13 left the
+//! agents room and gave both the same carveout, docs/results.md "The
+//! landing agent beside persistent kernels".)
 //!
-//! **Known problem**: on the network path (`CPNET_GPU_IPC=0
-//! CPNET_GPU_P2P=0`, two PEs under MPS on one H100) the first round's
-//! put-with-signal never completes (the proxy reports no fabric completion
-//! for 30 s and the kernel's wait fails naming the signal), with the
-//! default grid and with a quarter of the block slots left free; bfs's
-//! kernel, with the same exchange, passes there. Not understood yet; the
-//! p2p path (the default) validates.
+//! # `-variant inter-kernel`
+//!
+//! The same phases as separate launches (ComP-Net's baseline, as bfs's):
+//! `sssp_init_k`, then per round `sssp_relax_k` (block 0 composes the
+//! header, with the host's time in the bucket), `sssp_fill_k`,
+//! `sssp_exchange_k` (one block: the puts, the waits, the sums of the
+//! headers into the state block), `sssp_apply_k`; the host synchronizes
+//! the stream, reads the sums and decides as the persistent kernel does
+//! (the same [`Controller`] arithmetic on the same sums, so every PE takes
+//! the same decision), then `sssp_scan_k` with the threshold and bucket it
+//! chose.
 //!
 //! # Around the searches
 //!
@@ -87,9 +95,9 @@ use anyhow::{Context, Result, bail, ensure};
 use cpnet::GpuPe;
 use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
 
-use super::controller::{MAX_ROUNDS, MIN_SETTLED, Mode, RANGE};
+use super::controller::{Bucket, Controller, MAX_ROUNDS, MIN_SETTLED, Mode, RANGE};
 use super::{Args, Run, Searched, id_bits};
-use crate::cli::init_gpu_pe;
+use crate::cli::{Variant, init_gpu_pe};
 use crate::energy::EnergyMeter;
 use crate::gpu::{check_launch, dptr, kernel_source, max_coresident, new_ctl, op, persistent_grid};
 use crate::graph::build::{Input, build_csr_local};
@@ -119,8 +127,13 @@ mod st {
     pub const BUCKETS: usize = 8;
     /// This PE's header of the current round (5 words).
     pub const HDR: usize = 9;
+    /// Inter-kernel: the sums of every PE's header of the last exchange (5
+    /// words: near, far, far min, settled, bucket ns).
+    pub const SUMS: usize = 16;
+    /// Inter-kernel: 1 if the last exchange failed.
+    pub const XFAIL: usize = 21;
     /// Queued vertices per destination (one word per PE from here).
-    pub const OUT: usize = 16;
+    pub const OUT: usize = 22;
 }
 
 /// The kernel's source with every `#define` it needs.
@@ -136,6 +149,8 @@ pub fn source() -> String {
         ("SSSP_ST_ROUNDS", st::ROUNDS.to_string()),
         ("SSSP_ST_BUCKETS", st::BUCKETS.to_string()),
         ("SSSP_ST_HDR", st::HDR.to_string()),
+        ("SSSP_ST_SUMS", st::SUMS.to_string()),
+        ("SSSP_ST_XFAIL", st::XFAIL.to_string()),
         ("SSSP_ST_OUT", st::OUT.to_string()),
         ("SSSP_MAX_ROUNDS", format!("{MAX_ROUNDS}ull")),
         ("SSSP_RANGE", format!("{RANGE}ull")),
@@ -179,6 +194,10 @@ struct SsspParams {
     delta0: i64,
     adaptive: i64,
     min_settled: i64,
+    round: i64,
+    threshold: i64,
+    bucket: i64,
+    bucket_ns: i64,
 }
 
 // SAFETY: repr(C), plain 8-byte integers, laid out as `struct sssp_params`
@@ -197,10 +216,23 @@ pub fn heap_bytes(part: &Partition) -> u64 {
     part.block * 8 + 3 * p * slot_words(part) * 8 + (p * 8).next_multiple_of(64) + 5 * 64
 }
 
-/// One PE's GPU search state and kernel.
+/// The loaded kernels.
+struct Kernels {
+    persistent: CudaFunction,
+    init: CudaFunction,
+    relax: CudaFunction,
+    fill: CudaFunction,
+    exchange: CudaFunction,
+    apply: CudaFunction,
+    scan: CudaFunction,
+}
+
+/// One PE's GPU search state and kernels.
 struct GpuSssp<'a> {
     pe: &'a GpuPe,
-    kernel: CudaFunction,
+    variant: Variant,
+    mode: Mode,
+    k: Kernels,
     blocks: u32,
     params: SsspParams,
     nl: usize,
@@ -225,32 +257,114 @@ impl GpuSssp<'_> {
         p.seq0 = self.seq0 as i64;
         let hnd = self.pe.handle();
         let t = Instant::now();
-        let mut b = s.launch_builder(&self.kernel);
-        b.arg(&hnd).arg(&p);
-        let cfg = LaunchConfig { grid_dim: (self.blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: the arguments match sssp_persistent(cpnet_handle_t,
-        // sssp_params); every pointer in `p` is a live allocation of the
-        // size the kernel indexes (the CSR, per-vertex arrays, piles, lists,
-        // state and history held by `self`; the heap words and slots sized
-        // by heap_bytes), alive until check_launch below. Cooperative:
-        // blocks <= the co-resident maximum (run).
-        unsafe { b.launch_cooperative(cfg) }.context("launch sssp_persistent")?;
-        check_launch(self.pe, &self.ctl, "sssp_persistent", "signal")?;
-        let secs = t.elapsed().as_secs_f64();
+        let (rounds, buckets, deltas, secs) = if self.variant == Variant::InterKernel {
+            let (rounds, buckets, deltas) = self.inter_kernel(&p)?;
+            (rounds, buckets, deltas, t.elapsed().as_secs_f64())
+        } else {
+            let mut b = s.launch_builder(&self.k.persistent);
+            b.arg(&hnd).arg(&p);
+            // SAFETY: the arguments match sssp_persistent(cpnet_handle_t,
+            // sssp_params); every pointer in `p` is a live allocation of the
+            // size the kernel indexes (the CSR, per-vertex arrays, piles, lists,
+            // state and history held by `self`; the heap words and slots sized
+            // by heap_bytes), alive until check_launch below. Cooperative:
+            // blocks <= the co-resident maximum (run).
+            unsafe { b.launch_cooperative(self.cfg(self.blocks)) }.context("launch sssp_persistent")?;
+            check_launch(self.pe, &self.ctl, "sssp_persistent", "signal")?;
+            let secs = t.elapsed().as_secs_f64();
+            let stv = s.clone_dtoh(&self.state).context("copy the search state back")?;
+            let buckets = stv[st::BUCKETS] as usize;
+            let hist = s.clone_dtoh(&self.hist).context("copy the delta history back")?;
+            (stv[st::ROUNDS], buckets, hist[..(buckets + 1).min(HIST)].to_vec(), secs)
+        };
         let stv = s.clone_dtoh(&self.state).context("copy the search state back")?;
         if stv[st::OVERFLOW] != 0 {
             bail!("a distance does not fit the {} bits a distance word leaves for it", 64 - self.params.idb);
         }
-        let rounds = stv[st::ROUNDS];
         ensure!(rounds >= 1, "internal: the search ran no round");
         self.seq0 += rounds;
-        let buckets = stv[st::BUCKETS] as usize;
-        let hist = s.clone_dtoh(&self.hist).context("copy the delta history back")?;
-        let deltas = hist[..(buckets + 1).min(HIST)].to_vec();
         let mut words = vec![0u8; self.nl * 8];
         self.pe.read_heap(self.dist, &mut words).context("copy the distance words back")?;
         let words = words.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
         Ok(Searched { words, secs, buckets, rounds: rounds as u32, deltas, relaxations: stv[st::RELAX] })
+    }
+
+    fn cfg(&self, blocks: u32) -> LaunchConfig {
+        LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
+    }
+
+    /// `-variant inter-kernel`: the launches of one search, the host
+    /// deciding after each exchange as `sssp_persistent` does (the same
+    /// sums, the same controller: [`Controller`] with this PE's blocks, so
+    /// the same `MIN_SETTLED x blocks`; the time in a bucket is the host's,
+    /// the slowest PE's through the headers). Returns the rounds, the
+    /// buckets and the deltas used.
+    fn inter_kernel(&self, p0: &SsspParams) -> Result<(u64, usize, Vec<u64>)> {
+        let s = self.pe.stream();
+        let hnd = self.pe.handle();
+        let mut b = s.launch_builder(&self.k.init);
+        b.arg(p0);
+        // SAFETY: sssp_init_k(sssp_params); the buffers live as in search().
+        unsafe { b.launch(self.cfg(self.blocks)) }.context("launch sssp_init_k")?;
+        let mut ctlr = Controller::new(self.mode, p0.delta0 as u64, self.blocks);
+        let mut threshold = ctlr.delta();
+        let (mut bucket_rounds, mut settled0, mut buckets) = (0u32, 0u64, 0usize);
+        let mut bucket_t0 = Instant::now();
+        let mut p = *p0;
+        for r in 0.. {
+            p.round = r;
+            p.bucket_ns = bucket_t0.elapsed().as_nanos().min(i64::MAX as u128) as i64;
+            for (k, name, blocks) in
+                [(&self.k.relax, "sssp_relax_k", self.blocks), (&self.k.fill, "sssp_fill_k", self.blocks)]
+            {
+                let mut b = s.launch_builder(k);
+                b.arg(&p);
+                // SAFETY: sssp_relax_k / sssp_fill_k (sssp_params); buffers
+                // as in search(); stream order puts them after the last scan.
+                unsafe { b.launch(self.cfg(blocks)) }.with_context(|| format!("launch {name}"))?;
+            }
+            let mut b = s.launch_builder(&self.k.exchange);
+            b.arg(&hnd).arg(&p);
+            // SAFETY: sssp_exchange_k(cpnet_handle_t, sssp_params), one block
+            // (its own context); buffers as in search().
+            unsafe { b.launch(self.cfg(1)) }.context("launch sssp_exchange_k")?;
+            let mut b = s.launch_builder(&self.k.apply);
+            b.arg(&p);
+            // SAFETY: sssp_apply_k(sssp_params); buffers as in search().
+            unsafe { b.launch(self.cfg(self.blocks)) }.context("launch sssp_apply_k")?;
+            // Synchronize before the copy (bfs's reason: a copy to pageable
+            // memory while the exchange runs holds up the proxy's own calls).
+            self.pe.synchronize().context("sssp round")?;
+            let stv = s.clone_dtoh(&self.state).context("read the round's sums")?;
+            if stv[st::XFAIL] != 0 {
+                check_launch(self.pe, &self.ctl, "sssp_exchange_k", "signal")?;
+                bail!("sssp_exchange_k failed without a record");
+            }
+            let (near, far, far_min, settled, bucket_ns) =
+                (stv[st::SUMS], stv[st::SUMS + 1], stv[st::SUMS + 2], stv[st::SUMS + 3], stv[st::SUMS + 4]);
+            if near > 0 {
+                bucket_rounds += 1;
+            } else {
+                if far == 0 {
+                    check_launch(self.pe, &self.ctl, "sssp inter-kernel search", "signal")?;
+                    return Ok((r as u64 + 1, buckets, ctlr.history.iter().copied().take(HIST).collect()));
+                }
+                let delta = ctlr.bucket_done(Bucket { settled: settled - settled0, rounds: bucket_rounds, secs: bucket_ns as f64 * 1e-9 });
+                settled0 = settled;
+                buckets += 1;
+                bucket_rounds = 0;
+                let next = threshold.saturating_add(delta);
+                threshold = if far_min >= next { far_min.saturating_add(delta) } else { next };
+                bucket_t0 = Instant::now();
+            }
+            p.threshold = threshold as i64;
+            p.bucket = buckets as i64;
+            let mut b = s.launch_builder(&self.k.scan);
+            b.arg(&p);
+            // SAFETY: sssp_scan_k(sssp_params); buffers as in search().
+            unsafe { b.launch(self.cfg(self.blocks)) }.context("launch sssp_scan_k")?;
+        }
+        unreachable!("the round loop only ends by returning")
     }
 }
 
@@ -270,18 +384,27 @@ pub fn run(args: &Args, input: &Input) -> Result<bool> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).div_ceil(n_pes.max(1) as usize);
     let csr = build_csr_local(input, &part, me, threads);
     let module = pe.build_module("sssp.cu", &source())?;
-    let kernel = module.load_function("sssp_persistent").context("kernel sssp_persistent")?;
-    let max = max_coresident(&pe, &kernel, THREADS)?;
+    let load = |name: &str| module.load_function(name).with_context(|| format!("kernel {name}"));
+    let k = Kernels {
+        persistent: load("sssp_persistent")?,
+        init: load("sssp_init_k")?,
+        relax: load("sssp_relax_k")?,
+        fill: load("sssp_fill_k")?,
+        exchange: load("sssp_exchange_k")?,
+        apply: load("sssp_apply_k")?,
+        scan: load("sssp_scan_k")?,
+    };
+    let max = max_coresident(&pe, &k.persistent, THREADS)?;
     let queues = pe.handle().0.n_queues;
     ensure!(
-        n_pes.max(1) as u32 <= queues,
+        n_pes.max(1) as u32 <= queues || variant == Variant::InterKernel,
         "sssp needs a command queue per sending block ({n_pes} of them) and this PE has {queues} (raise CPNET_QUEUES)"
     );
     let blocks = persistent_grid(max, args.wgs, THREADS)?;
     let idb = id_bits(n);
     let mut comm = GpuHostComm(&pe);
     let setup = super::setup(&mut comm, &csr, &part, args, t0.elapsed().as_secs_f64())?;
-    let mut g = upload(&pe, kernel, &csr, &part, blocks, idb, setup.delta0, args.controller)?;
+    let mut g = upload(&pe, variant, k, &csr, &part, blocks, idb, setup.delta0, args.controller)?;
     let meter = if args.no_energy { Err("-no-energy".to_owned()) } else { EnergyMeter::for_gpu(&pe) };
     if me == 0 {
         println!(
@@ -324,7 +447,8 @@ pub fn run(args: &Args, input: &Input) -> Result<bool> {
 #[allow(clippy::too_many_arguments)]
 fn upload<'a>(
     pe: &'a GpuPe,
-    kernel: CudaFunction,
+    variant: Variant,
+    k: Kernels,
     csr: &Csr,
     part: &Partition,
     blocks: u32,
@@ -392,7 +516,9 @@ fn upload<'a>(
     };
     Ok(GpuSssp {
         pe,
-        kernel,
+        variant,
+        mode,
+        k,
         blocks,
         params,
         nl,
@@ -430,6 +556,6 @@ mod tests {
         let part = Partition::new(1 << 20, 3);
         assert_eq!(slot_words(&part), 6 + 2 * part.block);
         assert!(heap_bytes(&part) >= part.block * 8 + 3 * 3 * slot_words(&part) * 8 + 3 * 8);
-        const { assert!(st::HDR + 5 <= st::OUT && st::BUCKETS < st::HDR) };
+        const { assert!(st::BUCKETS < st::HDR && st::HDR + 5 <= st::SUMS && st::SUMS + 5 <= st::XFAIL && st::XFAIL < st::OUT) };
     }
 }

@@ -9,7 +9,11 @@
  *   sssp_persistent  one cooperative launch per search: init, then rounds
  *                    (relax, fill, send, wait, apply, decide, scan) with grid
  *                    barriers between the phases, until no PE has a near or
- *                    a far vertex.
+ *                    a far vertex (-variant intra-kernel);
+ *   sssp_init_k, sssp_relax_k, sssp_fill_k, sssp_exchange_k, sssp_apply_k,
+ *   sssp_scan_k      -variant inter-kernel: the same phases as separate
+ *                    launches, the host deciding after each exchange (the
+ *                    sums of the headers) how the search goes on.
  *
  * Round r relaxes the near pile of parity r & 1 (count st[r & 1]) and its
  * scan fills parity (r + 1) & 1; its messages carry signal value
@@ -49,6 +53,10 @@ struct sssp_params {
     app_i64 delta0;  /* initial delta (fixed point) */
     app_i64 adaptive;/* 1: the adaptive controller, 0: fixed delta */
     app_i64 min_settled; /* a bucket settling fewer widens delta */
+    app_i64 round;     /* inter-kernel: the round of this launch */
+    app_i64 threshold; /* inter-kernel: the scan's T (the host's decision) */
+    app_i64 bucket;    /* inter-kernel: buckets finished (the scan's stamp) */
+    app_i64 bucket_ns; /* inter-kernel: ns this PE has spent in the current bucket */
 };
 
 __device__ __forceinline__ app_u64* sssp_st(const sssp_params& p) { return (app_u64*)p.state; }
@@ -299,6 +307,21 @@ __device__ void sssp_scan(const sssp_params& p, app_u64 r, app_u64 T, unsigned b
     }
 }
 
+/** This PE's header of a round (one thread): the F near vertices, the far
+ *  pile the last scan counted (then reset for the next scan), the vertices
+ *  settled so far and ns, the time in the current bucket. */
+__device__ void sssp_header(const sssp_params& p, app_u64 F, app_u64 ns)
+{
+    app_u64* st = sssp_st(p);
+    st[SSSP_ST_HDR + 0] = F;
+    st[SSSP_ST_HDR + 1] = st[SSSP_ST_FARCNT];
+    st[SSSP_ST_HDR + 2] = st[SSSP_ST_FARMIN];
+    st[SSSP_ST_HDR + 3] = st[SSSP_ST_SETTLED];
+    st[SSSP_ST_HDR + 4] = ns;
+    st[SSSP_ST_FARCNT] = 0;
+    st[SSSP_ST_FARMIN] = SSSP_INF;
+}
+
 /**
  * One search in one cooperative launch (every block resident). Blocks
  * 0 .. min(grid, n_pes) - 1 hold a context and send. Every round:
@@ -339,15 +362,7 @@ extern "C" __global__ void __launch_bounds__(SSSP_THREADS) sssp_persistent(cpnet
     for (; fail == 0; ++r) {
         const app_u64 seq = (app_u64)p.seq0 + r + 1;
         const app_u64 F = app_ld_relaxed_gpu(&st[r & 1ull]);
-        if (lead) {
-            st[SSSP_ST_HDR + 0] = F;
-            st[SSSP_ST_HDR + 1] = st[SSSP_ST_FARCNT];
-            st[SSSP_ST_HDR + 2] = st[SSSP_ST_FARMIN];
-            st[SSSP_ST_HDR + 3] = st[SSSP_ST_SETTLED];
-            st[SSSP_ST_HDR + 4] = cpnet_globaltimer_ns() - bucket_t0;
-            st[SSSP_ST_FARCNT] = 0;
-            st[SSSP_ST_FARMIN] = SSSP_INF;
-        }
+        if (lead) sssp_header(p, F, cpnet_globaltimer_ns() - bucket_t0);
         sssp_relax(p, r, seq, F, t >> 5, nt >> 5);
         if ((fail = app_grid_sync(&h, ctl, ++gen, seq)) != 0) break;
         /* Every block read F before the barrier: the counter is free for
@@ -390,4 +405,76 @@ extern "C" __global__ void __launch_bounds__(SSSP_THREADS) sssp_persistent(cpnet
         st[SSSP_ST_BUCKETS] = buckets;
     }
     if (fail == 0 && sender) app_call_failed(p.ctl, cpnet_ctx_destroy(&ctx), APP_OP_QUIET, 0, p.me);
+}
+
+/* ---------------------------------------------------------------- inter */
+
+/* -variant inter-kernel: the phases of sssp_persistent as launches in
+ * stream order (the stream orders what the grid barriers order there); the
+ * host reads the sums after each exchange and decides as the persistent
+ * kernel does (sssp/gpu.rs, GpuSssp::inter_kernel). */
+
+__device__ __forceinline__ app_u64 sssp_t() { return (app_u64)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ app_u64 sssp_nt() { return (app_u64)gridDim.x * blockDim.x; }
+
+extern "C" __global__ void __launch_bounds__(SSSP_THREADS) sssp_init_k(sssp_params p)
+{
+    sssp_init(p, sssp_t(), sssp_nt());
+}
+
+/** Round p.round: block 0 composes this PE's header (p.bucket_ns), every
+ *  block relaxes a share of the near pile. */
+extern "C" __global__ void __launch_bounds__(SSSP_THREADS) sssp_relax_k(sssp_params p)
+{
+    const app_u64 r = (app_u64)p.round, seq = (app_u64)p.seq0 + r + 1;
+    const app_u64 F = sssp_st(p)[r & 1ull];
+    if (blockIdx.x == 0 && threadIdx.x == 0) sssp_header(p, F, (app_u64)p.bucket_ns);
+    sssp_relax(p, r, seq, F, sssp_t() >> 5, sssp_nt() >> 5);
+}
+
+/** The pairs into the send slots; the near counter read by the relaxation
+ *  is free again (for this round's scan). */
+extern "C" __global__ void __launch_bounds__(SSSP_THREADS) sssp_fill_k(sssp_params p)
+{
+    if (blockIdx.x == 0 && threadIdx.x == 0) sssp_st(p)[(app_u64)p.round & 1ull] = 0;
+    sssp_fill(p, sssp_t(), sssp_nt());
+}
+
+/** One block: the round's messages to every PE, the wait for every PE's,
+ *  and the sums of the headers into st[SSSP_ST_SUMS ..] (st[SSSP_ST_XFAIL]
+ *  = 1 after a failure, recorded in the control block). */
+extern "C" __global__ void __launch_bounds__(SSSP_THREADS) sssp_exchange_k(cpnet_handle_t h, sssp_params p)
+{
+    __shared__ cpnet_ctx_t ctx;
+    app_u64* st = sssp_st(p);
+    const app_u64 seq = (app_u64)p.seq0 + (app_u64)p.round + 1;
+    int failed = 1;
+    sssp_sums s = {0, 0, SSSP_INF, 0, 0};
+    if (!app_call_failed(p.ctl, cpnet_ctx_create(&h, &ctx), APP_OP_CTX_CREATE, seq, p.me)) {
+        if (!app_call_failed(p.ctl, sssp_send(&ctx, p, seq, &st[SSSP_ST_HDR], 0, 1), SSSP_OP_ROUND, seq, p.me) &&
+            sssp_wait_all(&h, p, seq, &st[SSSP_ST_HDR], &s) == 0)
+            failed = 0;
+        if (app_call_failed(p.ctl, cpnet_ctx_destroy(&ctx), APP_OP_QUIET, seq, p.me)) failed = 1;
+    }
+    if (threadIdx.x == 0) {
+        if (failed == 0) {
+            st[SSSP_ST_SUMS + 0] = s.near;
+            st[SSSP_ST_SUMS + 1] = s.far;
+            st[SSSP_ST_SUMS + 2] = s.far_min;
+            st[SSSP_ST_SUMS + 3] = s.settled;
+            st[SSSP_ST_SUMS + 4] = s.bucket_ns;
+        }
+        st[SSSP_ST_XFAIL] = (app_u64)failed;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(SSSP_THREADS) sssp_apply_k(sssp_params p)
+{
+    sssp_apply(p, (app_u64)p.seq0 + (app_u64)p.round + 1, sssp_t(), sssp_nt());
+}
+
+/** The scan of round p.round against the host's threshold and bucket. */
+extern "C" __global__ void __launch_bounds__(SSSP_THREADS) sssp_scan_k(sssp_params p)
+{
+    sssp_scan(p, (app_u64)p.round, (app_u64)p.threshold, (unsigned)p.bucket, sssp_t(), sssp_nt());
 }

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# The GPU BFS tables of issue 23, in one batch on a GPU machine with 2 GPUs
+# The GPU graph tables of issue 23 (BFS, and SSSP's two variants), in one
+# batch on a GPU machine with 2 GPUs
 # (ONE_GPU=1: the 2-PE rows as two PEs on one GPU under MPS; they then
 # measure the exchange's cost, not scaling).
 #
-#   BIN=.bin/r bash scripts/bfs-gpu.sh [OUT_DIR]     # default: bfs-gpu-<date>/
+#   BIN=.bin/r bash scripts/graph-gpu.sh [OUT_DIR]     # default: graph-gpu-<date>/
 #
 # 1. Correctness, every search validated by the five Graph500 rules
 #    (-verify): SCALE 16 on 1 and 2 PEs with -variant intra-kernel
 #    top-down and -direction hybrid, inter-kernel top-down on 2 PEs, and
 #    both intra-kernel directions over the network path
-#    (CPNET_GPU_IPC=0 CPNET_GPU_P2P=0).
+#    (CPNET_GPU_IPC=0 CPNET_GPU_P2P=0); sssp -verify (Dijkstra) at SCALE 14
+#    with -variant inter-kernel on 1 and 2 PEs and the network path, and
+#    both variants' times at SCALE 18 (fixed and adaptive delta).
 # 2. The sweep: for each SCALE in SCALES (default "22 23 24"), NBFS
 #    searches (default 16) on 1 and 2 PEs with intra-kernel top-down and
 #    hybrid and inter-kernel top-down, without -verify (kernel 1 and the
@@ -18,14 +21,14 @@
 # time on 1 and 2 PEs and their ratio (the issue's target: >= 1.6x).
 # Each step has its own limit (STEP_S, default 240 s) and no step starts
 # after BUDGET_S (default 1200 s). Runs prebuilt binaries from BIN (default
-# target/release): cpnet-run and bfs.
+# target/release): cpnet-run, bfs and sssp.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 B=${BIN:-target/release}
-out=${1:-bfs-gpu-$(date +%Y%m%d-%H%M%S)}
+out=${1:-graph-gpu-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$out"
-log="$out/bfs-gpu.log"
+log="$out/graph-gpu.log"
 step_s=${STEP_S:-240}
 budget_s=${BUDGET_S:-1200}
 scales=${SCALES:-22 23 24}
@@ -33,20 +36,7 @@ nbfs=${NBFS:-16}
 t0=$(date +%s)
 . "$(dirname "${BASH_SOURCE[0]}")/lib/step.sh"
 
-export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-[ -d /usr/local/cuda/lib64 ] && export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-for b in cpnet-run bfs; do
-  [ -x "$B/$b" ] || { echo "bfs-gpu.sh: $B/$b is missing (BIN=$B)" >&2; exit 2; }
-done
-ngpus=$(nvidia-smi -L 2>/dev/null | wc -l)
-if [ "${ONE_GPU:-0}" = 1 ]; then
-  [ "$ngpus" -ge 1 ] || { echo "bfs-gpu.sh: no GPU" >&2; exit 2; }
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
-  mkdir -p /tmp/mps /tmp/mpslog && nvidia-cuda-mps-control -d 2>/dev/null
-  trap 'echo quit | nvidia-cuda-mps-control 2>/dev/null' EXIT
-else
-  [ "$ngpus" -ge 2 ] || { echo "bfs-gpu.sh: needs 2 GPUs (found $ngpus); ONE_GPU=1 for two PEs on one GPU under MPS" >&2; exit 2; }
-fi
+gpu_machine graph-gpu.sh "$B" cpnet-run bfs sssp
 NET=(CPNET_GPU_IPC=0 CPNET_GPU_P2P=0)
 export B
 bfs() { # PES ARGS...
@@ -57,9 +47,14 @@ bfs() { # PES ARGS...
 TD=(-variant intra-kernel -direction top-down)
 HY=(-variant intra-kernel -direction hybrid)
 IK=(-variant inter-kernel -direction top-down)
+sssp() { # PES ARGS...
+  local n=$1
+  shift
+  "$B/cpnet-run" -n "$n" -- "$B/sssp" "$@"
+}
 
 {
-  echo "# scripts/bfs-gpu.sh on $(hostname), $(date -u +%FT%TZ), BIN=$B, git $(git rev-parse --short HEAD 2>/dev/null || echo '?'), SCALES=$scales NBFS=$nbfs"
+  echo "# scripts/graph-gpu.sh on $(hostname), $(date -u +%FT%TZ), BIN=$B, git $(git rev-parse --short HEAD 2>/dev/null || echo '?'), SCALES=$scales NBFS=$nbfs"
   nvidia-smi -L
   for n in 1 2; do
     step "verify scale 16, $n PE, intra-kernel top-down" -- bfs $n "${TD[@]}" -scale 16 -nbfs 8 -verify
@@ -68,6 +63,15 @@ IK=(-variant inter-kernel -direction top-down)
   step "verify scale 16, 2 PE, inter-kernel top-down" -- bfs 2 "${IK[@]}" -scale 16 -nbfs 8 -verify
   step "verify scale 16, 2 PE, intra-kernel top-down, network path" "${NET[@]}" -- bfs 2 "${TD[@]}" -scale 16 -nbfs 8 -verify
   step "verify scale 16, 2 PE, intra-kernel hybrid, network path" "${NET[@]}" -- bfs 2 "${HY[@]}" -scale 16 -nbfs 8 -verify
+  for n in 1 2; do
+    step "verify sssp scale 14, $n PE, inter-kernel" -- sssp $n -variant inter-kernel -scale 14 -nsssp 4 -verify
+  done
+  step "verify sssp scale 14, 2 PE, inter-kernel, network path" "${NET[@]}" -- sssp 2 -variant inter-kernel -scale 14 -nsssp 4 -verify
+  for v in intra-kernel inter-kernel; do
+    for c in fixed adaptive; do
+      step "sssp scale 18, 2 PE, $v, $c" -- sssp 2 -variant $v -scale 18 -nsssp 8 -controller $c
+    done
+  done
   for s in $scales; do
     for n in 1 2; do
       step "sweep scale $s, $n PE, intra-kernel top-down" -- bfs $n "${TD[@]}" -scale "$s" -nbfs "$nbfs"
@@ -78,7 +82,7 @@ IK=(-variant inter-kernel -direction top-down)
   echo "### done in $(($(date +%s) - t0)) s"
 } 2>&1 | tee "$log"
 
-# The table: each sweep step's harmonic-mean TEPS and median time.
+# The BFS table: each sweep step's harmonic-mean TEPS and median time.
 awk '
   /^### sweep scale / && !/rc=/ { split($0, w, /[ ,(]+/); scale = w[4]; pes = w[5]; v = w[7] " " w[8]; next }
   /^bfs_harmonic_mean_TEPS:/ { teps[scale, v, pes] = $2; seen[scale, v] = 1; order[++k] = scale SUBSEP v }
@@ -92,4 +96,4 @@ awk '
       printf "%-6s %-24s %14s %14s %12s %12s %7s\n", s, v, t1, t2, med[s, v, 1], med[s, v, 2], (t1 > 0 && t2 > 0) ? sprintf("%.2fx", t2 / t1) : "-"
     }
   }' "$log" | tee -a "$log"
-echo "bfs-gpu.sh: the log is $log"
+echo "graph-gpu.sh: the log is $log"
