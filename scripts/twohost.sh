@@ -12,6 +12,9 @@
 # rendezvous), over CPNET_PROVIDER='tcp;ofi_rxm' with the transport map on
 # (CPNET_TRANSPORT_MAP=1). It runs, across the two namespaces:
 #   cpnet-check ops
+#   cpnet-check ops with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
+#     LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT=29499: the
+#     rendezvous on the next port) under the Slurm ones `srun torchrun` leaves
 #   allreduce -b 8 -e 1M -f 8 -wgs 2            (checks every element)
 #   jacobi -nx 256 -ny 256 -niter 200 -wgs 2 -verify
 # each under `timeout 300`, and fails unless both PEs exit 0, the allreduce
@@ -118,13 +121,18 @@ veth_bytes() {
     "cat /sys/class/net/$VETH_A/statistics/tx_bytes /sys/class/net/$VETH_A/statistics/rx_bytes" | tr '\n' ' '
 }
 
-# The launcher environment of rank $2 of 2 (one rank per host) in style $1.
+# The launcher environment of rank $2 of 2 (one rank per host) in style $1,
+# with the rendezvous: CPNET_BOOTSTRAP_ADDR, or for torchrun its
+# MASTER_ADDR:MASTER_PORT (the runtime takes the next port), under the Slurm
+# variables `srun torchrun` leaves to every worker (one task per node: both
+# would be PE 0 of 1 if the runtime read them).
 launcher_env() {
-  local style=$1 rank=$2
+  local style=$1 rank=$2 boot="CPNET_BOOTSTRAP_ADDR=$ADDR_A:$PORT"
   case $style in
-    ompi) echo "OMPI_COMM_WORLD_RANK=$rank OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=1" ;;
-    pmi) echo "PMI_RANK=$rank PMI_SIZE=2" ;; # no MPI_LOCAL*: one host assumed
-    slurm) echo "SLURM_PROCID=$rank SLURM_NTASKS=2 SLURM_LOCALID=0 SLURM_NTASKS_PER_NODE=1" ;;
+    ompi) echo "$boot OMPI_COMM_WORLD_RANK=$rank OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=1" ;;
+    pmi) echo "$boot PMI_RANK=$rank PMI_SIZE=2" ;; # no MPI_LOCAL*: one host assumed
+    slurm) echo "$boot SLURM_PROCID=$rank SLURM_NTASKS=2 SLURM_LOCALID=0 SLURM_NTASKS_PER_NODE=1" ;;
+    torchrun) echo "RANK=$rank WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=$rank MASTER_ADDR=$ADDR_A MASTER_PORT=$((PORT - 1)) SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_LOCALID=0" ;;
   esac
 }
 
@@ -137,9 +145,9 @@ run_pe() {
     local rc=0
     # shellcheck disable=SC2046 # the launcher variables split into words
     ip netns exec "$ns" env -u CPNET_PE -u CPNET_N_PES -u CPNET_LOCAL_PE -u CPNET_LOCAL_SIZE \
-      -u CPNET_FABRIC_NODE -u FI_PROVIDER \
+      -u CPNET_FABRIC_NODE -u FI_PROVIDER -u CPNET_BOOTSTRAP_ADDR \
       $(launcher_env "$style" "$rank") \
-      CPNET_BOOTSTRAP_ADDR="$ADDR_A:$PORT" CPNET_PROVIDER='tcp;ofi_rxm' CPNET_TRANSPORT_MAP=1 FI_OFI_RXM_BUFFER_SIZE="${FI_OFI_RXM_BUFFER_SIZE:-65536}" \
+      CPNET_PROVIDER='tcp;ofi_rxm' CPNET_TRANSPORT_MAP=1 FI_OFI_RXM_BUFFER_SIZE="${FI_OFI_RXM_BUFFER_SIZE:-65536}" \
       timeout 300 "$@" </dev/null 2>&1 || rc=$?
     echo "$rc" >"$TMP/$name.rc"
   } | tee "$TMP/$name.out" | sed -u "s/^/[$name] /"
@@ -198,6 +206,10 @@ job() {
 job "cpnet-check ops" ompi "$BIN/cpnet-check" ops
 grep -q "^PE 0: OK" "$TMP/hostA.out" && grep -q "^PE 1: OK" "$TMP/hostB.out" ||
   fail "cpnet-check ops: a PE did not report OK"
+
+job "cpnet-check ops under torchrun's variables" torchrun "$BIN/cpnet-check" ops
+grep -q "^PE 0: OK" "$TMP/hostA.out" && grep -q "^PE 1: OK" "$TMP/hostB.out" ||
+  fail "cpnet-check ops (torchrun): a PE did not report OK"
 
 job "allreduce -b 8 -e 1M -f 8 -wgs 2" pmi "$BIN/allreduce" -b 8 -e 1M -f 8 -wgs 2
 grep -Eq "^# Out of bounds values +: 0 OK" "$TMP/hostA.out" ||

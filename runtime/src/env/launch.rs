@@ -1,7 +1,7 @@
 //! Who this process is in its job: the PMI-style launch environment
-//! ([`Launch`], [`Launcher`]): `CPNET_PE`... from cpnet-run, `OMPI_COMM_WORLD_*`
-//! from Open MPI, `PMI_*` from MPICH/Hydra and Intel MPI, `SLURM_*` from srun,
-//! and `CPNET_BOOTSTRAP_ADDR`. The variables are documented in the
+//! ([`Launch`], [`Launcher`]): `CPNET_PE`... from cpnet-run, `RANK`... from
+//! torchrun, `OMPI_COMM_WORLD_*` from Open MPI, `PMI_*` from MPICH/Hydra and
+//! Intel MPI, `SLURM_*` from srun, and `CPNET_BOOTSTRAP_ADDR`. The variables are documented in the
 //! [module docs](super).
 
 use std::fmt;
@@ -15,6 +15,9 @@ pub enum Launcher {
     Single,
     /// `cpnet-run` (`CPNET_PE` ...); it runs the rendezvous server itself.
     CpnetRun,
+    /// PyTorch's `torchrun` (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
+    /// `LOCAL_WORLD_SIZE`, `GROUP_RANK`).
+    Torchrun,
     /// Open MPI's `mpirun` (`OMPI_COMM_WORLD_*`).
     Mpi,
     /// A PMI launcher, e.g. MPICH's or Intel MPI's `mpiexec` (`PMI_*`).
@@ -28,6 +31,7 @@ impl fmt::Display for Launcher {
         f.write_str(match self {
             Launcher::Single => "no launcher (single PE)",
             Launcher::CpnetRun => "cpnet-run",
+            Launcher::Torchrun => "torchrun",
             Launcher::Mpi => "mpirun (Open MPI)",
             Launcher::Pmi => "a PMI launcher (mpiexec)",
             Launcher::Slurm => "srun (Slurm)",
@@ -84,6 +88,15 @@ impl Launch {
             n_pes = parse_count(N_PES, &n)?;
             pe = parse_rank(PE, &v, n_pes, N_PES)?;
             (local_pe, local_size) = local_pair(&get, (LOCAL_PE, LOCAL_SIZE), pe, n_pes, launcher)?;
+        } else if let (Some(v), Some(_)) = (get(TORCH_RANK), get(TORCH_GROUP_RANK)) {
+            // Before Open MPI, PMI and Slurm: `srun torchrun` and `mpirun
+            // torchrun` set those for the launcher's task, which every worker
+            // of the node inherits.
+            launcher = Launcher::Torchrun;
+            let n = required(&get, TORCH_WORLD_SIZE, TORCH_RANK, launcher)?;
+            n_pes = parse_count(TORCH_WORLD_SIZE, &n)?;
+            pe = parse_rank(TORCH_RANK, &v, n_pes, TORCH_WORLD_SIZE)?;
+            (local_pe, local_size) = local_pair(&get, (TORCH_LOCAL_RANK, TORCH_LOCAL_WORLD_SIZE), pe, n_pes, launcher)?;
         } else if let Some(v) = get(OMPI_RANK) {
             launcher = Launcher::Mpi;
             let n = required(&get, OMPI_SIZE, OMPI_RANK, launcher)?;
@@ -147,6 +160,7 @@ impl Launch {
                 check_host_port(&addr)?;
                 Some(addr)
             }
+            None if n_pes > 1 && launcher == Launcher::Torchrun => Some(torchrun_rendezvous(&get)?),
             None if n_pes > 1 => {
                 let why = if launcher == Launcher::CpnetRun {
                     format!(
@@ -179,6 +193,33 @@ impl Launch {
             launcher,
         })
     }
+}
+
+/// torchrun's default rendezvous: `MASTER_ADDR:MASTER_PORT+1`. torchrun
+/// sets both for every worker, naming rank 0's host and the port its store
+/// holds (the elastic agent's, or rank 0's own under `init_process_group`),
+/// so rank 0 (PE 0) serves cpnet's rendezvous on the next port.
+fn torchrun_rendezvous(get: &impl Fn(&str) -> Option<String>) -> Result<String, EnvError> {
+    let missing = |var: &'static str| EnvError::Missing {
+        var,
+        why: format!(
+            "this job was started by torchrun and {BOOTSTRAP_ADDR} is not set: cpnet's rendezvous goes to \
+             MASTER_ADDR:MASTER_PORT+1 (set {BOOTSTRAP_ADDR}=host:port to choose another)"
+        ),
+    };
+    let host = get(TORCH_MASTER_ADDR).ok_or_else(|| missing(TORCH_MASTER_ADDR))?;
+    let port = get(TORCH_MASTER_PORT).ok_or_else(|| missing(TORCH_MASTER_PORT))?;
+    let next = port
+        .trim()
+        .parse::<u16>()
+        .ok()
+        .and_then(|p| p.checked_add(1))
+        .ok_or_else(|| invalid(TORCH_MASTER_PORT, &port, "a TCP port below 65535 (cpnet's rendezvous takes the next one)"))?;
+    let host = host.trim();
+    // An IPv6 literal needs its brackets in host:port.
+    let addr = if host.contains(':') && !host.starts_with('[') { format!("[{host}]:{next}") } else { format!("{host}:{next}") };
+    check_host_port(&addr)?;
+    Ok(addr)
 }
 
 /// `var` must be set because `because` is (both belong to `launcher`).

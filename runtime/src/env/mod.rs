@@ -22,6 +22,7 @@
 //! | `CPNET_N_PES` | number of PEs in the job (>= 1) | `cpnet-run` |
 //! | `CPNET_LOCAL_PE` | rank among the PEs on this host, `0..CPNET_LOCAL_SIZE`; default `CPNET_PE` | `cpnet-run` |
 //! | `CPNET_LOCAL_SIZE` | number of PEs on this host; default `CPNET_N_PES` | `cpnet-run` |
+//! | `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, when `GROUP_RANK` is set too | the same, from PyTorch's elastic launcher; ahead of the three below, which `srun torchrun` or `mpirun torchrun` set for the launcher's own task, not the worker | `torchrun` (`python -m torch.distributed.run`) |
 //! | `OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`, `OMPI_COMM_WORLD_LOCAL_RANK`, `OMPI_COMM_WORLD_LOCAL_SIZE` | the same, from Open MPI's `mpirun` | `mpirun` (Open MPI) |
 //! | `PMI_RANK`, `PMI_SIZE`, and `MPI_LOCALRANKID`, `MPI_LOCALNRANKS` if present (else local = global) | the same, from a PMI launcher (MPICH/Hydra, Intel MPI) | `mpiexec` (PMI) |
 //! | `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`, and `SLURM_NTASKS_PER_NODE` if it is a plain integer (else local size = `SLURM_NTASKS`) | the same, from Slurm | `srun` |
@@ -38,7 +39,7 @@
 //!
 //! | Variable | Meaning | Default |
 //! |---|---|---|
-//! | `CPNET_BOOTSTRAP_ADDR` | `host:port` of the TCP rendezvous ([`crate::bootstrap`]). `cpnet-run` sets it; under `mpirun`/`srun` the user sets it to an address PE 0 can bind and every PE can reach, and PE 0 runs the rendezvous server in-process. | required when the job has more than one PE |
+//! | `CPNET_BOOTSTRAP_ADDR` | `host:port` of the TCP rendezvous ([`crate::bootstrap`]). `cpnet-run` sets it; under `mpirun`/`srun` the user sets it to an address PE 0 can bind and every PE can reach, and PE 0 runs the rendezvous server in-process. | required when the job has more than one PE; under `torchrun`, `MASTER_ADDR:MASTER_PORT+1` (rank 0's store holds `MASTER_PORT`) |
 //!
 //! Under `mpirun`/`srun` prefer an IP address for `CPNET_BOOTSTRAP_ADDR`, or
 //! check that PE 0's host name does not resolve to a loopback address (as
@@ -220,6 +221,21 @@ pub mod foreign {
     pub const SLURM_LOCALID: &str = "SLURM_LOCALID";
     /// Slurm: tasks per node (`4`, or `2(x3),1` when not uniform).
     pub const SLURM_NTASKS_PER_NODE: &str = "SLURM_NTASKS_PER_NODE";
+    /// torchrun (torch.distributed.run, PyTorch's elastic agent): global rank.
+    pub const TORCH_RANK: &str = "RANK";
+    /// torchrun: number of workers in the job.
+    pub const TORCH_WORLD_SIZE: &str = "WORLD_SIZE";
+    /// torchrun: rank on this node.
+    pub const TORCH_LOCAL_RANK: &str = "LOCAL_RANK";
+    /// torchrun: workers on this node.
+    pub const TORCH_LOCAL_WORLD_SIZE: &str = "LOCAL_WORLD_SIZE";
+    /// torchrun: this node's rank; with the four above it marks a torchrun
+    /// worker (the test PyTorch Lightning uses).
+    pub const TORCH_GROUP_RANK: &str = "GROUP_RANK";
+    /// torchrun: the host of rank 0's store.
+    pub const TORCH_MASTER_ADDR: &str = "MASTER_ADDR";
+    /// torchrun: the port of rank 0's store (in use by it: cpnet takes the next).
+    pub const TORCH_MASTER_PORT: &str = "MASTER_PORT";
 }
 
 use foreign::*;

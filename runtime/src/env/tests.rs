@@ -451,3 +451,63 @@ fn idle_spin_and_park() {
     let t = Tuning::from_lookup(env(&[(PROXY_IDLE, "spin"), (PROXY_IDLE_SLEEP, "250")])).unwrap();
     assert_eq!(t.proxy_idle_sleep, None, "spin wins over a sleep");
 }
+
+#[test]
+fn launch_torchrun_with_its_rendezvous_default() {
+    let base = [
+        (TORCH_RANK, "5"),
+        (TORCH_WORLD_SIZE, "8"),
+        (TORCH_LOCAL_RANK, "1"),
+        (TORCH_LOCAL_WORLD_SIZE, "4"),
+        (TORCH_GROUP_RANK, "1"),
+        (TORCH_MASTER_ADDR, "node01"),
+        (TORCH_MASTER_PORT, "29500"),
+    ];
+    let l = Launch::from_lookup(env(&base)).unwrap();
+    assert_eq!(
+        (l.pe, l.n_pes, l.local_pe, l.local_size, l.launcher, l.bootstrap.as_deref()),
+        (5, 8, 1, 4, Launcher::Torchrun, Some("node01:29501"))
+    );
+    // CPNET_BOOTSTRAP_ADDR wins; an IPv6 MASTER_ADDR gets its brackets.
+    let mut set = base.to_vec();
+    set.push((BOOTSTRAP_ADDR, "h:7"));
+    assert_eq!(Launch::from_lookup(env(&set)).unwrap().bootstrap.as_deref(), Some("h:7"));
+    let mut v6 = base.to_vec();
+    v6[5] = (TORCH_MASTER_ADDR, "::1");
+    assert_eq!(Launch::from_lookup(env(&v6)).unwrap().bootstrap.as_deref(), Some("[::1]:29501"));
+    // Ahead of Slurm and Open MPI (`srun torchrun`: SLURM_PROCID is the node's task).
+    let mut under_srun = base.to_vec();
+    under_srun.extend([(SLURM_PROCID, "1"), (SLURM_NTASKS, "2"), (OMPI_RANK, "0"), (OMPI_SIZE, "2")]);
+    let l = Launch::from_lookup(env(&under_srun)).unwrap();
+    assert_eq!((l.pe, l.n_pes, l.launcher), (5, 8, Launcher::Torchrun));
+    // RANK alone (no GROUP_RANK) is not torchrun: a single PE.
+    assert_eq!(Launch::from_lookup(env(&[(TORCH_RANK, "3")])).unwrap().launcher, Launcher::Single);
+}
+
+#[test]
+fn launch_torchrun_errors_name_the_variable() {
+    let base = [
+        (TORCH_RANK, "0"),
+        (TORCH_WORLD_SIZE, "2"),
+        (TORCH_LOCAL_RANK, "0"),
+        (TORCH_LOCAL_WORLD_SIZE, "2"),
+        (TORCH_GROUP_RANK, "0"),
+        (TORCH_MASTER_ADDR, "127.0.0.1"),
+        (TORCH_MASTER_PORT, "29500"),
+    ];
+    let without = |var: &str| base.iter().copied().filter(|(k, _)| *k != var).collect::<Vec<_>>();
+    for var in [TORCH_MASTER_ADDR, TORCH_MASTER_PORT] {
+        let e = Launch::from_lookup(env(&without(var))).unwrap_err().to_string();
+        assert!(e.contains(var) && e.contains("torchrun") && e.contains(BOOTSTRAP_ADDR), "{e}");
+    }
+    let e = Launch::from_lookup(env(&without(TORCH_WORLD_SIZE))).unwrap_err().to_string();
+    assert!(e.contains(TORCH_WORLD_SIZE), "{e}");
+    let mut top = base.to_vec();
+    top[6] = (TORCH_MASTER_PORT, "65535");
+    let e = Launch::from_lookup(env(&top)).unwrap_err().to_string();
+    assert!(e.contains(TORCH_MASTER_PORT) && e.contains("65535"), "{e}");
+    let mut bad = base.to_vec();
+    bad[0] = (TORCH_RANK, "2");
+    let e = Launch::from_lookup(env(&bad)).unwrap_err().to_string();
+    assert!(e.contains(TORCH_RANK), "{e}");
+}
