@@ -38,6 +38,16 @@ fn check_team(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: SymAddr) -
     let mine: Vec<u8> = (0..N * n as usize).flat_map(|i| val(pe.my_pe(), i).to_le_bytes()).collect();
     pe.write_heap(src, &mine)?;
     let mut got = vec![0u8; (bytes * n as u64) as usize];
+    // A collective returns when this PE's part is done, not the others'
+    // (docs/collectives.md): a member that moved on to the next one may
+    // already put into our `dest` while we read the last result. So, as
+    // OpenSHMEM asks of a program that reuses `dest`, the team syncs after
+    // each check (a run of 3 PEs on the network path once failed a check
+    // without it).
+    let settle = || -> Result<()> {
+        pe.team_sync_on_stream(team, false, s)?;
+        pe.synchronize().context("sync after a check")
+    };
 
     // u64 sum and xor, f64 min.
     pe.team_reduce_on_stream::<u64>(team, ReduceOp::Sum, dst, src, N, s)?;
@@ -45,11 +55,13 @@ fn check_team(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: SymAddr) -
     pe.read_heap(dst, &mut got[..N * 8])?;
     let want: Vec<u64> = (0..N).map(|i| (0..n).fold(0u64, |a, p| a.wrapping_add(val(world(p), i)))).collect();
     ensure!(u64s(&got[..N * 8]) == want, "{name}: u64 sum reduce on a stream differs");
+    settle()?;
     pe.team_reduce_on_stream::<u64>(team, ReduceOp::Xor, dst, src, N, s)?;
     pe.synchronize()?;
     pe.read_heap(dst, &mut got[..N * 8])?;
     let want: Vec<u64> = (0..N).map(|i| (0..n).fold(0u64, |a, p| a ^ val(world(p), i))).collect();
     ensure!(u64s(&got[..N * 8]) == want, "{name}: u64 xor reduce on a stream differs");
+    settle()?;
     let fl: Vec<u8> = (0..N).flat_map(|i| (val(pe.my_pe(), i) as f64 * 0.5).to_le_bytes()).collect();
     pe.write_heap(src, &fl)?;
     pe.team_reduce_on_stream::<f64>(team, ReduceOp::Min, dst, src, N, s)?;
@@ -57,6 +69,7 @@ fn check_team(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: SymAddr) -
     pe.read_heap(dst, &mut got[..N * 8])?;
     let want: Vec<f64> = (0..N).map(|i| (0..n).map(|p| val(world(p), i) as f64 * 0.5).fold(f64::INFINITY, f64::min)).collect();
     ensure!(f64s(&got[..N * 8]) == want, "{name}: f64 min reduce on a stream differs");
+    settle()?;
     pe.write_heap(src, &mine)?;
 
     // broadcast from the last member, fcollect, alltoall.
@@ -66,17 +79,20 @@ fn check_team(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: SymAddr) -
     pe.read_heap(dst, &mut got[..N * 8])?;
     let want: Vec<u64> = (0..N).map(|i| val(world(root), i)).collect();
     ensure!(u64s(&got[..N * 8]) == want, "{name}: broadcast on a stream differs");
+    settle()?;
     pe.team_fcollect_on_stream(team, dst, src, N * 8, s)?;
     pe.synchronize()?;
     pe.read_heap(dst, &mut got)?;
     let want: Vec<u64> = (0..n).flat_map(|p| (0..N).map(move |i| val(world(p), i))).collect();
     ensure!(u64s(&got) == want, "{name}: fcollect on a stream differs");
+    settle()?;
     pe.team_alltoall_on_stream(team, dst, src, N * 8, s)?;
     pe.synchronize()?;
     pe.read_heap(dst, &mut got)?;
     // Block i of my dest is block `me` of member i's source.
     let want: Vec<u64> = (0..n).flat_map(|p| (0..N).map(move |i| val(world(p), me as usize * N + i))).collect();
     ensure!(u64s(&got) == want, "{name}: alltoall on a stream differs");
+    settle()?;
 
     // sync and barrier, twice each.
     for quiet in [false, true, false, true] {
