@@ -13,9 +13,12 @@
 //! are symmetric. A call returns when this PE's part is done: its `dest`
 //! holds the result and its `source` may be reused; it does not wait for
 //! the other members to finish (as NVSHMEM's and OpenSHMEM's: only sync and
-//! barrier synchronize). Before reusing a `dest` another member writes into
-//! in a later collective, nothing more is needed: that member only writes
-//! it in a later collective, after this PE's data reached it.
+//! barrier synchronize). So a `dest` that other members write in a later
+//! collective (broadcast, fcollect, collect, alltoall) may change as soon as
+//! they have moved on: read the result first, then sync the team before the
+//! next such collective (OpenSHMEM 1.5 §9.9: `dest` must be ready to accept
+//! the data when the collective is called). A reduction's data only lands
+//! in the team's scratch, so its `dest` needs no such sync.
 //!
 //! # Algorithms
 //!
