@@ -28,9 +28,12 @@
  *    returns when this PE's part is done: its `dest` holds the result, its
  *    `source` may be reused, and its puts are complete (each collective ends
  *    with a quiet). It does not wait for the other members to finish; only
- *    cpnet_team_sync and cpnet_team_barrier synchronize. Reusing a `dest`
- *    that others write needs nothing more: they write it only in a later
- *    collective, after this PE's data of this one reached them.
+ *    cpnet_team_sync and cpnet_team_barrier synchronize. So a `dest` that
+ *    others write in a later collective (broadcast, fcollect, collect,
+ *    alltoall) may change as soon as they have moved on: read the result,
+ *    then cpnet_team_sync before the next such collective (OpenSHMEM 1.5
+ *    §9.9: `dest` must be ready to accept the data). A reduction's data
+ *    only lands in the team's scratch: its `dest` needs no sync.
  *  - Errors: int CPNET_E_*, the same in every thread. CPNET_E_BAD_TEAM for a
  *    handle that names no team (out of range, a free or destroyed entry, no
  *    team table in the handle) or a team this PE is not a member of;
