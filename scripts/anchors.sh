@@ -91,7 +91,9 @@ nccl() { # SCRIPT ARGS...: scripts/nccl_*.py through torch.distributed.run, its 
   step "device collectives, network path, shm" "${NET[@]}" -- "${run[@]}" "$B/cpnet-gpu-check" --threads 128 coll-bench --iters 1000
   step "device alltoall, peer stores" CPNET_HEAP_SIZE=320M -- "${run[@]}" "$B/cpnet-gpu-check" --threads 256 a2a-bench --max 64M
   step "device alltoall, network path, shm" CPNET_HEAP_SIZE=96M "${NET[@]}" -- "${run[@]}" "$B/cpnet-gpu-check" --threads 256 a2a-bench --max 16M --iters 50
-  step "moe, peer stores" -- "${run[@]}" "$B/moe" -variant intra-kernel -verify
+  for wgs in 32 64 128; do
+    step "moe, peer stores, $wgs blocks" -- "${run[@]}" "$B/moe" -variant intra-kernel -verify -wgs $wgs
+  done
   step "moe, network path, shm" "${NET[@]}" -- "${run[@]}" "$B/moe" -variant intra-kernel -verify -iters 10
   if [ "$have_torch" = 1 ]; then
     # moe's dispatch bytes per pair at T=128, k=8, H=7168 bf16 on 2 PEs: 7340032.
