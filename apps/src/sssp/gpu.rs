@@ -257,9 +257,11 @@ impl GpuSssp<'_> {
         p.seq0 = self.seq0 as i64;
         let hnd = self.pe.handle();
         let t = Instant::now();
-        let (rounds, buckets, deltas, secs) = if self.variant == Variant::InterKernel {
+        let (rounds, buckets, deltas, secs, stv) = if self.variant == Variant::InterKernel {
             let (rounds, buckets, deltas) = self.inter_kernel(&p)?;
-            (rounds, buckets, deltas, t.elapsed().as_secs_f64())
+            let secs = t.elapsed().as_secs_f64();
+            let stv = s.clone_dtoh(&self.state).context("copy the search state back")?;
+            (rounds, buckets, deltas, secs, stv)
         } else {
             let mut b = s.launch_builder(&self.k.persistent);
             b.arg(&hnd).arg(&p);
@@ -275,9 +277,8 @@ impl GpuSssp<'_> {
             let stv = s.clone_dtoh(&self.state).context("copy the search state back")?;
             let buckets = stv[st::BUCKETS] as usize;
             let hist = s.clone_dtoh(&self.hist).context("copy the delta history back")?;
-            (stv[st::ROUNDS], buckets, hist[..(buckets + 1).min(HIST)].to_vec(), secs)
+            (stv[st::ROUNDS], buckets, hist[..(buckets + 1).min(HIST)].to_vec(), secs, stv)
         };
-        let stv = s.clone_dtoh(&self.state).context("copy the search state back")?;
         if stv[st::OVERFLOW] != 0 {
             bail!("a distance does not fit the {} bits a distance word leaves for it", 64 - self.params.idb);
         }
