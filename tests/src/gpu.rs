@@ -922,6 +922,20 @@ pub const BAD_CASES: &[(&str, bool, cpnet_device::layout::ErrorCode)] = {
     ]
 };
 
+/// The operation a [`BAD_CASES`] entry issues, as the proxy names it in its
+/// report (`Cmd::op_name`): `uint64_p` travels as an inline put.
+pub fn bad_case_op(what: &str) -> &'static str {
+    if what.starts_with("getmem") {
+        "getmem"
+    } else if what.ends_with("fetch_add") {
+        "atomic_fetch_add"
+    } else if what.ends_with(" add") {
+        "atomic_add"
+    } else {
+        "putmem"
+    }
+}
+
 /// `bad-input`: every case of [`BAD_CASES`] in order from every block.
 pub const BAD_INPUT: &str = r#"
 #define NCASES 12
@@ -1037,6 +1051,20 @@ pub fn gpu_or_skip(test: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every bad case names the operation the proxy reports for it, and the
+    /// cases that share PE, address and code differ in it or in being
+    /// blocking.
+    #[test]
+    fn bad_cases_name_their_operation() {
+        let ops: Vec<&str> = BAD_CASES.iter().map(|c| bad_case_op(c.0)).collect();
+        assert_eq!(ops[8], "atomic_fetch_add");
+        assert_eq!(ops[9], "atomic_add");
+        assert_eq!(ops[11], "getmem");
+        assert!(ops.iter().enumerate().all(|(i, op)| [8, 9, 11].contains(&i) || *op == "putmem"), "{ops:?}");
+        let names: Vec<&str> = [cpnet_device::layout::AmoOp::FetchAdd, cpnet_device::layout::AmoOp::Add].iter().map(|o| o.shmem_name()).collect();
+        assert_eq!(names, ["atomic_fetch_add", "atomic_add"]);
+    }
 
     #[test]
     fn logs_quote_the_failing_kernel_line() {

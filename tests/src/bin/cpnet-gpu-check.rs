@@ -674,6 +674,11 @@ fn bad_input(pe: &GpuPe, wgs: u32, threads: u32) -> Result<()> {
             nb * ncases
         ));
     }
+    // Each case's report is its own: matched on the operation's name too
+    // (a putmem and a getmem past the heap end share PE, address and code)
+    // and taken from the pool once (a blocking case and its nbi twin share
+    // everything else).
+    let mut pool: Vec<Option<&cpnet::proxy::service::CommandError>> = errors.iter().map(Some).collect();
     for w in 0..wgs {
         for (c, &(what, blocking, code)) in gpu::BAD_CASES.iter().enumerate() {
             let at = ((u64::from(w) * ncases + c as u64) * 3) as usize;
@@ -692,11 +697,15 @@ fn bad_input(pe: &GpuPe, wgs: u32, threads: u32) -> Result<()> {
                 6 | 7 => (right, heap_size - 8),
                 _ => (right, guard.0 + 4),
             };
-            match errors.iter().find(|e| e.my_pe == me && e.wg == w && e.code == code && e.pe == to && e.addr == addr) {
+            let op = gpu::bad_case_op(what);
+            let hit = pool.iter_mut().find(|e| {
+                e.is_some_and(|e| e.my_pe == me && e.wg == w && e.code == code && e.pe == to && e.addr == addr && e.op == op)
+            });
+            match hit.and_then(Option::take) {
                 Some(e) => println!("bad-input PE {me} wg {w}: {what}: {e}"),
                 None if errors.is_empty() => {}
                 None => fails.push(format!(
-                    "PE {me} block {w}: {what}: no proxy report of {code:?} for PE {to} at heap+{addr:#x} among {} command errors: {errors:?}",
+                    "PE {me} block {w}: {what}: no proxy report of {op} {code:?} for PE {to} at heap+{addr:#x} (each used once) among {} command errors: {errors:?}",
                     errors.len()
                 )),
             }
