@@ -125,8 +125,10 @@ else
      "$nvcc_bin" -arch=sm_90 -O2 -std=c++17 -I"$prefix/include" tests/cuda/coll.cu -o "$work/coll" \
        -L"$prefix/lib" -lcpnet -Xlinker -rpath -Xlinker "$prefix/lib" >>"$work/nvcc.out" 2>&1 &&
      "$nvcc_bin" -arch=sm_90 -O2 -std=c++17 -I"$prefix/include" tests/cuda/fill.cu -o "$work/fill" \
+       -L"$prefix/lib" -lcpnet -Xlinker -rpath -Xlinker "$prefix/lib" >>"$work/nvcc.out" 2>&1 &&
+     "$nvcc_bin" -arch=sm_90 -O2 -std=c++17 -I"$prefix/include" tests/cuda/amo.cu -o "$work/amo" \
        -L"$prefix/lib" -lcpnet -Xlinker -rpath -Xlinker "$prefix/lib" >>"$work/nvcc.out" 2>&1; then
-    say "ok   tests/cuda/coll.cu (nvshmem.h team collectives) and tests/cuda/fill.cu built with nvcc"
+    say "ok   tests/cuda/coll.cu (nvshmem.h team collectives), fill.cu and amo.cu (thread-scope AMOs) built with nvcc"
     say "ok   apps/cuda/jacobi built with $("$nvcc_bin" --version | sed -n 's/.*release \([0-9.]*\).*/nvcc \1/p') against the installed nvshmem.h, no -rdc"
     rc=0
     timeout 120 cpnet-run -n 2 -- "$work/apps-cuda/jacobi" -nx 256 -ny 258 -iters 100 >"$work/jacobi.out" 2>&1 || rc=$?
@@ -156,6 +158,14 @@ else
         say "ok   tests/cuda/fill -n 2, peer stores and network path: $(grep -m1 -o '[0-9]* blocks' "$work/fill.out") per PE, the grid one larger refused"
       else
         say "FAIL tests/cuda/fill:"; cat "$work/fill.out"; fail=1
+      fi
+      # Thread-scope AMOs under contention (peer stores: the default on one host).
+      if timeout 120 cpnet-run -n 2 -- "$work/amo" >"$work/amo.out" 2>&1 &&
+         timeout 120 cpnet-run -n 3 -- "$work/amo" >>"$work/amo.out" 2>&1 &&
+         [ "$(grep -c ' 0 wrong: ok$' "$work/amo.out")" = 5 ]; then
+        say "ok   tests/cuda/amo -n 2 and -n 3 (peer stores): every AMO's result and final word checked"
+      else
+        say "FAIL tests/cuda/amo:"; cat "$work/amo.out"; fail=1
       fi
     elif [ "$rc" = 1 ] && grep -q "nvshmem_init: init failed: no GPU" "$work/jacobi.out"; then
       say "ok   apps/cuda/jacobi without a GPU: \"$(grep -m1 'no GPU' "$work/jacobi.out")\""

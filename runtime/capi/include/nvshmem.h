@@ -23,7 +23,11 @@
  *  - Device, thread scope: my_pe, n_pes, team_my_pe, team_n_pes, ptr, typed
  *    p / g / put / get (+ _nbi), putmem / getmem, putmem_signal(_nbi),
  *    signal_op, signal_wait_until, typed wait_until, quiet, fence,
- *    barrier_all. These are the GPU's own loads and stores to a PE whose
+ *    barrier_all, and the AMOs (TYPENAME_atomic_{fetch, set, swap,
+ *    compare_swap, fetch_inc, inc, fetch_add, add} for the standard AMO
+ *    types, fetch / set / swap for float and double, fetch_and / and /
+ *    fetch_or / or / fetch_xor / xor for the bitwise ones: system-scope
+ *    atomics on the peer's word). These are the GPU's own loads and stores to a PE whose
  *    heap it maps (same host, CPNET_GPU_IPC=1 and CPNET_GPU_P2P=1, the
  *    defaults): a thread cannot use a work-group's command queue alone, so a
  *    thread-scope operation to a PE of another host stops the kernel
@@ -50,6 +54,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <vector>
 #include <cpnet/cpnet.h>
 #include <cpnet/device.cuh>
@@ -578,6 +583,134 @@ __host__ __device__ inline void nvshmem_barrier_all(void)
     }
 CPNET_RMA_TYPES(CPNET_NV_RMA)
 #undef CPNET_NV_RMA
+
+/* Thread-scope AMOs (OpenSHMEM 1.5 §9.7, NVSHMEM's nvshmem_TYPENAME_atomic_*):
+ * system-scope atomics on the target's word through the peer mapping, so
+ * they are atomic with the target GPU's own atomics and with every other
+ * PE's. The operand and result travel as the bit pattern of the unsigned
+ * integer of TYPE's size (two's complement: an add of that pattern is the
+ * signed add, wrapping). A PE whose heap this GPU does not map stops the
+ * kernel as the other thread-scope calls do. Unordered with puts until
+ * nvshmem_fence / nvshmem_quiet, as in NVSHMEM. */
+namespace cpnet_nv {
+template <int N> struct amo_word;
+template <> struct amo_word<4> { typedef unsigned int t; };
+template <> struct amo_word<8> { typedef unsigned long long t; };
+template <typename T> using amo_u = typename amo_word<sizeof(T)>::t;
+
+template <typename T> __device__ inline amo_u<T> amo_bits(T v)
+{
+    amo_u<T> u;
+    memcpy(&u, &v, sizeof(T));
+    return u;
+}
+template <typename T> __device__ inline T amo_value(amo_u<T> u)
+{
+    T v;
+    memcpy(&v, &u, sizeof(T));
+    return v;
+}
+/** The target's word, through the peer mapping (fails otherwise). */
+template <typename T> __device__ inline amo_u<T>* amo_word_at(const char* routine, const T* dest, int pe)
+{
+    return (amo_u<T>*)remote_or_fail(routine, dest, pe);
+}
+template <typename T> __device__ inline T amo_fetch(const char* routine, const T* source, int pe)
+{
+    return amo_value<T>(atomicOr_system(amo_word_at(routine, source, pe), (amo_u<T>)0));
+}
+template <typename T> __device__ inline T amo_swap(const char* routine, T* dest, T value, int pe)
+{
+    return amo_value<T>(atomicExch_system(amo_word_at(routine, dest, pe), amo_bits(value)));
+}
+template <typename T> __device__ inline T amo_compare_swap(const char* routine, T* dest, T cond, T value, int pe)
+{
+    return amo_value<T>(atomicCAS_system(amo_word_at(routine, dest, pe), amo_bits(cond), amo_bits(value)));
+}
+template <typename T> __device__ inline T amo_fetch_add(const char* routine, T* dest, T value, int pe)
+{
+    return amo_value<T>(atomicAdd_system(amo_word_at(routine, dest, pe), amo_bits(value)));
+}
+template <typename T> __device__ inline T amo_fetch_and(const char* routine, T* dest, T value, int pe)
+{
+    return amo_value<T>(atomicAnd_system(amo_word_at(routine, dest, pe), amo_bits(value)));
+}
+template <typename T> __device__ inline T amo_fetch_or(const char* routine, T* dest, T value, int pe)
+{
+    return amo_value<T>(atomicOr_system(amo_word_at(routine, dest, pe), amo_bits(value)));
+}
+template <typename T> __device__ inline T amo_fetch_xor(const char* routine, T* dest, T value, int pe)
+{
+    return amo_value<T>(atomicXor_system(amo_word_at(routine, dest, pe), amo_bits(value)));
+}
+} // namespace cpnet_nv
+
+#define CPNET_NV_AMO_FSS(NAME, TYPE, DT)                                                                \
+    __device__ inline TYPE nvshmem_##NAME##_atomic_fetch(const TYPE* source, int pe)                    \
+    {                                                                                                   \
+        return cpnet_nv::amo_fetch<TYPE>("nvshmem_" #NAME "_atomic_fetch", source, pe);                 \
+    }                                                                                                   \
+    __device__ inline void nvshmem_##NAME##_atomic_set(TYPE* dest, TYPE value, int pe)                  \
+    {                                                                                                   \
+        cpnet_nv::amo_swap<TYPE>("nvshmem_" #NAME "_atomic_set", dest, value, pe);                      \
+    }                                                                                                   \
+    __device__ inline TYPE nvshmem_##NAME##_atomic_swap(TYPE* dest, TYPE value, int pe)                 \
+    {                                                                                                   \
+        return cpnet_nv::amo_swap<TYPE>("nvshmem_" #NAME "_atomic_swap", dest, value, pe);              \
+    }
+#define CPNET_NV_AMO_STD(NAME, TYPE, DT)                                                                \
+    CPNET_NV_AMO_FSS(NAME, TYPE, DT)                                                                    \
+    __device__ inline TYPE nvshmem_##NAME##_atomic_compare_swap(TYPE* dest, TYPE cond, TYPE value, int pe) \
+    {                                                                                                   \
+        return cpnet_nv::amo_compare_swap<TYPE>("nvshmem_" #NAME "_atomic_compare_swap", dest, cond, value, pe); \
+    }                                                                                                   \
+    __device__ inline TYPE nvshmem_##NAME##_atomic_fetch_add(TYPE* dest, TYPE value, int pe)            \
+    {                                                                                                   \
+        return cpnet_nv::amo_fetch_add<TYPE>("nvshmem_" #NAME "_atomic_fetch_add", dest, value, pe);    \
+    }                                                                                                   \
+    __device__ inline void nvshmem_##NAME##_atomic_add(TYPE* dest, TYPE value, int pe)                  \
+    {                                                                                                   \
+        cpnet_nv::amo_fetch_add<TYPE>("nvshmem_" #NAME "_atomic_add", dest, value, pe);                 \
+    }                                                                                                   \
+    __device__ inline TYPE nvshmem_##NAME##_atomic_fetch_inc(TYPE* dest, int pe)                        \
+    {                                                                                                   \
+        return cpnet_nv::amo_fetch_add<TYPE>("nvshmem_" #NAME "_atomic_fetch_inc", dest, (TYPE)1, pe);  \
+    }                                                                                                   \
+    __device__ inline void nvshmem_##NAME##_atomic_inc(TYPE* dest, int pe)                              \
+    {                                                                                                   \
+        cpnet_nv::amo_fetch_add<TYPE>("nvshmem_" #NAME "_atomic_inc", dest, (TYPE)1, pe);               \
+    }
+#define CPNET_NV_AMO_BIT(NAME, TYPE, DT)                                                                \
+    __device__ inline TYPE nvshmem_##NAME##_atomic_fetch_and(TYPE* dest, TYPE value, int pe)            \
+    {                                                                                                   \
+        return cpnet_nv::amo_fetch_and<TYPE>("nvshmem_" #NAME "_atomic_fetch_and", dest, value, pe);    \
+    }                                                                                                   \
+    __device__ inline void nvshmem_##NAME##_atomic_and(TYPE* dest, TYPE value, int pe)                  \
+    {                                                                                                   \
+        cpnet_nv::amo_fetch_and<TYPE>("nvshmem_" #NAME "_atomic_and", dest, value, pe);                 \
+    }                                                                                                   \
+    __device__ inline TYPE nvshmem_##NAME##_atomic_fetch_or(TYPE* dest, TYPE value, int pe)             \
+    {                                                                                                   \
+        return cpnet_nv::amo_fetch_or<TYPE>("nvshmem_" #NAME "_atomic_fetch_or", dest, value, pe);      \
+    }                                                                                                   \
+    __device__ inline void nvshmem_##NAME##_atomic_or(TYPE* dest, TYPE value, int pe)                   \
+    {                                                                                                   \
+        cpnet_nv::amo_fetch_or<TYPE>("nvshmem_" #NAME "_atomic_or", dest, value, pe);                   \
+    }                                                                                                   \
+    __device__ inline TYPE nvshmem_##NAME##_atomic_fetch_xor(TYPE* dest, TYPE value, int pe)            \
+    {                                                                                                   \
+        return cpnet_nv::amo_fetch_xor<TYPE>("nvshmem_" #NAME "_atomic_fetch_xor", dest, value, pe);    \
+    }                                                                                                   \
+    __device__ inline void nvshmem_##NAME##_atomic_xor(TYPE* dest, TYPE value, int pe)                  \
+    {                                                                                                   \
+        cpnet_nv::amo_fetch_xor<TYPE>("nvshmem_" #NAME "_atomic_xor", dest, value, pe);                 \
+    }
+CPNET_AMO_STANDARD_TYPES(CPNET_NV_AMO_STD)
+CPNET_AMO_EXTENDED_ONLY_TYPES(CPNET_NV_AMO_FSS)
+CPNET_AMO_BITWISE_TYPES(CPNET_NV_AMO_BIT)
+#undef CPNET_NV_AMO_FSS
+#undef CPNET_NV_AMO_STD
+#undef CPNET_NV_AMO_BIT
 
 #define CPNET_NV_WAIT(NAME, TYPE)                                                                       \
     __device__ inline void nvshmem_##NAME##_wait_until(TYPE* ivar, int cmp, TYPE value)                 \
