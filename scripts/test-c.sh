@@ -127,8 +127,10 @@ else
      "$nvcc_bin" -arch=sm_90 -O2 -std=c++17 -I"$prefix/include" tests/cuda/fill.cu -o "$work/fill" \
        -L"$prefix/lib" -lcpnet -Xlinker -rpath -Xlinker "$prefix/lib" >>"$work/nvcc.out" 2>&1 &&
      "$nvcc_bin" -arch=sm_90 -O2 -std=c++17 -I"$prefix/include" tests/cuda/amo.cu -o "$work/amo" \
+       -L"$prefix/lib" -lcpnet -Xlinker -rpath -Xlinker "$prefix/lib" >>"$work/nvcc.out" 2>&1 &&
+     "$nvcc_bin" -arch=sm_90 -O2 -std=c++17 -I"$prefix/include" tests/cuda/warp.cu -o "$work/warp" \
        -L"$prefix/lib" -lcpnet -Xlinker -rpath -Xlinker "$prefix/lib" >>"$work/nvcc.out" 2>&1; then
-    say "ok   tests/cuda/coll.cu (nvshmem.h team collectives), fill.cu and amo.cu (thread-scope AMOs) built with nvcc"
+    say "ok   tests/cuda/coll.cu (nvshmem.h team collectives), fill.cu, amo.cu (thread-scope AMOs) and warp.cu (warp-scope RMA) built with nvcc"
     say "ok   apps/cuda/jacobi built with $("$nvcc_bin" --version | sed -n 's/.*release \([0-9.]*\).*/nvcc \1/p') against the installed nvshmem.h, no -rdc"
     rc=0
     timeout 120 cpnet-run -n 2 -- "$work/apps-cuda/jacobi" -nx 256 -ny 258 -iters 100 >"$work/jacobi.out" 2>&1 || rc=$?
@@ -159,13 +161,20 @@ else
       else
         say "FAIL tests/cuda/fill:"; cat "$work/fill.out"; fail=1
       fi
-      # Thread-scope AMOs under contention (peer stores: the default on one host).
+      # Thread-scope AMOs under contention and warp-scope RMA (peer stores:
+      # the default on one host).
       if timeout 120 cpnet-run -n 2 -- "$work/amo" >"$work/amo.out" 2>&1 &&
          timeout 120 cpnet-run -n 3 -- "$work/amo" >>"$work/amo.out" 2>&1 &&
          [ "$(grep -c ' 0 wrong: ok$' "$work/amo.out")" = 5 ]; then
         say "ok   tests/cuda/amo -n 2 and -n 3 (peer stores): every AMO's result and final word checked"
       else
         say "FAIL tests/cuda/amo:"; cat "$work/amo.out"; fail=1
+      fi
+      if timeout 120 cpnet-run -n 2 -- "$work/warp" >"$work/warp.out" 2>&1 &&
+         [ "$(grep -c ' 0 wrong: ok$' "$work/warp.out")" = 2 ]; then
+        say "ok   tests/cuda/warp -n 2 (peer stores): warp puts, put-with-signal and gets checked"
+      else
+        say "FAIL tests/cuda/warp:"; cat "$work/warp.out"; fail=1
       fi
     elif [ "$rc" = 1 ] && grep -q "nvshmem_init: init failed: no GPU" "$work/jacobi.out"; then
       say "ok   apps/cuda/jacobi without a GPU: \"$(grep -m1 'no GPU' "$work/jacobi.out")\""

@@ -32,6 +32,10 @@
  *    defaults): a thread cannot use a work-group's command queue alone, so a
  *    thread-scope operation to a PE of another host stops the kernel
  *    (__trap) after printing which call and PE; use the _block forms there.
+ *  - Device, warp scope (nvshmemx_*_warp, every lane of the warp calls):
+ *    typed put / get (+ _nbi), putmem / getmem (+ _nbi),
+ *    putmem_signal(_nbi): the warp's loads and stores, to a PE whose heap
+ *    this GPU maps only (as the thread-scope calls).
  *  - Device, block scope (nvshmemx_*_block, every thread of the block
  *    calls): typed put / get (+ _nbi), putmem / getmem, putmem_signal(_nbi),
  *    barrier_all; team collectives over cpnet/team.cuh: barrier, team_sync,
@@ -215,6 +219,20 @@ __device__ inline void block_copy(char* dst, const char* src, size_t n)
     } else {
         for (size_t i = t; i < n; i += nt) dst[i] = src[i];
     }
+}
+
+/** The copy of a warp: its 32 lanes stride over the bytes (16-byte words
+ *  where everything is 16-byte aligned), then __syncwarp. Every lane of the
+ *  warp calls it. */
+__device__ inline void warp_copy(char* dst, const char* src, size_t n)
+{
+    const size_t lane = (threadIdx.x + blockDim.x * (threadIdx.y + (size_t)blockDim.y * threadIdx.z)) & 31u;
+    if ((((uintptr_t)dst | (uintptr_t)src | n) & 15) == 0) {
+        for (size_t i = lane; i < n / 16; i += 32) ((int4*)dst)[i] = ((const int4*)src)[i];
+    } else {
+        for (size_t i = lane; i < n; i += 32) dst[i] = src[i];
+    }
+    __syncwarp();
 }
 
 __device__ inline void put_block(const char* routine, void* dest, const void* src, size_t n, int pe)
@@ -538,6 +556,65 @@ __host__ __device__ inline void nvshmem_barrier_all(void)
     cpnet_gpu_barrier_all("nvshmem_barrier_all");
 #endif
 }
+
+/* Warp scope (nvshmemx_*_warp: every lane of the warp calls, with the same
+ * arguments): the warp's own loads and stores into a peer's mapped heap,
+ * then __syncwarp; as the thread-scope calls, a PE whose heap this GPU
+ * does not map stops the kernel (a warp cannot use a work-group's command
+ * queue either: use the _block form there). The _nbi forms are the same
+ * calls (complete at nvshmem_quiet, as peer stores are). */
+__device__ inline void nvshmemx_putmem_warp(void* dest, const void* source, size_t nbytes, int pe)
+{
+    cpnet_nv::warp_copy(cpnet_nv::remote_or_fail("nvshmemx_putmem_warp", dest, pe), (const char*)source, nbytes);
+}
+__device__ inline void nvshmemx_putmem_nbi_warp(void* dest, const void* source, size_t nbytes, int pe)
+{
+    cpnet_nv::warp_copy(cpnet_nv::remote_or_fail("nvshmemx_putmem_nbi_warp", dest, pe), (const char*)source, nbytes);
+}
+__device__ inline void nvshmemx_getmem_warp(void* dest, const void* source, size_t nbytes, int pe)
+{
+    cpnet_nv::warp_copy((char*)dest, cpnet_nv::remote_or_fail("nvshmemx_getmem_warp", source, pe), nbytes);
+}
+__device__ inline void nvshmemx_getmem_nbi_warp(void* dest, const void* source, size_t nbytes, int pe)
+{
+    cpnet_nv::warp_copy((char*)dest, cpnet_nv::remote_or_fail("nvshmemx_getmem_nbi_warp", source, pe), nbytes);
+}
+/** Put then signal, warp scope: the warp's stores, __syncwarp, then lane 0
+ *  fences (system scope) and signals, so the signal follows the data. */
+__device__ inline void nvshmemx_putmem_signal_warp(void* dest, const void* source, size_t nbytes, uint64_t* sig_addr,
+                                                   uint64_t signal, int sig_op, int pe)
+{
+    cpnet_nv::warp_copy(cpnet_nv::remote_or_fail("nvshmemx_putmem_signal_warp", dest, pe), (const char*)source, nbytes);
+    if (((threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) & 31u) == 0) {
+        __threadfence_system();
+        cpnet_nv::signal_p2p("nvshmemx_putmem_signal_warp", sig_addr, signal, sig_op, pe);
+    }
+    __syncwarp();
+}
+__device__ inline void nvshmemx_putmem_signal_nbi_warp(void* dest, const void* source, size_t nbytes, uint64_t* sig_addr,
+                                                       uint64_t signal, int sig_op, int pe)
+{
+    nvshmemx_putmem_signal_warp(dest, source, nbytes, sig_addr, signal, sig_op, pe);
+}
+#define CPNET_NV_RMA_WARP(NAME, TYPE)                                                                   \
+    __device__ inline void nvshmemx_##NAME##_put_warp(TYPE* dest, const TYPE* source, size_t nelems, int pe) \
+    {                                                                                                   \
+        nvshmemx_putmem_warp(dest, source, nelems * sizeof(TYPE), pe);                                  \
+    }                                                                                                   \
+    __device__ inline void nvshmemx_##NAME##_put_nbi_warp(TYPE* dest, const TYPE* source, size_t nelems, int pe) \
+    {                                                                                                   \
+        nvshmemx_putmem_nbi_warp(dest, source, nelems * sizeof(TYPE), pe);                              \
+    }                                                                                                   \
+    __device__ inline void nvshmemx_##NAME##_get_warp(TYPE* dest, const TYPE* source, size_t nelems, int pe) \
+    {                                                                                                   \
+        nvshmemx_getmem_warp(dest, source, nelems * sizeof(TYPE), pe);                                  \
+    }                                                                                                   \
+    __device__ inline void nvshmemx_##NAME##_get_nbi_warp(TYPE* dest, const TYPE* source, size_t nelems, int pe) \
+    {                                                                                                   \
+        nvshmemx_getmem_nbi_warp(dest, source, nelems * sizeof(TYPE), pe);                              \
+    }
+CPNET_RMA_TYPES(CPNET_NV_RMA_WARP)
+#undef CPNET_NV_RMA_WARP
 
 /* Typed thread-scope RMA and waits: nvshmem_TYPENAME_{p,g,put,get,put_nbi,get_nbi}. */
 #define CPNET_NV_RMA(NAME, TYPE)                                                                        \
