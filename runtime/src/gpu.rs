@@ -924,7 +924,7 @@ impl GpuPe {
     /// 1024 threads holds four, and one agent needs one block of 256
     /// threads). The carveout: an SM runs blocks of one L1/shared split at a
     /// time, so an agent whose split differs from the kernel's cannot start
-    /// beside it ([`module::set_carveout`]); both get the smallest split
+    /// beside it (`module::set_carveout`); both get the smallest split
     /// that holds the kernel's blocks. A kernel that waits on the network
     /// and leaves no room never sees its first message land: the agent that
     /// would apply it cannot start. With several persistent kernels at once,

@@ -218,8 +218,8 @@ fn statuses(out: &str) -> Option<HashMap<u32, &str>> {
     )
 }
 
-/// Whether some line spoken by PE `pe` ("... PE <pe>: ...") names PE
-/// `dead` ("PE <dead>" not followed by a digit).
+/// Whether some line spoken by PE `pe` (`"... PE <pe>: ..."`) names PE
+/// `dead` (`"PE <dead>"` not followed by a digit).
 pub fn names_dead_pe(out: &str, pe: u32, dead: u32) -> bool {
     let speaker = format!("PE {pe}:");
     let named = format!("PE {dead}");

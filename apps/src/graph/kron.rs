@@ -8,7 +8,7 @@
 //!   specification's Octave reference does (`ii_bit = rand > A + B`,
 //!   `jj_bit = rand > (C_norm * ii_bit + A_norm * !ii_bit)`).
 //! * The random numbers are a *counter-based* stream: value `k` of edge `e`
-//!   is a hash of `(seed, e, k)` ([`unit`]), so any PE can generate any
+//!   is a hash of `(seed, e, k)` ([`unit()`]), so any PE can generate any
 //!   slice of the edge list on its own and the list does not depend on how
 //!   it is split (the Graph500 reference gets the same property from a
 //!   skip-ahead MRG). A hash rather than `rand`'s sequential generators

@@ -30,7 +30,7 @@ use cpnet::env::Tuning;
 #[command(name = "cpnet-proxyd", about = "cpnet's proxy daemon: serves the command queues of the PEs attached to it")]
 struct Args {
     /// The daemon's directory (socket, lock, log); default CPNET_PROXYD_DIR,
-    /// else $XDG_RUNTIME_DIR/cpnet, else /tmp/cpnet-<uid>.
+    /// else `$XDG_RUNTIME_DIR/cpnet`, else `/tmp/cpnet-<uid>`.
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Seconds to stay with nothing attached (default CPNET_PROXYD_LINGER, else 10).

@@ -15,7 +15,7 @@ const LINGER: Duration = Duration::from_secs(1);
 const ACCEPT_TICK: Duration = Duration::from_millis(10);
 
 /// The rendezvous server, bound but not yet running. See the
-/// [module docs](self) for the protocol.
+/// module docs (`bootstrap::server`) for the protocol.
 ///
 /// ```no_run
 /// # use std::time::Duration;
@@ -80,7 +80,7 @@ impl Server {
     /// Whether to serve repeated init (`true`: cpnet-run's server): after
     /// every PE finalized, accept a new cycle of joins of the same PEs,
     /// again and again, until the owner stops the server (see "Repeated
-    /// init" in the [module docs](self)). The owner should then tell it of
+    /// init" in the module docs). The owner should then tell it of
     /// every PE process that ends ([`ServerHandle::notify_exit`]), so that a
     /// cycle that can no longer complete fails at once. Default: `false`
     /// (the server ends once every PE finalized, as PE 0's in-process server

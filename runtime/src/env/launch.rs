@@ -72,7 +72,7 @@ impl Launch {
     }
 
     /// Reads the launch variables of the process environment (see the
-    /// [module docs](self)).
+    /// module docs of `cpnet::env`).
     pub fn from_env() -> Result<Launch, EnvError> {
         Launch::from_lookup(process_env)
     }

@@ -58,7 +58,7 @@ pub const AGENT_MAX_REGS: u32 = 65536 / (AGENT_MIN_BLOCKS_PER_SM * CPNET_AGENT_T
 /// registers per thread that fit on this PE's share of the GPU at once)
 /// less the blocks' worth of room the agents take, counted by threads and
 /// by registers (an agent: `CPNET_AGENT_THREADS` threads of at most
-/// [`AGENT_MAX_REGS`] registers), whichever is more. One block of 1024
+/// `AGENT_MAX_REGS` registers), whichever is more. One block of 1024
 /// threads holds four agents; one agent needs one block of 256 threads,
 /// or two of 128. [`crate::GpuPe::max_persistent_blocks`] with the
 /// driver's figures; `cpnet_gpu_persistent_blocks` in C.

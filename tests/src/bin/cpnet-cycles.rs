@@ -197,7 +197,7 @@ impl Sample {
 }
 
 /// The `n` mappings of this process with the most resident memory
-/// (`/proc/self/smaps`), for messages: "7f.. rw-p [heap] 12 MiB, ...".
+/// (`/proc/self/smaps`), for messages: `"7f.. rw-p [heap] 12 MiB, ..."`.
 fn top_mappings(n: usize) -> String {
     let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else { return "unknown (no /proc/self/smaps)".into() };
     let mut maps: Vec<(u64, String)> = Vec::new();

@@ -830,7 +830,7 @@ fn with_check_teams(pe: &GpuPe, mut f: impl FnMut(&CheckTeam) -> Result<()>) -> 
     f(&CheckTeam { name: format!("{name} after destroy"), id: -1, desc: None, bad_team: id })
 }
 
-/// Every collective of team.cuh on each team of [`check_teams`], checked
+/// Every collective of team.cuh on each team of `check_teams`, checked
 /// element by element.
 fn collectives(pe: &GpuPe, threads: u32) -> Result<()> {
     use cpnet_tests::gpu_coll::{self, BAD_AT, BAD_CALLS, BAD_ROOT_CALLS, CASE_WORDS, CODE_WORDS, GUARD_BYTES, MAX_TRANSLATE};
