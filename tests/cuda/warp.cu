@@ -60,7 +60,7 @@ int main()
         fprintf(stderr, "warp: PE %d: the kernel failed: %s\n", me, cudaGetErrorString(cudaGetLastError()));
         return 1;
     }
-    nvshmem_barrier_all();
+    nvshmem_sync_all();
     int bad = 0;
     cudaMemcpy(&bad, wrong, sizeof(int), cudaMemcpyDeviceToHost);
     printf("warp: PE %d of %d: %d wrong: %s\n", me, n, bad, bad ? "FAILED" : "ok");

@@ -41,6 +41,7 @@
  *    barrier_all; team collectives over cpnet/team.cuh: barrier, team_sync,
  *    typed broadcast / fcollect / alltoall, and TYPENAME_OP_reduce (half and
  *    bfloat16 as cpnet_half_t / cpnet_bfloat16_t: cast a __half*).
+ *  - sync_all (host, device, _block, _on_stream): the barrier_all forms.
  *  - Host, on a stream: barrier_all_on_stream, barrier_on_stream(team),
  *    team_sync_on_stream(team), TYPENAME_{broadcast,fcollect,alltoall}_on_stream
  *    and TYPENAME_OP_reduce_on_stream (one-block kernels running the block
@@ -860,6 +861,14 @@ __device__ inline void nvshmemx_barrier_all_block(void)
 namespace cpnet_nv {
 static __global__ void barrier_all_kernel() { nvshmemx_barrier_all_block(); }
 }
+
+/* nvshmem_sync_all (OpenSHMEM 1.5 §9.9.4 shmem_sync_all: every PE reached
+ * it; it need not complete earlier operations) in its host, device, block
+ * and stream forms: the corresponding barrier_all, which also completes
+ * them, so every guarantee of sync_all holds. */
+__host__ __device__ inline void nvshmem_sync_all(void) { nvshmem_barrier_all(); }
+__device__ inline void nvshmemx_sync_all_block(void) { nvshmemx_barrier_all_block(); }
+static inline void nvshmemx_sync_all_on_stream(cudaStream_t stream) { nvshmemx_barrier_all_on_stream(stream); }
 
 /* ------------------------------------------------------------------------ */
 /* Team collectives, block scope (cpnet/team.cuh; one block per member)      */
