@@ -100,6 +100,11 @@ nccl() { # SCRIPT ARGS...: scripts/nccl_*.py through torch.distributed.run, its 
     step "anchor: NCCL all_to_all_single, NVLink" -- nccl scripts/nccl_alltoall.py 1024,16384,262144,1048576,4194304,7340032,16777216,67108864
     step "anchor: NCCL all_to_all_single, host memory" NCCL_P2P_DISABLE=1 -- nccl scripts/nccl_alltoall.py 7340032
   fi
+  if [ "$have_torch" = 1 ]; then
+    # torchrun as the launcher (runtime/src/env: RANK... with GROUP_RANK,
+    # the rendezvous at MASTER_ADDR:MASTER_PORT+1).
+    step "launch: cpnet-check ops under torchrun" -- python3 -m torch.distributed.run --nproc_per_node=2 --no-python "$B/cpnet-check" ops
+  fi
   step "CPU PEs, shm" CPNET_PROVIDER=shm -- "${run[@]}" "$B/cpnet-bench"
   step "CPU PEs, tcp" "CPNET_PROVIDER=tcp;ofi_rxm" -- "${run[@]}" "$B/cpnet-bench"
   echo "### done in $(($(date +%s) - t0)) s"
