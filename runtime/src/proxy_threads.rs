@@ -125,7 +125,9 @@ impl Proxies {
         let hold = tuning.in_daemon.then(|| Arc::new((Mutex::new(false), std::sync::Condvar::new())));
         let (drained_tx, drained_rx) = mpsc::channel::<usize>();
         let mut watched = Vec::new();
+        let n_threads = queues.len();
         for (t, queues) in queues.into_iter().enumerate() {
+            let cpu = tuning.proxy_cpu(me, n_threads, t);
             let heartbeat = Arc::new(Heartbeat::default());
             watched.push(Watched { thread: t, heartbeat: Arc::clone(&heartbeat), queues: queues.clone() });
             let stall = inject_stall.filter(|&(thread, _, pe)| thread == t && pe.is_none_or(|p| p == me)).map(|(_, n, _)| n);
@@ -143,6 +145,12 @@ impl Proxies {
             let handle = std::thread::Builder::new()
                 .name(format!("cpnet-proxy-{t}"))
                 .spawn(move || {
+                    if let Some(cpu) = cpu
+                        && let Err(e) = pin_to(cpu)
+                    {
+                        let _ = card_tx.send((t, Err(format!("CPNET_PROXY_CPUS: proxy thread {t} of PE {me} cannot run on CPU {cpu}: {e}"))));
+                        return;
+                    }
                     let ep = match backend.open(t) {
                         Ok(ep) => ep,
                         Err(e) => {
@@ -451,6 +459,21 @@ fn parse_cards(b: &[u8]) -> Option<Vec<Vec<u8>>> {
         at += len;
     }
     (at == b.len()).then_some(out)
+}
+
+/// Pin the calling thread to `cpu` (`CPNET_PROXY_CPUS`), and check that it
+/// took: the affinity read back is that CPU alone.
+fn pin_to(cpu: usize) -> std::io::Result<()> {
+    use rustix::thread::{CpuSet, sched_getaffinity, sched_setaffinity};
+    let mut set = CpuSet::new();
+    set.set(cpu);
+    sched_setaffinity(None, &set)?;
+    let now = sched_getaffinity(None)?;
+    if now.count() != 1 || !now.is_set(cpu) {
+        return Err(std::io::Error::other(format!("the affinity read back is {now:?}")));
+    }
+    tracing::debug!("proxy thread pinned to CPU {cpu}");
+    Ok(())
 }
 
 #[cfg(test)]

@@ -69,6 +69,7 @@
 //! | `CPNET_PROXY_IDLE_SLEEP` | once a proxy thread has had no command to take for 5 ms, sleep this long per polling pass (saves CPU while idle, but the provider's target-side progress, which rxm and shm atomics and delivery-complete writes need, then waits up to a sleep, plus the kernel's timer slack); `0` spins (yielding) forever | microseconds | `0` |
 //! | `CPNET_PROXY` | CPU PEs: who serves the PE's command queues. `inprocess`: service threads in the PE's own process. `daemon`: the node's proxy daemon `cpnet-proxyd` ([`crate::daemon`]): the PE puts its queues and symmetric heap in shared memory (memfd), attaches to the daemon over a Unix socket in `CPNET_PROXYD_DIR`, and the daemon's service threads and fabric endpoints serve it; the PE starts the daemon if none runs. The in-process proxy stays the default: on CPU PEs the daemon is no faster (docs/results.md "The proxy daemon, CPU PEs") and needs a process of its own. GPU PEs use the in-process proxy in this version, whatever is set | `inprocess` or `daemon` | `inprocess` |
 //! | `CPNET_PROXY_IDLE` | how an idle proxy thread waits, in the PE or in the daemon: `spin` (poll, with spin hints and yields; the lowest wake-up latency, a core per thread while idle), `park` (after 5 ms without work, sleep `CPNET_PROXY_IDLE_SLEEP` per pass, default 100 µs here: near 0 % CPU, up to a sleep of added latency on the first operation after the pause). Unset: as `CPNET_PROXY_IDLE_SLEEP` says (0: spin). Measured: docs/results.md "The proxy daemon, CPU PEs" | `spin` or `park` | unset |
+//! | `CPNET_PROXY_CPUS` | CPUs the proxy threads run on, as `taskset -c` writes them (`2,3` or `8-11,24`): thread `t` of PE `p` is pinned to entry `(p x threads + t) mod len`, so the PEs of a host that share the list spread over it; a CPU this process may not use is an error at init naming thread, PE and CPU. For keeping the proxies off the application's cores, or on the cores near the GPU and NIC (`nvidia-smi topo -m`) | CPU list, each `< 1024` | unset: not pinned (the process's affinity) |
 //! | `CPNET_PROXYD_DIR` | the directory of the daemon's socket (`proxyd.sock`), election lock (`proxyd.lock`) and log (`proxyd.log`); created with mode 0700, refused if another user owns it or others can open it | path | `$XDG_RUNTIME_DIR/cpnet`, else `/tmp/cpnet-<uid>` |
 //! | `CPNET_PROXYD` | the `cpnet-proxyd` binary a PE or `cpnet-run` starts when no daemon runs | path | `cpnet-proxyd` next to the running program, else on `PATH` |
 //! | `CPNET_PROXYD_LINGER` | `cpnet-proxyd`: how long a daemon with nothing attached stays before it exits (unless `--persistent`); its `--linger` wins | seconds (decimal) | `10` |
@@ -173,6 +174,8 @@ pub const PAYLOAD_BUDGET: usize = 64 << 20;
 pub const PROXY: &str = "CPNET_PROXY";
 /// `CPNET_PROXY_IDLE`: `spin` or `park`.
 pub const PROXY_IDLE: &str = "CPNET_PROXY_IDLE";
+/// `CPNET_PROXY_CPUS`: CPUs the proxy threads are pinned to (`2,3`, `8-11`).
+pub const PROXY_CPUS: &str = "CPNET_PROXY_CPUS";
 /// `CPNET_PROXYD_DIR`: the daemon's directory (socket, lock, log).
 pub const PROXYD_DIR: &str = "CPNET_PROXYD_DIR";
 /// `CPNET_PROXYD`: the `cpnet-proxyd` binary to start.
@@ -419,6 +422,9 @@ pub struct Tuning {
     /// `CPNET_PROXY_IDLE_SLEEP`: sleep per polling pass of a proxy thread
     /// idle for 5 ms; `None` (the default) spins, yielding.
     pub proxy_idle_sleep: Option<Duration>,
+    /// `CPNET_PROXY_CPUS`: the CPUs proxy threads are pinned to, in order
+    /// ([`Tuning::proxy_cpu`]); empty (the default): not pinned.
+    pub proxy_cpus: Vec<usize>,
     /// `CPNET_GPU_IPC`: peer copies through CUDA IPC between GPU PEs of one host.
     pub gpu_ipc: bool,
     /// `CPNET_GPU_P2P`: kernels' own loads and stores to their own heap and
@@ -486,6 +492,7 @@ impl Default for Tuning {
             reach_timeout: Some(DEFAULT_REACH_TIMEOUT),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             proxy_idle_sleep: None,
+            proxy_cpus: Vec::new(),
             gpu_ipc: true,
             gpu_p2p: true,
             stage_chunk: 256 << 10,
@@ -518,6 +525,14 @@ fn default_proxyd_dir(xdg: Option<String>) -> std::path::PathBuf {
 }
 
 impl Tuning {
+    /// The CPU proxy thread `thread` of PE `pe` is pinned to under
+    /// `CPNET_PROXY_CPUS` (entry `(pe x threads + thread) mod len`, so the
+    /// PEs of a host sharing one list spread over it); `None` when unset.
+    pub fn proxy_cpu(&self, pe: i32, threads: usize, thread: usize) -> Option<usize> {
+        (!self.proxy_cpus.is_empty())
+            .then(|| self.proxy_cpus[(pe.max(0) as usize * threads + thread) % self.proxy_cpus.len()])
+    }
+
     /// The payload slot size in use (bytes; 0: none): `payload_bytes`,
     /// at most `stage_chunk`, halved while `queues * queue_depth` slots
     /// would take more than [`PAYLOAD_BUDGET`]; 0 when even 16-byte slots
@@ -750,6 +765,11 @@ impl Tuning {
                 .map_err(|_| invalid(PROXY_IDLE_SLEEP, &v, "whole microseconds >= 0 (0: never sleep)"))?;
             t.proxy_idle_sleep = (us > 0).then(|| Duration::from_micros(us));
         }
+        if let Some(v) = get(PROXY_CPUS) {
+            t.proxy_cpus = parse_cpu_list(&v).ok_or_else(|| {
+                invalid(PROXY_CPUS, &v, "a CPU list as taskset -c writes it, e.g. 2,3 or 8-11,24 (each CPU below 1024)")
+            })?;
+        }
         match get(PROXY_IDLE).as_deref() {
             None => {}
             Some("spin") => t.proxy_idle_sleep = None,
@@ -784,6 +804,34 @@ impl Tuning {
         };
         Ok(t)
     }
+}
+
+/// A CPU list as `taskset -c` writes it: comma-separated CPUs and
+/// inclusive ranges (`0,2,4-7`), each CPU below 1024 (`CPU_SETSIZE`), in
+/// the order given. `None` for anything else (empty, a reversed range...).
+///
+/// ```
+/// use cpnet::env::parse_cpu_list;
+/// assert_eq!(parse_cpu_list("0,2,4-6"), Some(vec![0, 2, 4, 5, 6]));
+/// assert_eq!(parse_cpu_list("5-3"), None);
+/// ```
+pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in s.split(',') {
+        let part = part.trim();
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse::<usize>().ok()?, b.trim().parse::<usize>().ok()?),
+            None => {
+                let c = part.parse::<usize>().ok()?;
+                (c, c)
+            }
+        };
+        if a > b || b >= 1024 {
+            return None;
+        }
+        cpus.extend(a..=b);
+    }
+    (!cpus.is_empty()).then_some(cpus)
 }
 
 /// Parses a byte count: plain bytes (`4096`), or an integer with a `K`, `M`

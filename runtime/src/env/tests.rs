@@ -511,3 +511,21 @@ fn launch_torchrun_errors_name_the_variable() {
     let e = Launch::from_lookup(env(&bad)).unwrap_err().to_string();
     assert!(e.contains(TORCH_RANK), "{e}");
 }
+
+#[test]
+fn proxy_cpus_lists_and_the_cpu_of_each_thread() {
+    assert_eq!(parse_cpu_list("0,2,4-6"), Some(vec![0, 2, 4, 5, 6]));
+    assert_eq!(parse_cpu_list(" 7 "), Some(vec![7]));
+    assert_eq!(parse_cpu_list("1023"), Some(vec![1023]));
+    for bad in ["", "5-3", "1024", "0-1024", "a", "1,,2", "-1", "1-"] {
+        assert_eq!(parse_cpu_list(bad), None, "{bad:?}");
+    }
+    let t = Tuning::from_lookup(env(&[(PROXY_CPUS, "8-11")])).unwrap();
+    assert_eq!(t.proxy_cpus, vec![8, 9, 10, 11]);
+    // 2 threads per PE: PE 0 on 8, 9; PE 1 on 10, 11; PE 2 wraps to 8, 9.
+    let cpus: Vec<_> = (0..3).flat_map(|pe| (0..2).map(move |th| (pe, th))).map(|(pe, th)| t.proxy_cpu(pe, 2, th).unwrap()).collect();
+    assert_eq!(cpus, [8, 9, 10, 11, 8, 9]);
+    assert_eq!(Tuning::default().proxy_cpu(0, 4, 0), None);
+    let e = Tuning::from_lookup(env(&[(PROXY_CPUS, "3-1")])).unwrap_err().to_string();
+    assert!(e.contains(PROXY_CPUS) && e.contains("taskset"), "{e}");
+}
