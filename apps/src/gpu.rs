@@ -23,7 +23,7 @@
 use anyhow::{Context, bail};
 use cpnet::GpuPe;
 use cpnet::device::layout::ErrorCode;
-use cudarc::driver::{CudaFunction, CudaSlice};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig};
 
 /// The device helpers (after the generated `#define`s).
 const COMMON_CUH: &str = include_str!("gpu/common.cuh");
@@ -262,6 +262,12 @@ pub fn check_launch(
 /// The driver queries; no room at all for the agents.
 pub fn max_coresident(pe: &GpuPe, func: &CudaFunction, threads: u32) -> anyhow::Result<u32> {
     pe.max_persistent_blocks(func, threads, 0).context("size the persistent grid")
+}
+
+/// A one-dimensional launch of `blocks` blocks of `threads` threads, no
+/// dynamic shared memory: the shape of every apps kernel.
+pub fn grid(blocks: u32, threads: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }
 }
 
 /// The grid of a persistent (cooperative) kernel (bfs, sssp): `wgs` if

@@ -87,11 +87,11 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail, ensure};
 use cpnet::GpuPe;
-use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, PushKernelArg};
 
 use super::{Args, Direction, Search, UNVISITED, searches};
 use crate::cli::{Variant, init_gpu_pe};
-use crate::gpu::{check_launch, dptr, kernel_source, max_coresident, new_ctl, op, persistent_grid};
+use crate::gpu::{check_launch, dptr, grid, kernel_source, max_coresident, new_ctl, op, persistent_grid};
 use crate::graph::build::{Input, build_csr_local};
 use crate::graph::comm::GpuHostComm;
 use crate::graph::{Csr, Partition};
@@ -222,10 +222,6 @@ struct GpuBfs<'a> {
 }
 
 impl GpuBfs<'_> {
-    fn cfg(blocks: u32) -> LaunchConfig {
-        LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
-    }
-
     /// One search from `root` (**collective**): its levels and parents, and
     /// its time.
     fn search(&mut self, root: u64) -> Result<(Search, f64)> {
@@ -236,54 +232,47 @@ impl GpuBfs<'_> {
         p.seq0 = self.seq0 as i64;
         let hnd = self.pe.handle();
         let t = Instant::now();
-        if self.hybrid {
-            let mut b = s.launch_builder(&self.k.hybrid);
-            b.arg(&hnd).arg(&p);
-            // SAFETY: the arguments match bfs_persistent_hybrid(cpnet_handle_t,
-            // bfs_params); the pointers as for bfs_persistent below.
-            // Cooperative: blocks <= the hybrid kernel's co-resident maximum (run).
-            unsafe { b.launch_cooperative(Self::cfg(self.blocks)) }.context("launch bfs_persistent_hybrid")?;
-            check_launch(self.pe, &self.ctl, "bfs_persistent_hybrid", "signal")?;
-            let state = s.clone_dtoh(&self.state).context("copy the search state back")?;
-            let secs = t.elapsed().as_secs_f64();
-            let (rounds, bu, seqs) = (state[st::ROUNDS], state[st::BU], state[st::SEQS]);
-            ensure!(seqs >= 1 && bu <= rounds, "internal: hybrid search state rounds {rounds}, bottom-up {bu}, signals {seqs}");
-            self.seq0 += seqs;
-            let (level, parent) = self.levels_and_parents()?;
-            return Ok((Search { parent, level, levels: ((rounds - bu) as u32, bu as u32) }, secs));
-        }
-        let rounds = match self.variant {
+        // (signal values used, levels run top-down, levels run bottom-up)
+        let (seqs, top_down, bottom_up) = match self.variant {
             Variant::IntraKernel => {
-                let mut b = s.launch_builder(&self.k.persistent);
+                let (kernel, name) =
+                    if self.hybrid { (&self.k.hybrid, "bfs_persistent_hybrid") } else { (&self.k.persistent, "bfs_persistent") };
+                let mut b = s.launch_builder(kernel);
                 b.arg(&hnd).arg(&p);
-                // SAFETY: the arguments match bfs_persistent(cpnet_handle_t,
-                // bfs_params); every pointer in `p` is a live allocation of
-                // the size the kernel indexes (the CSR, per-vertex arrays,
-                // queues, bitmap and state held by `self`; the heap slots
-                // sized by heap_bytes), alive until check_launch below.
-                // Cooperative: blocks <= the co-resident maximum (run).
-                unsafe { b.launch_cooperative(Self::cfg(self.blocks)) }.context("launch bfs_persistent")?;
-                check_launch(self.pe, &self.ctl, "bfs_persistent", "signal")?;
-                s.clone_dtoh(&self.state).context("copy the search state back")?[st::ROUNDS]
+                // SAFETY: the arguments match bfs_persistent and
+                // bfs_persistent_hybrid(cpnet_handle_t, bfs_params); every
+                // pointer in `p` is a live allocation of the size the kernel
+                // indexes (the CSR, per-vertex arrays, queues, bitmap and
+                // state held by `self`; the heap slots sized by heap_bytes),
+                // alive until check_launch below. Cooperative: blocks <= the
+                // co-resident maximum of the kernel that runs (run).
+                unsafe { b.launch_cooperative(grid(self.blocks, THREADS)) }.with_context(|| format!("launch {name}"))?;
+                check_launch(self.pe, &self.ctl, name, "signal")?;
+                let state = s.clone_dtoh(&self.state).context("copy the search state back")?;
+                let rounds = state[st::ROUNDS];
+                if self.hybrid {
+                    let (bu, seqs) = (state[st::BU], state[st::SEQS]);
+                    ensure!(seqs >= 1 && bu <= rounds, "internal: hybrid search state rounds {rounds}, bottom-up {bu}, signals {seqs}");
+                    (seqs, rounds - bu, bu)
+                } else {
+                    ensure!(rounds >= 1, "internal: the search ran no round");
+                    (rounds, rounds - 1, 0)
+                }
             }
-            _ => self.inter_kernel(&p)?,
+            _ => {
+                let rounds = self.inter_kernel(&p)?;
+                ensure!(rounds >= 1, "internal: the search ran no round");
+                (rounds, rounds - 1, 0)
+            }
         };
         let secs = t.elapsed().as_secs_f64();
-        ensure!(rounds >= 1, "internal: the search ran no round");
-        self.seq0 += rounds;
-        let (level, parent) = self.levels_and_parents()?;
-        Ok((Search { parent, level, levels: ((rounds - 1) as u32, 0) }, secs))
-    }
-
-    /// The levels and parents of this PE's vertices, copied back.
-    fn levels_and_parents(&self) -> Result<(Vec<u32>, Vec<u64>)> {
-        let s = self.pe.stream();
+        self.seq0 += seqs;
         let mut level = s.clone_dtoh(&self.level).context("copy the levels back")?;
         let mut parent = s.clone_dtoh(&self.parent).context("copy the parents back")?;
         // The buffers hold at least one element (a PE may own no vertex).
         level.truncate(self.nl);
         parent.truncate(self.nl);
-        Ok((level, parent))
+        Ok((Search { parent, level, levels: (top_down as u32, bottom_up as u32) }, secs))
     }
 
     /// `-variant inter-kernel`: the launches of one search; the rounds run.
@@ -293,7 +282,7 @@ impl GpuBfs<'_> {
         let mut b = s.launch_builder(&self.k.init);
         b.arg(p0);
         // SAFETY: bfs_init_k(bfs_params); the buffers live as in search().
-        unsafe { b.launch(Self::cfg(self.blocks)) }.context("launch bfs_init_k")?;
+        unsafe { b.launch(grid(self.blocks, THREADS)) }.context("launch bfs_init_k")?;
         let mut p = *p0;
         for r in 0.. {
             p.round = r;
@@ -301,12 +290,12 @@ impl GpuBfs<'_> {
             b.arg(&p);
             // SAFETY: bfs_expand_k(bfs_params); buffers as in search();
             // stream order puts it after the previous round's receive.
-            unsafe { b.launch(Self::cfg(self.blocks)) }.context("launch bfs_expand_k")?;
+            unsafe { b.launch(grid(self.blocks, THREADS)) }.context("launch bfs_expand_k")?;
             let mut b = s.launch_builder(&self.k.exchange);
             b.arg(&hnd).arg(&p);
             // SAFETY: bfs_exchange_k(cpnet_handle_t, bfs_params), one block
             // (its own context); buffers as in search().
-            unsafe { b.launch(Self::cfg(1)) }.context("launch bfs_exchange_k")?;
+            unsafe { b.launch(grid(1, THREADS)) }.context("launch bfs_exchange_k")?;
             // Wait for the stream first: a copy to pageable memory issued
             // while the exchange kernel runs holds the driver up for the
             // proxy's own CUDA calls, which the exchange waits on.
@@ -323,7 +312,7 @@ impl GpuBfs<'_> {
             let mut b = s.launch_builder(&self.k.receive);
             b.arg(&p);
             // SAFETY: bfs_receive_k(bfs_params); buffers as in search().
-            unsafe { b.launch(Self::cfg(self.blocks)) }.context("launch bfs_receive_k")?;
+            unsafe { b.launch(grid(self.blocks, THREADS)) }.context("launch bfs_receive_k")?;
         }
         unreachable!("the round loop only ends by returning")
     }
@@ -346,13 +335,8 @@ pub fn run(args: &Args, input: &Input) -> Result<(bool, i32)> {
     let csr = build_csr_local(input, &part, me, threads);
     let module = pe.build_module("bfs.cu", &source())?;
     let load = |name: &str| module.load_function(name).with_context(|| format!("kernel {name}"));
+    // bfs::run refused -direction hybrid with -variant inter-kernel.
     let hybrid = args.direction() == Direction::Hybrid;
-    ensure!(
-        !hybrid || variant == Variant::IntraKernel,
-        "-variant {} -direction hybrid: bottom-up levels run in the intra-kernel variant only; \
-         use -variant intra-kernel, or -direction top-down",
-        variant.name()
-    );
     let persistent = load("bfs_persistent")?;
     let hybrid_k = load("bfs_persistent_hybrid")?;
     // The grid of the kernel that runs (the hybrid one may hold more registers).
@@ -372,10 +356,7 @@ pub fn run(args: &Args, input: &Input) -> Result<(bool, i32)> {
         receive: load("bfs_receive_k")?,
     };
     let blocks = persistent_grid(max, args.wgs, THREADS)?;
-    let mut g = upload(&pe, variant, k, &csr, &part, blocks)?;
-    g.hybrid = hybrid;
-    g.params.alpha = args.alpha;
-    g.params.beta = args.beta;
+    let mut g = upload(&pe, args, k, &csr, &part, blocks)?;
     let construction = t0.elapsed().as_secs_f64();
     if me == 0 {
         println!(
@@ -398,7 +379,7 @@ pub fn run(args: &Args, input: &Input) -> Result<(bool, i32)> {
 ///
 /// # Errors
 /// Allocations and copies.
-fn upload<'a>(pe: &'a GpuPe, variant: Variant, k: Kernels, csr: &Csr, part: &Partition, blocks: u32) -> Result<GpuBfs<'a>> {
+fn upload<'a>(pe: &'a GpuPe, args: &Args, k: Kernels, csr: &Csr, part: &Partition, blocks: u32) -> Result<GpuBfs<'a>> {
     let s = pe.stream();
     let (me, p) = (pe.my_pe(), part.n_pes as u64);
     let nl = csr.n_local();
@@ -439,12 +420,14 @@ fn upload<'a>(pe: &'a GpuPe, variant: Variant, k: Kernels, csr: &Csr, part: &Par
         slot: slot as i64,
         n_pes: p as i64,
         me: i64::from(me),
+        alpha: args.alpha,
+        beta: args.beta,
         ..BfsParams::default()
     };
     Ok(GpuBfs {
         pe,
-        variant,
-        hybrid: false,
+        variant: args.g.variant,
+        hybrid: args.direction() == Direction::Hybrid,
         k,
         blocks,
         params,

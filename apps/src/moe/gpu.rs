@@ -5,7 +5,7 @@
 use anyhow::{Context, ensure};
 use cpnet::GpuPe;
 use cpnet::device::cpu::SymAddr;
-use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, PushKernelArg};
 
 use super::{Args, Layout, Routing, Timing, check, count_wrong, heap_bytes, initial_regions};
 use crate::cli::{Variant, init_gpu_pe};
@@ -138,7 +138,7 @@ pub fn run(a: &Args) -> anyhow::Result<(Timing, u64, GpuPe)> {
         super::print_header(a, n as i32, pe.provider(), raised, "intra-kernel", &format!("{blocks} block(s) of {THREADS} threads"));
     }
     let hnd = pe.handle();
-    let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
+    let cfg = crate::gpu::grid(blocks, THREADS);
     let mut b = s.launch_builder(&func);
     b.arg(&hnd).arg(&p);
     // SAFETY: the arguments match moe_run(cpnet_handle_t, moe_params); every

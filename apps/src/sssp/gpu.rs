@@ -93,13 +93,13 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail, ensure};
 use cpnet::GpuPe;
-use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr, PushKernelArg};
 
 use super::controller::{Bucket, Controller, MAX_ROUNDS, MIN_SETTLED, Mode, RANGE};
 use super::{Args, Run, Searched, id_bits};
 use crate::cli::{Variant, init_gpu_pe};
 use crate::energy::EnergyMeter;
-use crate::gpu::{check_launch, dptr, kernel_source, max_coresident, new_ctl, op, persistent_grid};
+use crate::gpu::{check_launch, dptr, grid, kernel_source, max_coresident, new_ctl, op, persistent_grid};
 use crate::graph::build::{Input, build_csr_local};
 use crate::graph::comm::{Collectives, GpuHostComm};
 use crate::graph::{Csr, Partition};
@@ -231,7 +231,6 @@ struct Kernels {
 struct GpuSssp<'a> {
     pe: &'a GpuPe,
     variant: Variant,
-    mode: Mode,
     k: Kernels,
     blocks: u32,
     params: SsspParams,
@@ -271,7 +270,7 @@ impl GpuSssp<'_> {
             // state and history held by `self`; the heap words and slots sized
             // by heap_bytes), alive until check_launch below. Cooperative:
             // blocks <= the co-resident maximum (run).
-            unsafe { b.launch_cooperative(self.cfg(self.blocks)) }.context("launch sssp_persistent")?;
+            unsafe { b.launch_cooperative(grid(self.blocks, THREADS)) }.context("launch sssp_persistent")?;
             check_launch(self.pe, &self.ctl, "sssp_persistent", "signal")?;
             let secs = t.elapsed().as_secs_f64();
             let stv = s.clone_dtoh(&self.state).context("copy the search state back")?;
@@ -290,8 +289,16 @@ impl GpuSssp<'_> {
         Ok(Searched { words, secs, buckets, rounds: rounds as u32, deltas, relaxations: stv[st::RELAX] })
     }
 
-    fn cfg(&self, blocks: u32) -> LaunchConfig {
-        LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
+    /// Launch one of the inter-kernel phases that take only
+    /// `(sssp_params)` (init, relax, fill, apply, scan) on `blocks` blocks.
+    fn launch_phase(&self, k: &CudaFunction, name: &str, blocks: u32, p: &SsspParams) -> Result<()> {
+        let mut b = self.pe.stream().launch_builder(k);
+        b.arg(p);
+        // SAFETY: every phase kernel takes (sssp_params) by value; every
+        // pointer in `p` is a live allocation held by `self` (search()'s
+        // argument), and the stream orders each phase after the one before.
+        unsafe { b.launch(grid(blocks, THREADS)) }.with_context(|| format!("launch {name}"))?;
+        Ok(())
     }
 
     /// `-variant inter-kernel`: the launches of one search, the host
@@ -303,11 +310,9 @@ impl GpuSssp<'_> {
     fn inter_kernel(&self, p0: &SsspParams) -> Result<(u64, usize, Vec<u64>)> {
         let s = self.pe.stream();
         let hnd = self.pe.handle();
-        let mut b = s.launch_builder(&self.k.init);
-        b.arg(p0);
-        // SAFETY: sssp_init_k(sssp_params); the buffers live as in search().
-        unsafe { b.launch(self.cfg(self.blocks)) }.context("launch sssp_init_k")?;
-        let mut ctlr = Controller::new(self.mode, p0.delta0 as u64, self.blocks);
+        self.launch_phase(&self.k.init, "sssp_init_k", self.blocks, p0)?;
+        let mode = if p0.adaptive != 0 { Mode::Adaptive } else { Mode::Fixed };
+        let mut ctlr = Controller::new(mode, p0.delta0 as u64, self.blocks);
         let mut threshold = ctlr.delta();
         let (mut bucket_rounds, mut settled0, mut buckets) = (0u32, 0u64, 0usize);
         let mut bucket_t0 = Instant::now();
@@ -315,24 +320,14 @@ impl GpuSssp<'_> {
         for r in 0.. {
             p.round = r;
             p.bucket_ns = bucket_t0.elapsed().as_nanos().min(i64::MAX as u128) as i64;
-            for (k, name, blocks) in
-                [(&self.k.relax, "sssp_relax_k", self.blocks), (&self.k.fill, "sssp_fill_k", self.blocks)]
-            {
-                let mut b = s.launch_builder(k);
-                b.arg(&p);
-                // SAFETY: sssp_relax_k / sssp_fill_k (sssp_params); buffers
-                // as in search(); stream order puts them after the last scan.
-                unsafe { b.launch(self.cfg(blocks)) }.with_context(|| format!("launch {name}"))?;
-            }
+            self.launch_phase(&self.k.relax, "sssp_relax_k", self.blocks, &p)?;
+            self.launch_phase(&self.k.fill, "sssp_fill_k", self.blocks, &p)?;
             let mut b = s.launch_builder(&self.k.exchange);
             b.arg(&hnd).arg(&p);
             // SAFETY: sssp_exchange_k(cpnet_handle_t, sssp_params), one block
             // (its own context); buffers as in search().
-            unsafe { b.launch(self.cfg(1)) }.context("launch sssp_exchange_k")?;
-            let mut b = s.launch_builder(&self.k.apply);
-            b.arg(&p);
-            // SAFETY: sssp_apply_k(sssp_params); buffers as in search().
-            unsafe { b.launch(self.cfg(self.blocks)) }.context("launch sssp_apply_k")?;
+            unsafe { b.launch(grid(1, THREADS)) }.context("launch sssp_exchange_k")?;
+            self.launch_phase(&self.k.apply, "sssp_apply_k", self.blocks, &p)?;
             // Synchronize before the copy (bfs's reason: a copy to pageable
             // memory while the exchange runs holds up the proxy's own calls).
             self.pe.synchronize().context("sssp round")?;
@@ -360,10 +355,7 @@ impl GpuSssp<'_> {
             }
             p.threshold = threshold as i64;
             p.bucket = buckets as i64;
-            let mut b = s.launch_builder(&self.k.scan);
-            b.arg(&p);
-            // SAFETY: sssp_scan_k(sssp_params); buffers as in search().
-            unsafe { b.launch(self.cfg(self.blocks)) }.context("launch sssp_scan_k")?;
+            self.launch_phase(&self.k.scan, "sssp_scan_k", self.blocks, &p)?;
         }
         unreachable!("the round loop only ends by returning")
     }
@@ -518,7 +510,6 @@ fn upload<'a>(
     Ok(GpuSssp {
         pe,
         variant,
-        mode,
         k,
         blocks,
         params,
