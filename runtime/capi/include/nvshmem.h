@@ -211,10 +211,10 @@ __device__ inline void with_queue(const char* routine, int pe, F f)
     }
 }
 
-__device__ inline void block_copy(char* dst, const char* src, size_t n)
+/** Thread `t` of `nt` copies its share of the bytes (16-byte words where
+ *  everything is 16-byte aligned). */
+__device__ inline void strided_copy(char* dst, const char* src, size_t n, size_t t, size_t nt)
 {
-    const size_t nt = (size_t)blockDim.x * blockDim.y * blockDim.z;
-    const size_t t = threadIdx.x + blockDim.x * (threadIdx.y + (size_t)blockDim.y * threadIdx.z);
     if ((((uintptr_t)dst | (uintptr_t)src | n) & 15) == 0) {
         for (size_t i = t; i < n / 16; i += nt) ((int4*)dst)[i] = ((const int4*)src)[i];
     } else {
@@ -222,17 +222,16 @@ __device__ inline void block_copy(char* dst, const char* src, size_t n)
     }
 }
 
-/** The copy of a warp: its 32 lanes stride over the bytes (16-byte words
- *  where everything is 16-byte aligned), then __syncwarp. Every lane of the
- *  warp calls it. */
+/** The copy of a block: every thread of it calls. */
+__device__ inline void block_copy(char* dst, const char* src, size_t n)
+{
+    strided_copy(dst, src, n, cpnet_detail::thread_rank(), (size_t)blockDim.x * blockDim.y * blockDim.z);
+}
+
+/** The copy of a warp, then __syncwarp: every lane of the warp calls. */
 __device__ inline void warp_copy(char* dst, const char* src, size_t n)
 {
-    const size_t lane = (threadIdx.x + blockDim.x * (threadIdx.y + (size_t)blockDim.y * threadIdx.z)) & 31u;
-    if ((((uintptr_t)dst | (uintptr_t)src | n) & 15) == 0) {
-        for (size_t i = lane; i < n / 16; i += 32) ((int4*)dst)[i] = ((const int4*)src)[i];
-    } else {
-        for (size_t i = lane; i < n; i += 32) dst[i] = src[i];
-    }
+    strided_copy(dst, src, n, cpnet_detail::thread_rank() & 31u, 32);
     __syncwarp();
 }
 
@@ -586,7 +585,7 @@ __device__ inline void nvshmemx_putmem_signal_warp(void* dest, const void* sourc
                                                    uint64_t signal, int sig_op, int pe)
 {
     cpnet_nv::warp_copy(cpnet_nv::remote_or_fail("nvshmemx_putmem_signal_warp", dest, pe), (const char*)source, nbytes);
-    if (((threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) & 31u) == 0) {
+    if ((cpnet_detail::thread_rank() & 31u) == 0) {
         __threadfence_system();
         cpnet_nv::signal_p2p("nvshmemx_putmem_signal_warp", sig_addr, signal, sig_op, pe);
     }
