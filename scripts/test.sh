@@ -12,7 +12,11 @@
 #      oshcc and run with oshrun -np 2 and 4; bad input; apps/c);
 #   4. scripts/twohost.sh: a two-host job between two network namespaces
 #      over tcp;ofi_rxm, with the debug binaries step 1 built (it skips
-#      with one line where `ip netns` does not work, e.g. not as root).
+#      with one line where `ip netns` does not work, e.g. not as root);
+#   5. the scripts that run only on a GPU machine (anchors.sh,
+#      graph-gpu.sh, carry.sh, the NCCL anchors): every shell script and
+#      Python script parses, and the two batch scripts refuse a machine
+#      without GPUs with their message.
 # GPU tests skip with a message on a machine without a GPU.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -23,3 +27,14 @@ RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test --locked -p cpnet-device --no-default-features --test loom --release
 bash scripts/test-c.sh
 TWOHOST_PROFILE=debug bash scripts/twohost.sh
+for f in scripts/*.sh scripts/lib/*.sh; do bash -n "$f"; done
+python3 -c 'import ast, sys; [ast.parse(open(f).read(), f) for f in sys.argv[1:]]' scripts/*.py
+if ! command -v nvidia-smi >/dev/null || [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -lt 2 ]; then
+  gpu_out=$(mktemp -d)
+  for s in anchors graph-gpu; do
+    out=$(BIN=target/debug bash "scripts/$s.sh" "$gpu_out/$s" 2>&1) && { echo "$s.sh ran without 2 GPUs"; exit 1; }
+    grep -q "needs 2 GPUs" <<<"$out" || { echo "$s.sh: unexpected refusal: $out"; exit 1; }
+  done
+  rm -rf "$gpu_out"
+  echo "test: anchors.sh and graph-gpu.sh refuse a machine without 2 GPUs, naming it"
+fi
