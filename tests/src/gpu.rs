@@ -885,12 +885,15 @@ extern "C" __global__ void barrier(cpnet_handle_t h, u64* slots, u64* ctr, u8* d
             EXPECT_DATA(data + (u64)s * BB, BB, s, 0, r, ((u64)r << 8) | s);
         }
         EXPECT_WORD(ctr, (u64)r * n, r);
-        /* cpnet_ptr (shmem_ptr): every PE of this one-host job is reachable
-         * when the handle has a peer-to-peer table (CPNET_GPU_P2P=1 and
-         * CPNET_GPU_IPC=1), none without one; our word at PE t reads back. */
+        /* cpnet_ptr (shmem_ptr): a PE is reachable exactly when the handle
+         * has a peer-to-peer table (CPNET_GPU_P2P=1) with an entry for it:
+         * every PE of this one-host job with CPNET_GPU_IPC=1, this PE alone
+         * with CPNET_GPU_IPC=0, none without a table; our word at PE t
+         * reads back. */
         for (int t = 0; t < n; ++t) {
             const volatile u64* pt = (const volatile u64*)cpnet_ptr(&ctx, slots + me, t);
-            EXPECT_EQ(pt != nullptr, h.peers != 0, ((u64)r << 8) | t);
+            const bool mapped = h.peers != 0 && ((const u64*)h.peers)[t] != 0;
+            EXPECT_EQ(pt != nullptr, mapped, ((u64)r << 8) | t);
             if (pt != nullptr) EXPECT_EQ(*pt, (u64)r * 1000 + me, ((u64)r << 8) | t);
         }
         EXPECT_EQ(cpnet_ptr(&ctx, slots, n) == nullptr, 1, r);
