@@ -6,13 +6,14 @@
 #
 #   bash scripts/carry.sh [DIR]        # default .bin (add it to .git/info/exclude)
 #
-# DIR/r       cpnet-run, cpnet-gpu-check, cpnet-gpu-p2p, cpnet-gpu-bench,
+# DIR/r       cpnet-run, cpnet-proxyd, cpnet-cycles, cpnet-gpu-check, cpnet-gpu-p2p, cpnet-gpu-bench,
 #             cpnet-bench, cpnet-check, cpnet-chaos, allreduce, jacobi, moe,
 #             bfs, sssp, fi_pingpong: what scripts/anchors.sh and
 #             scripts/graph-gpu.sh take as BIN=DIR/r
 # DIR/cuda    apps/cuda/jacobi and tests/cuda/{coll,fill,amo,warp}, with
 #             lib/libcpnet.so beside them (rpath $ORIGIN/lib)
-# DIR/tests   the GPU test binaries (apps/tests/graph.rs, tests/tests/gpu_multi_pe.rs),
+# DIR/tests   the GPU test binaries (apps/tests/graph.rs, tests/tests/gpu_multi_pe.rs,
+#             tests/tests/gpu_daemon.rs),
 #             stripped; they find the programs they run through the paths
 #             cargo compiled in (target/release/...), so run them from a
 #             copy of the repository at the same path as here, with
@@ -25,13 +26,13 @@ dir=${1:-.bin}
 . scripts/nvrtc-env.sh
 mkdir -p "$dir/r" "$dir/cuda/lib" "$dir/tests"
 
-bins=(cpnet-run cpnet-gpu-check cpnet-gpu-p2p cpnet-gpu-bench cpnet-bench cpnet-check cpnet-chaos allreduce jacobi moe bfs sssp)
+bins=(cpnet-run cpnet-proxyd cpnet-cycles cpnet-gpu-check cpnet-gpu-p2p cpnet-gpu-bench cpnet-bench cpnet-check cpnet-chaos allreduce jacobi moe bfs sssp)
 cargo build --release --workspace >/dev/null
 for b in "${bins[@]}"; do strip -o "$dir/r/$b" "target/release/$b"; done
 cp "$(command -v fi_pingpong)" "$dir/r/" 2>/dev/null || echo "carry: no fi_pingpong here (apt-get install libfabric-bin)" >&2
 
 # The GPU tests' binaries: the newest build of each test target.
-test_bins=$(cargo test --release --no-run -p cpnet-apps --test graph -p cpnet-tests --test gpu_multi_pe --message-format=json 2>/dev/null |
+test_bins=$(cargo test --release --no-run -p cpnet-apps --test graph -p cpnet-tests --test gpu_multi_pe --test gpu_daemon --message-format=json 2>/dev/null |
   python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)

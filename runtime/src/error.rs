@@ -170,4 +170,8 @@ pub enum GpuError {
         /// Blocks' worth of room they need.
         room: u32,
     },
+    /// Memory shared with the proxy daemon (a memfd) could not be made,
+    /// mapped or checked.
+    #[error("shared memory for the proxy daemon: {0}")]
+    Shared(String),
 }

@@ -40,6 +40,8 @@ use crate::proxy_link::ProxyLink;
 use crate::proxy_threads::{Backend, Proxies};
 use cudarc::driver::{result as cu, sys as cusys};
 
+mod daemon;
+pub(crate) use daemon::{GpuSessionMem, serve_gpu_pe};
 mod queues;
 pub use queues::{GpuQueues, MappedHost};
 mod module;
@@ -223,6 +225,8 @@ impl Drop for PeerHeaps {
 /// in GPU memory, the queues, the CUDA IPC exchange; the staged proxy threads.
 struct GpuKind {
     cuda: Arc<CudaContext>,
+    /// Who serves the PE ([`daemon::proxy_mode`]), decided with the heap.
+    mode: crate::env::ProxyMode,
     /// The landing agent's function once the proxy loaded it (for
     /// [`GpuPe::max_persistent_blocks`], which sets its carveout).
     agent: Arc<std::sync::OnceLock<CudaFunction>>,
@@ -235,6 +239,8 @@ struct GpuParts {
     p2p: Option<DeviceMem>,
     queues: Arc<GpuQueues>,
     heap: DeviceMem,
+    /// With the daemon: the queue memfds, until the Attach passes them.
+    daemon_fds: Option<Vec<std::os::fd::OwnedFd>>,
 }
 
 impl PeKind for GpuKind {
@@ -249,47 +255,38 @@ impl PeKind for GpuKind {
             "cuMemAlloc (symmetric heap; lower CPNET_HEAP_SIZE?)",
             "cuMemsetD8 (zero the symmetric heap)",
         )?;
-        let mut queues = GpuQueues::with_placement(cuda, tuning.queues, geom, tuning.queue_mem)?;
-        queues.set_payload(tuning.payload_slot_bytes())?;
+        self.mode = daemon::proxy_mode(cuda, tuning, me)?;
+        let (queues, daemon_fds) = if self.mode == crate::env::ProxyMode::Daemon {
+            let (q, fds) = GpuQueues::shared(cuda, tuning.queues, geom, tuning.payload_slot_bytes(), me)?;
+            (q, Some(fds))
+        } else {
+            let mut q = GpuQueues::with_placement(cuda, tuning.queues, geom, tuning.queue_mem)?;
+            q.set_payload(tuning.payload_slot_bytes())?;
+            (q, None)
+        };
         let queues = Arc::new(queues);
         let peers = PeerHeaps::exchange(boot, me, &heap, tuning.gpu_ipc)?;
         let p2p = if tuning.gpu_p2p { Some(p2p_table(cuda, me, &heap, &peers)?) } else { None };
         let stream = cuda.new_stream().map_err(|source| GpuError::Cuda { what: "cuStreamCreate (application stream)", source })?;
-        Ok(GpuParts { stream, peers, p2p, queues, heap })
+        Ok(GpuParts { stream, peers, p2p, queues, heap, daemon_fds })
     }
 
-    fn proxy(&mut self, parts: &mut GpuParts, launch: &Launch, tuning: &Tuning, _boot: &Bootstrap, fabric: &FabricConfig) -> Result<ProxyLink> {
+    fn proxy(&mut self, parts: &mut GpuParts, launch: &Launch, tuning: &Tuning, boot: &Bootstrap, fabric: &FabricConfig) -> Result<ProxyLink> {
         let me = launch.pe;
         let heap_size = parts.heap.size;
-        if tuning.proxy == crate::env::ProxyMode::Daemon {
-            tracing::warn!("PE {me}: CPNET_PROXY=daemon: GPU PEs use the in-process proxy in this version");
-        }
-        let cfg = StagedConfig {
-            fabric: fabric.clone(),
-            chunk: tuning.stage_chunk as usize,
-            credits: tuning.stage_credits,
-            send_bufs: tuning.stage_bufs,
-        };
         let threads = tuning.gpu_proxy_threads.min(tuning.queues).max(1);
+        if let Some(fds) = parts.daemon_fds.take() {
+            // The agent is loaded here too: GpuPe::max_persistent_blocks
+            // reads its attributes to leave room for the daemon's agents.
+            let agent = landing_agent(&self.cuda, tuning)?;
+            let _ = self.agent.set(agent.function);
+            return daemon::attach(&self.cuda, &parts.queues, parts.heap.base, heap_size, launch.n_pes, me, tuning, boot, fabric, fds);
+        }
+        let heap = GpuHeap { base: parts.heap.base, size: heap_size };
+        let (backend, per_thread, agent) =
+            gpu_backend(&self.cuda, &parts.queues, heap, parts.peers.bases.clone(), me, launch.n_pes, threads, tuning, fabric)?;
+        let _ = self.agent.set(agent);
         let limits = Limits { n_pes: launch.n_pes, heap_size };
-        let agent = landing_agent(&self.cuda, tuning)?;
-        let _ = self.agent.set(agent.function.clone());
-        let indices: Vec<Vec<usize>> = (0..threads).map(|t| (t..tuning.queues).step_by(threads).collect()).collect();
-        // The proxy's views: the queues, or (CPNET_QUEUE_MEM=device) the host
-        // shadows that the threads' mirrors keep. The watchdog reads them.
-        let per_thread: Vec<Vec<QueueMem>> = indices.iter().map(|qs| qs.iter().map(|&q| parts.queues.queue(q)).collect()).collect();
-        let backend = Arc::new(GpuBackend {
-            cfg,
-            cuda: Arc::clone(&self.cuda),
-            me,
-            n_pes: launch.n_pes,
-            heap: GpuHeap { base: parts.heap.base, size: heap_size },
-            shared: Arc::new(PeShared::default()),
-            peer_heaps: parts.peers.bases.clone(),
-            agent,
-            queues: Arc::clone(&parts.queues),
-            per_thread: indices,
-        });
         Proxies::spawn(backend, me, per_thread, limits, &fabric.provider, tuning).map(ProxyLink::from)
     }
 
@@ -297,6 +294,54 @@ impl PeKind for GpuKind {
         let q = Arc::clone(&parts.queues);
         Box::new(move |code| q.abort(code))
     }
+}
+
+/// The staged proxy of GPU PE `me` (of `n_pes`) over `queues` and `heap`
+/// (device addresses in `cuda`'s context; `peer_heaps`: the other PEs'
+/// heaps mapped there, for IPC copies), served by `threads` service
+/// threads: the backend, each thread's queue views, and the landing agent's
+/// function. The same in the PE (in-process proxy) and in the daemon.
+///
+/// # Errors
+/// [`GpuError`] loading the landing agent.
+#[allow(clippy::too_many_arguments)]
+fn gpu_backend(
+    cuda: &Arc<CudaContext>,
+    queues: &Arc<GpuQueues>,
+    heap: GpuHeap,
+    peer_heaps: Vec<Option<u64>>,
+    me: i32,
+    n_pes: i32,
+    threads: usize,
+    tuning: &Tuning,
+    fabric: &FabricConfig,
+) -> std::result::Result<(Arc<GpuBackend>, Vec<Vec<QueueMem>>, CudaFunction), GpuError> {
+    let cfg = StagedConfig {
+        fabric: fabric.clone(),
+        chunk: tuning.stage_chunk as usize,
+        credits: tuning.stage_credits,
+        send_bufs: tuning.stage_bufs,
+    };
+    let agent = landing_agent(cuda, tuning)?;
+    let function = agent.function.clone();
+    let n = queues.len();
+    let indices: Vec<Vec<usize>> = (0..threads).map(|t| (t..n).step_by(threads).collect()).collect();
+    // The proxy's views: the queues, or (CPNET_QUEUE_MEM=device) the host
+    // shadows that the threads' mirrors keep. The watchdog reads them.
+    let per_thread: Vec<Vec<QueueMem>> = indices.iter().map(|qs| qs.iter().map(|&q| queues.queue(q)).collect()).collect();
+    let backend = Arc::new(GpuBackend {
+        cfg,
+        cuda: Arc::clone(cuda),
+        me,
+        n_pes,
+        heap,
+        shared: Arc::new(PeShared::default()),
+        peer_heaps,
+        agent,
+        queues: Arc::clone(queues),
+        per_thread: indices,
+    });
+    Ok((backend, per_thread, function))
 }
 
 struct GpuBackend {
@@ -446,8 +491,8 @@ impl GpuPe {
         let cuda = open_device(launch.local_pe)?;
         let threads = tuning.gpu_proxy_threads.min(tuning.queues).max(1);
         let agent = Arc::new(std::sync::OnceLock::new());
-        let (core, parts) = startup::start(launch, tuning, GpuKind { cuda: Arc::clone(&cuda), agent: Arc::clone(&agent) })?;
-        let GpuParts { stream, peers, p2p, queues, heap } = parts;
+        let (core, parts) = startup::start(launch, tuning, GpuKind { cuda: Arc::clone(&cuda), mode: crate::env::ProxyMode::InProcess, agent: Arc::clone(&agent) })?;
+        let GpuParts { stream, peers, p2p, queues, heap, daemon_fds: _ } = parts;
         let me = core.my_pe();
         let teams = team::TeamTable::new(&cuda, &core.teams)?;
         let pe = GpuPe { core, stream, peers, p2p, queues, teams, agent, on_stream: Default::default(), heap, cuda };

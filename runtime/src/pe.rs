@@ -459,7 +459,8 @@ impl PeKind for CpuKind {
         let threads = tuning.proxy_threads.min(tuning.queues).max(1);
         if let CpuMem::Shared { fds, .. } = &mut parts.mem {
             let fds = fds.take().expect("the memfds are passed once");
-            return attach_to_daemon(parts.pool.geometry(), tuning, boot, me, launch.n_pes, heap_size, threads, fabric, fds);
+            let att = attach_message(me, launch.n_pes, heap_size, region_len(heap_size), tuning.queues, parts.pool.geometry(), threads, tuning, fabric);
+            return attach_to_daemon(tuning, boot, &DaemonPaths::in_dir(&tuning.proxyd_dir), att, fds.into());
         }
         let limits = Limits { n_pes: launch.n_pes, heap_size };
         let queues = (0..threads).map(|t| (t..tuning.queues).step_by(threads).map(|q| parts.pool.queue(q)).collect()).collect();
@@ -483,22 +484,14 @@ impl PeKind for CpuKind {
     }
 }
 
-/// Step 4 with `CPNET_PROXY=daemon`: reach the host's daemon (starting it
-/// if none runs), and attach this PE's queues and heap (`fds`) to it under
-/// the job's key (`CPNET_JOB_ID`/`CPNET_JOB_TOKEN`; without them, PE 0 draws
-/// one and the rendezvous shares it: collective then).
-#[allow(clippy::too_many_arguments)]
-fn attach_to_daemon(
-    geom: QueueGeometry,
-    tuning: &Tuning,
-    boot: &Bootstrap,
-    me: i32,
-    n_pes: i32,
-    heap_size: u64,
-    threads: usize,
-    fabric: &FabricConfig,
-    fds: [OwnedFd; 2],
-) -> Result<ProxyLink> {
+/// Step 4 with the proxy daemon: reach the daemon of `paths` (starting it
+/// if none runs), and attach this PE with `att` (everything but the job's
+/// key) and its memfds `fds` under the job's key
+/// (`CPNET_JOB_ID`/`CPNET_JOB_TOKEN`; without them, PE 0 draws one and the
+/// rendezvous shares it: collective then). CPU PEs here, GPU PEs from
+/// [`crate::gpu`].
+pub(crate) fn attach_to_daemon(tuning: &Tuning, boot: &Bootstrap, paths: &DaemonPaths, mut att: Attach, fds: Vec<OwnedFd>) -> Result<ProxyLink> {
+    let me = att.pe;
     let err = |why: String| Error::Daemon { pe: me, why };
     let key = match &tuning.job {
         Some(k) => k.clone(),
@@ -511,23 +504,30 @@ fn attach_to_daemon(
             JobKey { id: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")), token: b[8..].try_into().expect("16 bytes") }
         }
     };
-    let paths = DaemonPaths::in_dir(&tuning.proxyd_dir);
-    let stream = daemon::ensure_running(&paths, tuning.proxyd_bin.as_deref(), tuning.proxyd_linger, tuning.connect_timeout).map_err(err)?;
-    let att = Attach {
-        job: key.id,
-        token: key.token,
+    (att.job, att.token) = (key.id, key.token);
+    let stream = daemon::ensure_running(paths, tuning.proxyd_bin.as_deref(), tuning.proxyd_linger, tuning.connect_timeout).map_err(err)?;
+    let link = DaemonLink::attach(stream, &paths.socket, &att, fds, tuning.connect_timeout)?;
+    Ok(ProxyLink::Daemon(link, tuning.connect_timeout))
+}
+
+/// The fields of an [`Attach`] every PE fills the same way (the job's key is
+/// filled in by [`attach_to_daemon`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attach_message(me: i32, n_pes: i32, heap_size: u64, region_len: u64, queues: usize, geom: QueueGeometry, threads: usize, tuning: &Tuning, fabric: &FabricConfig) -> Attach {
+    Attach {
+        job: 0,
+        token: [0; 16],
         pe: me,
         n_pes,
         heap_size,
-        region_len: region_len(heap_size),
-        queues: tuning.queues as u32,
+        region_len,
+        queues: queues as u32,
         depth: geom.depth(),
         threads: threads as u32,
         idle_sleep_us: tuning.proxy_idle_sleep.map_or(0, |d| d.as_micros().max(1) as u64),
         stall_ms: tuning.proxy_stall_timeout.map_or(0, |d| d.as_millis().max(1) as u64),
         provider: fabric.provider.clone(),
         src_node: fabric.src_node.clone().unwrap_or_default(),
-    };
-    let link = DaemonLink::attach(stream, &paths.socket, &att, fds, tuning.connect_timeout)?;
-    Ok(ProxyLink::Daemon(link, tuning.connect_timeout))
+        gpu: None,
+    }
 }

@@ -60,6 +60,7 @@ fn sibling(name: &str) -> PathBuf {
 /// A daemon of this test, in its own directory.
 struct Daemon {
     dir: PathBuf,
+    socket: PathBuf,
     log: PathBuf,
     child: Option<Child>,
     pid: u32,
@@ -69,6 +70,11 @@ impl Daemon {
     /// Starts `cpnet-proxyd --dir DIR --persistent` (as `user` through
     /// `setpriv` when given) and waits until its socket answers.
     fn start(name: &str, user: Option<&str>) -> Daemon {
+        Daemon::start_for(name, user, None)
+    }
+
+    /// As [`Daemon::start`]; with `gpu`, the daemon of that GPU (`--gpu`).
+    fn start_for(name: &str, user: Option<&str>, gpu: Option<&str>) -> Daemon {
         let dir = PathBuf::from(format!("/tmp/cpnet-test-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::DirBuilder::new().mode(0o700).create(&dir).expect("daemon dir");
@@ -86,10 +92,17 @@ impl Daemon {
                 c
             }
         };
+        if let Some(g) = gpu {
+            cmd.arg("--gpu").arg(g);
+        }
         cmd.arg("--dir").arg(&dir).arg("--persistent").env("RUST_LOG", "info").stdin(Stdio::null()).stdout(out.try_clone().unwrap()).stderr(out);
         let child = cmd.spawn().expect("start cpnet-proxyd");
         let pid = child.id();
-        let d = Daemon { dir, log, child: Some(child), pid };
+        let socket = match gpu {
+            Some(g) => dir.join(format!("proxyd-{g}.sock")),
+            None => dir.join("proxyd.sock"),
+        };
+        let d = Daemon { dir, socket, log, child: Some(child), pid };
         let t = Instant::now();
         while !d.log().contains("serving") {
             assert!(t.elapsed() < Duration::from_secs(20), "the daemon did not come up:\n{}", d.log());
@@ -99,7 +112,7 @@ impl Daemon {
     }
 
     fn socket(&self) -> PathBuf {
-        self.dir.join("proxyd.sock")
+        self.socket.clone()
     }
 
     fn log(&self) -> String {
@@ -194,6 +207,7 @@ fn attach_msg(job: u64, token: u8, pe: i32, n_pes: i32) -> (Attach, [std::os::fd
         stall_ms: 0,
         provider: "shm".into(),
         src_node: String::new(),
+        gpu: None,
     };
     (att, [qfd, rfd], [q, r])
 }
@@ -386,6 +400,76 @@ fn wrong_token_duplicate_pe_and_malformed_messages_are_refused_and_the_daemon_go
     wait_log(&d, "went away without detaching", 1);
     // It goes on serving.
     assert_ok(2, &finish(spawn_job(2, &["ops"], &d.env()), Duration::from_secs(300)), "ops after the refusals");
+}
+
+/// A GPU PE's Attach as a PE would send it for GPU `uuid` (its heap handle
+/// is 64 arbitrary bytes: these tests never get as far as opening it), and
+/// its three memfds (pool, status, payload slots of 1 KiB).
+fn borrow(f: &[std::os::fd::OwnedFd]) -> Vec<std::os::fd::BorrowedFd<'_>> {
+    f.iter().map(|f| f.as_fd()).collect()
+}
+
+fn gpu_attach_msg(job: u64, uuid: [u8; 16]) -> (Attach, Vec<std::os::fd::OwnedFd>, Vec<SharedMem>) {
+    let (mut att, _cpu_fds, _cpu_mem) = attach_msg(job, 1, 0, 1);
+    att.region_len = 0;
+    att.gpu = Some(wire::GpuAttach { uuid, heap_ipc: [7; 64], payload_bytes: 1024, tuning: vec![("CPNET_AGENT_LANES".into(), "1".into())] });
+    let geom = cpnet::device::ring::QueueGeometry::new(64).unwrap();
+    let page = |n: usize| n.max(1).div_ceil(4096) * 4096;
+    let (mut fds, mut mem) = (Vec::new(), Vec::new());
+    for (name, len) in [("cpnet-test-gpu-queues", geom.bytes()), ("cpnet-test-gpu-status", 64), ("cpnet-test-gpu-payload", 64 * 1024)] {
+        let (m, fd) = SharedMem::create(name, page(len)).unwrap();
+        fds.push(fd);
+        mem.push(m);
+    }
+    (att, fds, mem)
+}
+
+/// GPU PEs go to their GPU's daemon: the host's daemon of CPU PEs refuses
+/// them, a GPU's daemon refuses another GPU's PEs and malformed GPU
+/// attaches (fd count, a heap region, payload size), each with its reason
+/// in the log, and both go on serving. (Without a GPU, a daemon of a GPU
+/// also refuses the matching UUID: it has no device; the GPU machine's
+/// tests attach real GPU PEs, tests/tests/gpu_multi_pe.rs.)
+#[test]
+fn gpu_attaches_go_to_their_gpus_daemon_and_malformed_ones_are_refused() {
+    let _one = serial();
+    let uuid = [0x5d; 16];
+    let name = wire::uuid_string(&uuid);
+    let other = wire::uuid_string(&[0x11; 16]);
+
+    let cpu = Daemon::start("gpu-at-cpu", None);
+    let (att, fds, _m) = gpu_attach_msg(21, uuid);
+    let r = refused(raw(&cpu, &ToDaemon::Attach(att).encode(), &borrow(&fds)).1, "GPU PE at the CPU daemon");
+    assert!(r.contains("this daemon serves CPU PEs") && r.contains(&format!("proxyd-{name}.sock")), "{r}");
+
+    let gd = Daemon::start_for("gpu-daemon", None, Some(&other));
+    let (att, fds, _m) = gpu_attach_msg(22, uuid);
+    let r = refused(raw(&gd, &ToDaemon::Attach(att.clone()).encode(), &borrow(&fds)).1, "another GPU");
+    assert!(r.contains(&format!("this daemon serves {other}")) && r.contains(&name), "{r}");
+    let r = refused(raw(&gd, &ToDaemon::Attach(att.clone()).encode(), &borrow(&fds[..2])).1, "two fds");
+    assert!(r.contains("must carry 3 file descriptors"), "{r}");
+    let mut with_region = att.clone();
+    with_region.region_len = 4096;
+    let r = refused(raw(&gd, &ToDaemon::Attach(with_region).encode(), &borrow(&fds)).1, "a region");
+    assert!(r.contains("stays in GPU memory"), "{r}");
+    let mut odd = att.clone();
+    odd.gpu.as_mut().unwrap().payload_bytes = 1000;
+    let r = refused(raw(&gd, &ToDaemon::Attach(odd).encode(), &borrow(&fds)).1, "payload size");
+    assert!(r.contains("payload slots of 1000 bytes"), "{r}");
+    // The matching UUID on a machine whose daemon sees no such GPU.
+    let (att, fds, _m) = gpu_attach_msg(23, [0x11; 16]);
+    let r = refused(raw(&gd, &ToDaemon::Attach(att).encode(), &borrow(&fds)).1, "no such device");
+    assert!(r.contains("no CUDA driver") || r.contains("no visible CUDA device has UUID"), "{r}");
+    let log = wait_log(&gd, "refused", 5);
+    for needle in ["this daemon serves", "must carry 3", "stays in GPU memory", "payload slots of 1000", "UUID"] {
+        assert!(log.lines().any(|l| l.contains("refused") && l.contains(needle)) || needle == "UUID", "no log line for {needle:?}:\n{log}");
+    }
+    assert!(gd.alive() && cpu.alive(), "both daemons go on");
+    // The CPU daemon still serves its PEs.
+    assert_ok(2, &finish(spawn_job(2, &["ops"], &cpu.env()), Duration::from_secs(300)), "ops after the GPU refusals");
+    // A malformed --gpu is a usage error.
+    let st = Command::new(sibling("cpnet-proxyd")).args(["--gpu", "GPU-nope", "--dir", "/nonexistent"]).status().unwrap();
+    assert_eq!(st.code(), Some(2), "--gpu GPU-nope");
 }
 
 #[test]

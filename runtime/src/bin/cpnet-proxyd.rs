@@ -3,8 +3,13 @@
 //! and the faults).
 //!
 //! ```text
-//! cpnet-proxyd [--dir DIR] [--linger SECS] [--persistent]
+//! cpnet-proxyd [--dir DIR] [--gpu UUID] [--linger SECS] [--persistent]
 //! ```
+//!
+//! With `--gpu UUID` (`GPU-…`, as `nvidia-smi -L` prints it) it is the
+//! daemon of that GPU, on `DIR/proxyd-UUID.sock`: it serves the GPU PEs of
+//! that GPU (their queues in shared memory, their heaps through CUDA IPC)
+//! and CPU PEs too. GPU PEs start it themselves (one per GPU).
 //!
 //! Serves every PE of this user that attaches on `DIR/proxyd.sock` (`DIR`:
 //! `CPNET_PROXYD_DIR`, default `$XDG_RUNTIME_DIR/cpnet` or
@@ -33,6 +38,9 @@ struct Args {
     /// else `$XDG_RUNTIME_DIR/cpnet`, else `/tmp/cpnet-<uid>`.
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Serve this GPU (UUID as `nvidia-smi -L` prints it, `GPU-…`).
+    #[arg(long)]
+    gpu: Option<String>,
     /// Seconds to stay with nothing attached (default CPNET_PROXYD_LINGER, else 10).
     #[arg(long)]
     linger: Option<f64>,
@@ -62,7 +70,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let paths = DaemonPaths::in_dir(args.dir.as_deref().unwrap_or(&tuning.proxyd_dir));
+    let dir = args.dir.as_deref().unwrap_or(&tuning.proxyd_dir);
+    let paths = match &args.gpu {
+        Some(u) if u.starts_with("GPU-") && u.len() == 40 && u[4..].chars().all(|c| c.is_ascii_hexdigit() || c == '-') => DaemonPaths::for_gpu(dir, u),
+        Some(u) => {
+            eprintln!("cpnet-proxyd: --gpu {u}: expected a GPU UUID as nvidia-smi -L prints it (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)");
+            return ExitCode::from(2);
+        }
+        None => DaemonPaths::in_dir(dir),
+    };
     match serve(DaemonOptions { paths, linger, persistent: args.persistent }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

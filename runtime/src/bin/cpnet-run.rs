@@ -224,12 +224,15 @@ fn run(args: &Args) -> Result<u8, String> {
         }
     }
     let code = supervise(procs, &server, args.grace);
-    // A daemon that died during the job left its socket file and libfabric
-    // shm regions: remove them (nothing, if it lives).
-    if let Some((paths, _)) = &daemon
-        && paths.clean_up_after_dead_daemon()
-    {
-        tracing::debug!("removed what a dead cpnet-proxyd left in {}", paths.dir.display());
+    // A daemon that died during the job (the CPU PEs' one, or a GPU's,
+    // which GPU PEs start by themselves) left its socket file and libfabric
+    // shm regions: remove them (nothing, for one that lives).
+    if daemon.is_some() || tuning.proxyd_dir.is_dir() {
+        for paths in cpnet::daemon::DaemonPaths::all_in_dir(&tuning.proxyd_dir) {
+            if paths.socket.exists() && paths.clean_up_after_dead_daemon() {
+                tracing::debug!("removed what a dead cpnet-proxyd left at {}", paths.socket.display());
+            }
+        }
     }
     Ok(code)
 }

@@ -71,16 +71,17 @@ pub(crate) struct DaemonLink {
 
 impl DaemonLink {
     /// Attaches PE `att.pe` over `stream` (connected to the daemon at
-    /// `socket`), passing `fds` (the queue pool's and the heap region's
-    /// memfds), and waits up to `timeout` for the daemon's answer.
+    /// `socket`), passing `fds` (a CPU PE's queue pool and heap region
+    /// memfds; a GPU PE's pool, status and payload memfds), and waits up to `timeout` for the daemon's answer.
     ///
     /// # Errors
     /// [`Error::Daemon`]: the daemon refused (its reason), or did not answer.
-    pub(crate) fn attach(stream: UnixStream, socket: &std::path::Path, att: &Attach, fds: [OwnedFd; 2], timeout: Duration) -> Result<DaemonLink> {
+    pub(crate) fn attach(stream: UnixStream, socket: &std::path::Path, att: &Attach, fds: Vec<OwnedFd>, timeout: Duration) -> Result<DaemonLink> {
         let me = att.pe;
         let place = format!("cpnet-proxyd at {}", socket.display());
         let err = |why: String| Error::Daemon { pe: me, why };
-        wire::send(&stream, &ToDaemon::Attach(att.clone()).encode(), &[fds[0].as_fd(), fds[1].as_fd()])
+        let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+        wire::send(&stream, &ToDaemon::Attach(att.clone()).encode(), &borrowed)
             .map_err(|e| err(format!("sending the attach message to {place}: {e}")))?;
         drop(fds);
         let _ = stream.set_read_timeout(Some(timeout));

@@ -32,6 +32,9 @@ pub struct DaemonPaths {
     pub lock: PathBuf,
     /// `proxyd.log`: the log of daemons started by PEs or cpnet-run.
     pub log: PathBuf,
+    /// The GPU a per-GPU daemon serves (its UUID, `GPU-…`); `None` for the
+    /// host's daemon of CPU PEs.
+    pub gpu: Option<String>,
 }
 
 impl DaemonPaths {
@@ -42,7 +45,38 @@ impl DaemonPaths {
             socket: dir.join("proxyd.sock"),
             lock: dir.join("proxyd.lock"),
             log: dir.join("proxyd.log"),
+            gpu: None,
         }
+    }
+
+    /// The files of the daemon of GPU `uuid` (`GPU-…`, as nvidia-smi prints
+    /// it) in `dir`: `proxyd-<uuid>.sock`, `.lock` and `.log`. One daemon per
+    /// GPU: named by UUID, so that PEs with different `CUDA_VISIBLE_DEVICES`
+    /// find the same one.
+    pub fn for_gpu(dir: &Path, uuid: &str) -> DaemonPaths {
+        DaemonPaths {
+            dir: dir.to_owned(),
+            socket: dir.join(format!("proxyd-{uuid}.sock")),
+            lock: dir.join(format!("proxyd-{uuid}.lock")),
+            log: dir.join(format!("proxyd-{uuid}.log")),
+            gpu: Some(uuid.to_owned()),
+        }
+    }
+
+    /// Every daemon's files in `dir`: the CPU PEs' and one per GPU whose
+    /// lock file is there.
+    pub fn all_in_dir(dir: &Path) -> Vec<DaemonPaths> {
+        let mut all = vec![DaemonPaths::in_dir(dir)];
+        if let Ok(rd) = fs::read_dir(dir) {
+            for e in rd.flatten() {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                if let Some(uuid) = name.strip_prefix("proxyd-").and_then(|n| n.strip_suffix(".lock")) {
+                    all.push(DaemonPaths::for_gpu(dir, uuid));
+                }
+            }
+        }
+        all
     }
 
     /// Creates the directory (mode 0700) if missing, and checks that this
@@ -181,6 +215,9 @@ fn start(paths: &DaemonPaths, bin: Option<&Path>, linger: Duration) -> Result<()
         .map_err(|e| format!("cannot open the daemon log {}: {e}", paths.log.display()))?;
     let log2 = log.try_clone().map_err(|e| format!("cannot open the daemon log {}: {e}", paths.log.display()))?;
     let mut cmd = Command::new(&bin);
+    if let Some(uuid) = &paths.gpu {
+        cmd.arg("--gpu").arg(uuid);
+    }
     cmd.arg("--dir")
         .arg(&paths.dir)
         .arg("--linger")

@@ -81,7 +81,15 @@ struct State {
     conns: AtomicUsize,
     uid: u32,
     pid: u32,
+    /// The GPU this daemon serves (`--gpu`), if any.
+    gpu: Option<String>,
+    /// A clone of every live connection, to shut them down on SIGTERM.
+    streams: Mutex<HashMap<u64, UnixStream>>,
 }
+
+/// How long a signalled daemon waits for its sessions to stop (their
+/// threads joined, GPU work finished, memory released) before it exits.
+const STOP_WAIT: Duration = Duration::from_secs(10);
 
 /// Runs the daemon until it lingers out or is signalled. Returns at once,
 /// `Ok`, when another daemon holds the lock (it serves).
@@ -113,16 +121,20 @@ pub fn serve(opts: DaemonOptions) -> Result<(), String> {
         conns: AtomicUsize::new(0),
         uid: rustix::process::geteuid().as_raw(),
         pid: std::process::id(),
+        gpu: paths.gpu.clone(),
+        streams: Mutex::new(HashMap::new()),
     });
     tracing::info!(
-        "cpnet-proxyd pid {} serving {} (uid {}, linger {:.1} s{})",
+        "cpnet-proxyd pid {} serving {}{} (uid {}, linger {:.1} s{})",
         state.pid,
         paths.socket.display(),
+        paths.gpu.as_deref().map(|g| format!(" for {g}")).unwrap_or_default(),
         state.uid,
         opts.linger.as_secs_f64(),
         if opts.persistent { ", persistent" } else { "" }
     );
     let mut idle_since = Some(Instant::now());
+    let mut next_conn = 0u64;
     loop {
         // Relaxed: see on_signal.
         if STOP.load(Ordering::Relaxed) {
@@ -135,9 +147,15 @@ pub fn serve(opts: DaemonOptions) -> Result<(), String> {
                 state.conns.fetch_add(1, Ordering::AcqRel);
                 idle_since = None;
                 let st = Arc::clone(&state);
+                let id = next_conn;
+                next_conn += 1;
+                if let Ok(c) = stream.try_clone() {
+                    state.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id, c);
+                }
                 let spawned = std::thread::Builder::new().name("cpnet-proxyd-conn".into()).spawn(move || {
                     let _ = stream.set_nonblocking(false);
                     serve_conn(&stream, &st);
+                    st.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
                     // AcqRel: pairs with the increment above and the loop's Acquire load.
                     st.conns.fetch_sub(1, Ordering::AcqRel);
                 });
@@ -162,6 +180,18 @@ pub fn serve(opts: DaemonOptions) -> Result<(), String> {
         } else {
             idle_since = None;
         }
+    }
+    // Signalled with PEs attached: end their connections (they abort, as
+    // for a dead daemon) and let the sessions stop, so that no GPU work of
+    // this process is in flight on memory it is about to give up.
+    let open: Vec<UnixStream> = state.streams.lock().unwrap_or_else(std::sync::PoisonError::into_inner).drain().map(|(_, s)| s).collect();
+    for s in &open {
+        let _ = s.shutdown(std::net::Shutdown::Both);
+    }
+    let t = Instant::now();
+    // Acquire: pairs with the connection threads' AcqRel decrement.
+    while state.conns.load(Ordering::Acquire) > 0 && t.elapsed() < STOP_WAIT {
+        std::thread::sleep(TICK);
     }
     let _ = std::fs::remove_file(&paths.socket);
     Ok(())
@@ -224,8 +254,7 @@ fn serve_conn(stream: &UnixStream, st: &State) {
         refuse(stream, &who, &reason);
         return;
     }
-    let fds: [OwnedFd; 2] = frame.fds.try_into().expect("checked: two fds");
-    let parked = match Session::start(&att, fds) {
+    let parked = match Session::start(&att, frame.fds, st.gpu.as_deref()) {
         Ok(session) => {
             let _ = stream.set_read_timeout(None);
             Some(run_session(stream, st, &att, &who, session))
@@ -240,17 +269,37 @@ fn serve_conn(stream: &UnixStream, st: &State) {
 
 /// The attach message's own consistency.
 fn check_attach(a: &Attach, fds: &[OwnedFd]) -> Result<(), String> {
-    if fds.len() != 2 {
-        return Err(format!("Attach must carry 2 file descriptors (queues, heap), it carried {}", fds.len()));
+    match &a.gpu {
+        None if fds.len() != 2 => {
+            return Err(format!("a CPU PE's Attach must carry 2 file descriptors (queues, heap), it carried {}", fds.len()));
+        }
+        None if a.region_len != region_len(a.heap_size) => {
+            return Err(format!("region of {} bytes for a heap of {} (want {})", a.region_len, a.heap_size, region_len(a.heap_size)));
+        }
+        Some(g) => {
+            let want = 2 + usize::from(g.payload_bytes != 0);
+            if fds.len() != want {
+                return Err(format!(
+                    "a GPU PE's Attach with payload slots of {} bytes must carry {want} file descriptors (queues, status{}), it carried {}",
+                    g.payload_bytes,
+                    if want == 3 { ", payload" } else { "" },
+                    fds.len()
+                ));
+            }
+            if g.payload_bytes != 0 && !(g.payload_bytes >= 16 && g.payload_bytes <= 1 << 20 && g.payload_bytes.is_power_of_two()) {
+                return Err(format!("payload slots of {} bytes (want 0, or a power of two in 16..=1 MiB)", g.payload_bytes));
+            }
+            if a.region_len != 0 {
+                return Err(format!("a GPU PE's heap stays in GPU memory: region_len {} (want 0)", a.region_len));
+            }
+        }
+        None => {}
     }
     if a.n_pes < 1 || !(0..a.n_pes).contains(&a.pe) {
         return Err(format!("PE {} of {} is not a place in a job", a.pe, a.n_pes));
     }
     if a.heap_size == 0 || !a.heap_size.is_multiple_of(64) || a.heap_size > MAX_HEAP {
         return Err(format!("heap size {} is not a multiple of 64 in 64..={MAX_HEAP}", a.heap_size));
-    }
-    if a.region_len != region_len(a.heap_size) {
-        return Err(format!("region of {} bytes for a heap of {} (want {})", a.region_len, a.heap_size, region_len(a.heap_size)));
     }
     QueueGeometry::new(a.depth).map_err(|e| format!("queue depth {}: {e}", a.depth))?;
     if a.queues == 0 || a.queues > 1 << 16 {
@@ -332,15 +381,28 @@ struct Session {
     // First: stopped and joined (Drop) before the memory below is unmapped.
     proxies: Proxies,
     pe: i32,
-    _pool: QueuePool,
-    _queues: SharedMem,
-    _region: SharedMem,
+    _mem: SessionMem,
+}
+
+/// The memory a session's threads use, kept until they are gone.
+enum SessionMem {
+    /// A CPU PE's queue pool and heap region (memfds).
+    Cpu { _pool: QueuePool, _queues: SharedMem, _region: SharedMem },
+    /// A GPU PE's queues (memfds, registered with CUDA) and its heap
+    /// (opened through CUDA IPC).
+    Gpu { _mem: crate::gpu::GpuSessionMem },
 }
 
 impl Session {
-    /// Maps the PE's memfds, opens its endpoints and spawns its service
+    /// Maps the PE's memfds (and for a GPU PE opens its heap on this
+    /// daemon's GPU `gpu`), opens its endpoints and spawns its service
     /// threads (waiting for the peers' cards).
-    fn start(a: &Attach, fds: [OwnedFd; 2]) -> Result<Session, String> {
+    fn start(a: &Attach, fds: Vec<OwnedFd>, gpu: Option<&str>) -> Result<Session, String> {
+        if let Some(g) = &a.gpu {
+            let (proxies, mem) = crate::gpu::serve_gpu_pe(a, g, &fds, gpu)?;
+            return Ok(Session { proxies, pe: a.pe, _mem: SessionMem::Gpu { _mem: mem } });
+        }
+        let fds: [OwnedFd; 2] = fds.try_into().map_err(|_| "a CPU PE's Attach carries 2 fds".to_owned())?;
         let geom = QueueGeometry::new(a.depth).map_err(|e| e.to_string())?;
         let n = a.queues as usize;
         let [qfd, rfd] = fds;
@@ -376,7 +438,7 @@ impl Session {
         });
         let limits = Limits { n_pes: a.n_pes, heap_size: a.heap_size };
         let proxies = Proxies::spawn(backend, a.pe, per_thread, limits, &a.provider, &tuning).map_err(|e| e.to_string())?;
-        Ok(Session { proxies, pe: a.pe, _pool: pool, _queues: queues, _region: region })
+        Ok(Session { proxies, pe: a.pe, _mem: SessionMem::Cpu { _pool: pool, _queues: queues, _region: region } })
     }
 }
 

@@ -3,13 +3,13 @@
 //! descriptors passed with `SCM_RIGHTS` (only on Attach).
 //!
 //! ```text
-//! frame  := magic:u32 = 0x44_4e_50_43 ("CPND") version:u16 = 1 kind:u16 len:u32 body[len]
+//! frame  := magic:u32 = 0x44_4e_50_43 ("CPND") version:u16 = 2 kind:u16 len:u32 body[len]
 //! str    := len:u32 utf8[len]          blob := len:u32 bytes[len]
 //! ```
 //!
 //! | kind | name | direction | body | fds |
 //! |---|---|---|---|---|
-//! | `0x01` | Attach | PE → daemon | `job:u64 token:[16] pe:i32 n_pes:i32 heap_size:u64 region_len:u64 queues:u32 depth:u32 threads:u32 idle_sleep_us:u64 stall_ms:u64 provider:str src_node:str` | queue pool memfd, heap region memfd |
+//! | `0x01` | Attach | PE → daemon | `job:u64 token:[16] pe:i32 n_pes:i32 heap_size:u64 region_len:u64 queues:u32 depth:u32 threads:u32 idle_sleep_us:u64 stall_ms:u64 provider:str src_node:str gpu:u8` and, where `gpu` is 1, `uuid:[16] heap_ipc:[64] payload_bytes:u32 n:u32 n × (name:str value:str)` | CPU PE: queue pool memfd, heap region memfd; GPU PE: queue pool, status block, and (payload_bytes > 0) payload slot memfds |
 //! | `0x02` | Peers | PE → daemon | `n:u32 n × blob` (every PE's cards, PE order) | |
 //! | `0x03` | Detach | PE → daemon | empty | |
 //! | `0x04` | Abandon | PE → daemon | empty | |
@@ -23,6 +23,10 @@
 //!
 //! `error := my_pe:i32 wg:u32 queue:u32 seq:u64 op:str pe:i32 addr:u64 size:u64 code:i32`.
 //! `idle_sleep_us` 0: spin; `stall_ms` 0: no watchdog; `src_node` empty: none.
+//! A GPU PE's heap stays in GPU memory: `heap_ipc` is its `cuIpcGetMemHandle`
+//! handle, `region_len` is 0, and the (name, value) pairs are the PE's
+//! `CPNET_*` tuning variables, which the daemon reads as the PE would
+//! ([`crate::env::Tuning::from_lookup`]).
 //!
 //! A frame whose magic, version or kind is unknown, whose body is longer
 //! than [`MAX_BODY`], that ends early, or whose body has bytes left over or
@@ -41,13 +45,15 @@ use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAnci
 /// "CPND", little-endian.
 pub const MAGIC: u32 = 0x444e_5043;
 /// The protocol version; peers of other versions refuse each other.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Bytes of the header.
 pub const HEADER: usize = 12;
 /// The longest body accepted (cards of up to 64 threads of thousands of PEs fit).
 pub const MAX_BODY: usize = 16 << 20;
-/// The most fds a frame may carry (Attach's two).
-pub const MAX_FDS: usize = 2;
+/// The most fds a frame may carry (a GPU PE's Attach: three).
+pub const MAX_FDS: usize = 3;
+/// The most tuning variables a GPU Attach may carry.
+pub const MAX_TUNING_VARS: usize = 256;
 /// Strings (reasons, reports) are cut to this many bytes.
 pub const MAX_STR: usize = 64 << 10;
 
@@ -106,6 +112,41 @@ pub struct Attach {
     pub provider: String,
     /// Where an IP provider binds; empty: the provider's choice.
     pub src_node: String,
+    /// A GPU PE's device and GPU memory; `None` for a CPU PE.
+    pub gpu: Option<GpuAttach>,
+}
+
+/// What a GPU PE adds to its [`Attach`] (its queues, status block and
+/// payload slots travel as memfds; its heap stays in GPU memory).
+#[derive(Clone, PartialEq, Eq)]
+pub struct GpuAttach {
+    /// The GPU's UUID (`cuDeviceGetUuid`): the daemon must serve that GPU.
+    pub uuid: [u8; 16],
+    /// The heap's CUDA IPC handle (`cuIpcGetMemHandle`, 64 bytes); the
+    /// daemon opens it with `cuIpcOpenMemHandle`.
+    pub heap_ipc: [u8; 64],
+    /// Bytes of a payload slot (`cmd.h` P0); 0: the queues have none.
+    pub payload_bytes: u32,
+    /// The PE's `CPNET_*` variables (name, value), for the daemon's
+    /// [`crate::env::Tuning`] of this PE (staging, landing agents, idle).
+    pub tuning: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for GpuAttach {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The IPC handle is a capability: not printed.
+        f.debug_struct("GpuAttach")
+            .field("uuid", &uuid_string(&self.uuid))
+            .field("payload_bytes", &self.payload_bytes)
+            .field("tuning", &self.tuning.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A GPU's UUID as nvidia-smi prints it: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+pub fn uuid_string(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!("GPU-{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
 }
 
 /// A message from a PE.
@@ -219,6 +260,18 @@ impl ToDaemon {
                 w.0.extend_from_slice(&a.token);
                 w.i32(a.pe).i32(a.n_pes).u64(a.heap_size).u64(a.region_len).u32(a.queues).u32(a.depth).u32(a.threads);
                 w.u64(a.idle_sleep_us).u64(a.stall_ms).str(&a.provider).str(&a.src_node);
+                match &a.gpu {
+                    None => w.0.push(0),
+                    Some(g) => {
+                        w.0.push(1);
+                        w.0.extend_from_slice(&g.uuid);
+                        w.0.extend_from_slice(&g.heap_ipc);
+                        w.u32(g.payload_bytes).u32(g.tuning.len() as u32);
+                        for (k, v) in &g.tuning {
+                            w.str(k).str(v);
+                        }
+                    }
+                }
                 kind::ATTACH
             }
             ToDaemon::Peers(blobs) => {
@@ -259,6 +312,24 @@ impl ToDaemon {
                     stall_ms: r.u64("stall_ms")?,
                     provider: r.str("provider")?,
                     src_node: r.str("src_node")?,
+                    gpu: match r.take(1, "gpu")?[0] {
+                        0 => None,
+                        1 => {
+                            let uuid = r.take(16, "uuid")?.try_into().expect("16 bytes");
+                            let heap_ipc = r.take(64, "heap_ipc")?.try_into().expect("64 bytes");
+                            let payload_bytes = r.u32("payload_bytes")?;
+                            let n = r.u32("tuning variables")? as usize;
+                            if n > MAX_TUNING_VARS {
+                                return Err(format!("{n} tuning variables (at most {MAX_TUNING_VARS})"));
+                            }
+                            let mut tuning = Vec::with_capacity(n);
+                            for _ in 0..n {
+                                tuning.push((r.str("tuning variable")?, r.str("tuning value")?));
+                            }
+                            Some(GpuAttach { uuid, heap_ipc, payload_bytes, tuning })
+                        }
+                        b => return Err(format!("gpu flag {b} (want 0 or 1)")),
+                    },
                 })
             }
             kind::PEERS => {
@@ -536,12 +607,25 @@ mod tests {
             stall_ms: 10_000,
             provider: "shm".into(),
             src_node: String::new(),
+            gpu: None,
         }
+    }
+
+    fn gpu_attach() -> Attach {
+        let mut a = attach();
+        a.region_len = 0;
+        a.gpu = Some(GpuAttach {
+            uuid: [0xab; 16],
+            heap_ipc: [3; 64],
+            payload_bytes: 1024,
+            tuning: vec![("CPNET_AGENT_LANES".into(), "2".into())],
+        });
+        a
     }
 
     #[test]
     fn messages_round_trip() {
-        for m in [ToDaemon::Attach(attach()), ToDaemon::Peers(vec![vec![1, 2], vec![]]), ToDaemon::Detach, ToDaemon::Abandon, ToDaemon::Errors] {
+        for m in [ToDaemon::Attach(attach()), ToDaemon::Attach(gpu_attach()), ToDaemon::Peers(vec![vec![1, 2], vec![]]), ToDaemon::Detach, ToDaemon::Abandon, ToDaemon::Errors] {
             let f = m.encode();
             let kind = u16::from_le_bytes([f[6], f[7]]);
             assert_eq!(ToDaemon::decode(kind, &f[HEADER..]).unwrap(), m);
@@ -573,6 +657,20 @@ mod tests {
         extra.push(0);
         assert!(ToDaemon::decode(kind::ATTACH, &extra).unwrap_err().contains("left over"));
         assert!(ToDaemon::decode(0x77, &[]).unwrap_err().contains("unknown message kind 0x77"));
+        let g = ToDaemon::Attach(gpu_attach()).encode();
+        let body = &g[HEADER..];
+        let flag = f.len() - HEADER - 1;
+        for cut in [flag + 1, flag + 17, flag + 81, body.len() - 1] {
+            let e = ToDaemon::decode(kind::ATTACH, &body[..cut]).unwrap_err();
+            assert!(e.contains("truncated"), "{cut}: {e}");
+        }
+        let mut bad = body.to_vec();
+        bad[flag] = 2;
+        assert!(ToDaemon::decode(kind::ATTACH, &bad).unwrap_err().contains("gpu flag 2"));
+        let mut many = body[..flag + 1 + 16 + 64 + 4].to_vec();
+        many.extend_from_slice(&100_000u32.to_le_bytes());
+        assert!(ToDaemon::decode(kind::ATTACH, &many).unwrap_err().contains("100000 tuning variables"));
+        assert_eq!(uuid_string(&[0xab; 16]), "GPU-abababab-abab-abab-abab-abababababab");
     }
 
     #[test]

@@ -453,8 +453,14 @@ pub struct Tuning {
     /// `CPNET_TRANSPORT_MAP`: print the path to every PE after init
     /// ([`crate::transport_map`]).
     pub transport_map: bool,
-    /// `CPNET_PROXY`: who serves a CPU PE's queues.
+    /// `CPNET_PROXY`: who serves a PE's queues (default: in-process for CPU
+    /// PEs; for GPU PEs see [`Tuning::proxy_set`]).
     pub proxy: ProxyMode,
+    /// Whether `CPNET_PROXY` was set. Unset, a GPU PE takes its GPU's
+    /// daemon when the GPU runs under MPS (the daemon's landing agents then
+    /// run beside the PE's kernels) and the in-process proxy otherwise
+    /// ([`crate::GpuPe`]).
+    pub proxy_set: bool,
     /// `CPNET_PROXYD_DIR`, else `$XDG_RUNTIME_DIR/cpnet`, else
     /// `/tmp/cpnet-<uid>`: the daemon's directory.
     pub proxyd_dir: std::path::PathBuf,
@@ -506,6 +512,7 @@ impl Default for Tuning {
             payload_bytes: 4096,
             transport_map: false,
             proxy: ProxyMode::InProcess,
+            proxy_set: false,
             proxyd_dir: default_proxyd_dir(None),
             proxyd_bin: None,
             proxyd_linger: DEFAULT_PROXYD_LINGER,
@@ -776,6 +783,7 @@ impl Tuning {
             Some("park") => t.proxy_idle_sleep = Some(t.proxy_idle_sleep.unwrap_or(DEFAULT_PARK_SLEEP)),
             Some(v) => return Err(invalid(PROXY_IDLE, v, "spin or park")),
         }
+        t.proxy_set = get(PROXY).is_some();
         t.proxy = match get(PROXY).as_deref() {
             None | Some("inprocess") => ProxyMode::InProcess,
             Some("daemon") => ProxyMode::Daemon,

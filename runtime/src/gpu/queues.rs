@@ -3,6 +3,7 @@
 //! [`GpuQueues`] (the queue pool, status block, payload slots and claim
 //! words; DESIGN.md "The command queue").
 
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 
@@ -15,6 +16,7 @@ use cudarc::driver::{CudaContext, CudaStream};
 use cudarc::driver::{result as cu, sys as cusys};
 
 use super::{DeviceMem, GpuError};
+use crate::daemon::shm::SharedMem;
 use crate::env::QueuePlacement;
 
 /// Zeroed host memory, pinned and mapped into the GPU's address space
@@ -25,6 +27,10 @@ pub struct MappedHost {
     host: *mut u8,
     dev: u64,
     bytes: usize,
+    /// For memory shared with the proxy daemon ([`MappedHost::shared`],
+    /// [`MappedHost::import`]): the memfd's mapping, registered with
+    /// `cuMemHostRegister`; `None` for `cuMemHostAlloc` memory.
+    shared: Option<SharedMem>,
 }
 
 // SAFETY: the memory is only a region shared with the GPU; all access goes
@@ -58,7 +64,59 @@ impl MappedHost {
             let _ = unsafe { cu::free_host(host.cast()) };
             return Err(GpuError::Cuda { what: "cuMemHostGetDevicePointer", source });
         }
-        Ok(MappedHost { host, dev, bytes })
+        Ok(MappedHost { host, dev, bytes, shared: None })
+    }
+
+    /// `bytes` of zeroed memory in a new sealed memfd (rounded up to whole
+    /// pages), pinned and mapped into the GPU with `cuMemHostRegister(DEVICEMAP
+    /// | PORTABLE)`, and the fd to pass to the proxy daemon, which maps the
+    /// same pages ([`MappedHost::import`]). `name` shows in `/proc/<pid>/fd`.
+    /// A CUDA context must be current on this thread.
+    ///
+    /// # Errors
+    /// [`GpuError::Shared`] (memfd, seals, mmap), [`GpuError::Cuda`]
+    /// (`cuMemHostRegister`, `cuMemHostGetDevicePointer`).
+    pub fn shared(name: &str, bytes: usize) -> std::result::Result<(MappedHost, OwnedFd), GpuError> {
+        let (mem, fd) = SharedMem::create(name, shared_len(bytes)).map_err(|e| GpuError::Shared(e.to_string()))?;
+        Ok((MappedHost::register(mem)?, fd))
+    }
+
+    /// The proxy daemon's side of [`MappedHost::shared`]: maps the PE's memfd
+    /// `fd` (checked: sealed, `bytes` rounded up to whole pages) and
+    /// registers it in the current context (the daemon's, on the PE's GPU),
+    /// so that copies between it and GPU memory are DMA from pinned memory.
+    ///
+    /// # Errors
+    /// [`GpuError::Shared`] naming what is wrong with the fd;
+    /// [`GpuError::Cuda`] from the registration.
+    pub fn import(fd: &OwnedFd, bytes: usize) -> std::result::Result<MappedHost, GpuError> {
+        let mem = SharedMem::map(fd, shared_len(bytes)).map_err(GpuError::Shared)?;
+        MappedHost::register(mem)
+    }
+
+    fn register(mem: SharedMem) -> std::result::Result<MappedHost, GpuError> {
+        let (host, bytes) = (mem.base(), mem.len());
+        // SAFETY: `host..host+bytes` is one live MAP_SHARED mapping owned by
+        // `mem`, which the returned value keeps (and unregisters before
+        // unmapping it, in Drop); a context is current (the caller's contract).
+        unsafe {
+            cusys::cuMemHostRegister_v2(
+                host.cast(),
+                bytes,
+                cusys::CU_MEMHOSTREGISTER_DEVICEMAP | cusys::CU_MEMHOSTREGISTER_PORTABLE,
+            )
+        }
+        .result()
+        .map_err(|source| GpuError::Cuda { what: "cuMemHostRegister (memory shared with the proxy daemon)", source })?;
+        let mut dev: cusys::CUdeviceptr = 0;
+        // SAFETY: `host` was registered with DEVICEMAP just above; flags must be 0.
+        let r = unsafe { cusys::cuMemHostGetDevicePointer_v2(&mut dev, host.cast(), 0) }.result();
+        if let Err(source) = r {
+            // SAFETY: registered above, not used by anyone yet.
+            let _ = unsafe { cusys::cuMemHostUnregister(host.cast()) };
+            return Err(GpuError::Cuda { what: "cuMemHostGetDevicePointer (shared memory)", source });
+        }
+        Ok(MappedHost { host, dev, bytes, shared: Some(mem) })
     }
 
     /// The CPU address.
@@ -82,8 +140,26 @@ impl MappedHost {
     }
 }
 
+/// Bytes of `n` queues' payload slots (`depth` slots of `slot_bytes` each).
+fn payload_bytes(n: usize, geom: QueueGeometry, slot_bytes: u32) -> usize {
+    n * geom.depth() as usize * slot_bytes as usize
+}
+
+/// A shared region's length: `bytes` rounded up to whole pages (4 KiB), at
+/// least one page; the PE and the daemon compute the same.
+pub fn shared_len(bytes: usize) -> usize {
+    bytes.max(1).div_ceil(4096) * 4096
+}
+
 impl Drop for MappedHost {
     fn drop(&mut self) {
+        if self.shared.is_some() {
+            // SAFETY: registered in `register` and unregistered once, here,
+            // before `shared` unmaps it; owners keep it until every kernel
+            // and proxy thread using it has ended.
+            let _ = unsafe { cusys::cuMemHostUnregister(self.host.cast()) };
+            return;
+        }
         // SAFETY: allocated by cuMemHostAlloc and freed once; owners keep it
         // until every kernel and proxy thread using it has ended.
         let _ = unsafe { cu::free_host(self.host.cast()) };
@@ -111,7 +187,8 @@ impl Drop for MappedHost {
 pub struct GpuQueues {
     pool: Pool,
     status: MappedHost,
-    claims: ClaimWords,
+    /// `None` in the proxy daemon ([`GpuQueues::import`]): the PE owns them.
+    claims: Option<ClaimWords>,
     geom: QueueGeometry,
     n: usize,
     /// The queues' payload slots (`cmd.h` P0) and their size in bytes.
@@ -234,7 +311,55 @@ impl GpuQueues {
                 shadow: MappedHost::new(n * geom.bytes())?,
             },
         };
-        Ok(GpuQueues { pool, claims, status: MappedHost::new(CPNET_STATUS_BYTES)?, geom, n, payload: None })
+        Ok(GpuQueues { pool, claims: Some(claims), status: MappedHost::new(CPNET_STATUS_BYTES)?, geom, n, payload: None })
+    }
+
+    /// The queues of a GPU PE served by the proxy daemon: as
+    /// [`GpuQueues::new`] with payload slots of `slot_bytes` (0: none), but
+    /// the pool, the status block and the payload slots each in a sealed
+    /// memfd ([`MappedHost::shared`]); returns the fds to pass in the Attach
+    /// message, in that order (pool, status, payload if any). `pe` names
+    /// them in `/proc/<pid>/fd`. Binds `cuda` to this thread.
+    ///
+    /// # Errors
+    /// [`GpuError::Shared`], [`GpuError::Cuda`].
+    pub fn shared(cuda: &Arc<CudaContext>, n: usize, geom: QueueGeometry, slot_bytes: u32, pe: i32) -> std::result::Result<(GpuQueues, Vec<OwnedFd>), GpuError> {
+        let claims = ClaimWords::new(cuda, n)?;
+        let (pool, pool_fd) = MappedHost::shared(&format!("cpnet-gpu-queues-pe{pe}"), n * geom.bytes())?;
+        let (status, status_fd) = MappedHost::shared(&format!("cpnet-gpu-status-pe{pe}"), CPNET_STATUS_BYTES)?;
+        let mut fds = vec![pool_fd, status_fd];
+        let payload = if slot_bytes == 0 {
+            None
+        } else {
+            let (m, fd) = MappedHost::shared(&format!("cpnet-gpu-payload-pe{pe}"), payload_bytes(n, geom, slot_bytes))?;
+            fds.push(fd);
+            Some((m, slot_bytes))
+        };
+        Ok((GpuQueues { pool: Pool::Mapped(pool), claims: Some(claims), status, geom, n, payload }, fds))
+    }
+
+    /// The proxy daemon's view of a PE's [`GpuQueues::shared`]: maps and
+    /// registers the fds (pool, status, payload if `slot_bytes` != 0) in the
+    /// current context. No claim words (the PE's kernels use its own);
+    /// [`GpuQueues::handle`] is the PE's business, not the daemon's.
+    ///
+    /// # Errors
+    /// [`GpuError::Shared`] (an fd missing, unsealed or of another size),
+    /// [`GpuError::Cuda`].
+    pub fn import(n: usize, geom: QueueGeometry, slot_bytes: u32, fds: &[OwnedFd]) -> std::result::Result<GpuQueues, GpuError> {
+        let want = 2 + usize::from(slot_bytes != 0);
+        if fds.len() != want {
+            return Err(GpuError::Shared(format!("{} fds for GPU queues, want {want} (pool, status{})", fds.len(), if want == 3 { ", payload" } else { "" })));
+        }
+        let pool = MappedHost::import(&fds[0], n * geom.bytes()).map_err(|e| GpuError::Shared(format!("the queue pool: {e}")))?;
+        let status = MappedHost::import(&fds[1], CPNET_STATUS_BYTES).map_err(|e| GpuError::Shared(format!("the status block: {e}")))?;
+        let payload = if slot_bytes == 0 {
+            None
+        } else {
+            let m = MappedHost::import(&fds[2], payload_bytes(n, geom, slot_bytes)).map_err(|e| GpuError::Shared(format!("the payload slots: {e}")))?;
+            Some((m, slot_bytes))
+        };
+        Ok(GpuQueues { pool: Pool::Mapped(pool), claims: None, status, geom, n, payload })
     }
 
     /// Give every queue `depth` payload slots of `slot_bytes` bytes (`cmd.h`
@@ -253,8 +378,7 @@ impl GpuQueues {
         assert!(slot_bytes == 0 || (slot_bytes >= 16 && slot_bytes.is_power_of_two()), "payload slot size {slot_bytes}");
         self.payload = None;
         if slot_bytes != 0 && matches!(self.pool, Pool::Mapped(_)) {
-            let bytes = self.n * self.geom.depth() as usize * slot_bytes as usize;
-            self.payload = Some((MappedHost::new(bytes)?, slot_bytes));
+            self.payload = Some((MappedHost::new(payload_bytes(self.n, self.geom, slot_bytes))?, slot_bytes));
         }
         Ok(())
     }
@@ -269,6 +393,11 @@ impl GpuQueues {
         let (mem, slot_bytes) = self.payload.as_ref()?;
         let off = i * self.geom.depth() as usize * *slot_bytes as usize;
         Some(PayloadSlots { host: mem.host() as usize + off, dev: mem.dev() + off as u64, slot_bytes: u64::from(*slot_bytes) })
+    }
+
+    /// Bytes of a payload slot; 0 where the queues have none.
+    pub fn payload_slot_bytes(&self) -> u32 {
+        self.payload.as_ref().map_or(0, |(_, b)| *b)
     }
 
     /// Where the queues live.
@@ -414,7 +543,9 @@ impl GpuQueues {
             self.queue(i).set_abort(code);
         }
         // After the host words: a wait that sees the mirror may look at them.
-        self.claims.mirror_abort(self.status_word(CPNET_STATUS_OFF_ABORT));
+        if let Some(c) = &self.claims {
+            c.mirror_abort(self.status_word(CPNET_STATUS_OFF_ABORT));
+        }
     }
 
     /// The handle a kernel receives (`cpnet_handle_t`): `queues` is the
@@ -433,7 +564,7 @@ impl GpuQueues {
             log2_depth: self.geom.log2_depth(),
             wait_timeout_ns,
             status: self.status.dev(),
-            claims: self.claims.dev,
+            claims: self.claims.as_ref().map_or(0, |c| c.dev),
             peers: 0,
             payload: self.payload.as_ref().map_or(0, |(m, _)| m.dev()),
             payload_bytes: self.payload.as_ref().map_or(0, |(_, b)| *b),
