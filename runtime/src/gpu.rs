@@ -97,6 +97,9 @@ struct DeviceMem {
     base: u64,
     size: u64,
     cuda: Arc<CudaContext>,
+    /// Opened from another process's IPC handle ([`DeviceMem::open_ipc`]):
+    /// closed, not freed, on drop.
+    imported: bool,
 }
 
 impl DeviceMem {
@@ -107,16 +110,45 @@ impl DeviceMem {
         // SAFETY: the context is current; the allocation is owned by the
         // returned value and freed once, in Drop.
         let base = unsafe { cu::malloc_sync(size as usize) }.map_err(|source| GpuError::Cuda { what: alloc, source })?;
-        let mem = DeviceMem { base, size, cuda: Arc::clone(cuda) };
+        let mem = DeviceMem { base, size, cuda: Arc::clone(cuda), imported: false };
         // SAFETY: `base..base+size` is the allocation just made.
         unsafe { cu::memset_d8_sync(base, 0, size as usize) }.map_err(|source| GpuError::Cuda { what: zero, source })?;
         Ok(mem)
     }
 }
 
+impl DeviceMem {
+    /// `size` bytes of GPU memory another process allocated and exported
+    /// (`handle`, from `cuIpcGetMemHandle`): a GPU PE's heap that its daemon
+    /// allocated ([`daemon::attach`]), mapped into `cuda`.
+    fn open_ipc(cuda: &Arc<CudaContext>, handle: &[u8; 64], size: u64) -> std::result::Result<DeviceMem, GpuError> {
+        cuda.bind_to_thread().map_err(|source| GpuError::Cuda { what: "cuCtxSetCurrent", source })?;
+        let mut h = cusys::CUipcMemHandle_st { reserved: [0; 64] };
+        for (d, &s) in h.reserved.iter_mut().zip(handle) {
+            *d = s as std::ffi::c_char;
+        }
+        let mut base: cusys::CUdeviceptr = 0;
+        // SAFETY: `h` came from the daemon's cuIpcGetMemHandle; a context is
+        // current; `base` is an out-parameter. The mapping is owned by the
+        // returned value (closed once, in Drop).
+        unsafe {
+            cusys::cuIpcOpenMemHandle_v2(&mut base, h, cusys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as std::ffi::c_uint)
+        }
+        .result()
+        .map_err(|source| GpuError::Cuda { what: "cuIpcOpenMemHandle (the heap the proxy daemon allocated)", source })?;
+        Ok(DeviceMem { base, size, cuda: Arc::clone(cuda), imported: true })
+    }
+}
+
 impl Drop for DeviceMem {
     fn drop(&mut self) {
         let _ = self.cuda.bind_to_thread();
+        if self.imported {
+            // SAFETY: opened in `open_ipc`, closed once; the owner drops it
+            // after every kernel using it has ended.
+            let _ = unsafe { cusys::cuIpcCloseMemHandle(self.base) };
+            return;
+        }
         // SAFETY: allocated by cuMemAlloc in `new`, freed once; the owner
         // drops it after every kernel and proxy thread using it has ended.
         let _ = unsafe { cu::free_sync(self.base) };
@@ -136,11 +168,16 @@ impl PeerHeaps {
     /// Exchange IPC handles of every PE's heap (**collective**, an
     /// allgather) and open those of the other PEs on this host. A handle
     /// that does not open leaves that PE on the staged path (logged).
-    fn exchange(boot: &Bootstrap, me: i32, heap: &DeviceMem, enabled: bool) -> Result<PeerHeaps> {
+    /// `exported`: the heap's IPC handle where another process exported it
+    /// (the daemon's heap of a GPU PE); else this PE exports its own.
+    fn exchange(boot: &Bootstrap, me: i32, heap: &DeviceMem, enabled: bool, exported: Option<&[u8; 64]>) -> Result<PeerHeaps> {
         let mut card = Vec::new();
         let id = crate::team::host_id();
         let mut handle = cusys::CUipcMemHandle_st { reserved: [0; 64] };
-        let ok = enabled && !id.is_empty() && {
+        if let Some(e) = exported {
+            handle.reserved = e.map(|b| b as std::ffi::c_char);
+        }
+        let ok = enabled && !id.is_empty() && (exported.is_some() || {
             // SAFETY: `heap.base` is the start of a cuMemAlloc allocation of
             // the current context; `handle` is a valid out-parameter.
             let r = unsafe { cusys::cuIpcGetMemHandle(&mut handle, heap.base) };
@@ -148,7 +185,7 @@ impl PeerHeaps {
                 tracing::warn!("PE {me}: cuIpcGetMemHandle failed ({r:?}): peers on this host use the staged path");
             }
             r == cusys::CUresult::CUDA_SUCCESS
-        };
+        });
         if ok {
             card.extend_from_slice(&(id.len() as u32).to_le_bytes());
             card.extend_from_slice(&id);
@@ -239,8 +276,9 @@ struct GpuParts {
     p2p: Option<DeviceMem>,
     queues: Arc<GpuQueues>,
     heap: DeviceMem,
-    /// With the daemon: the queue memfds, until the Attach passes them.
-    daemon_fds: Option<Vec<std::os::fd::OwnedFd>>,
+    /// With the daemon: the link made at the heap's step (the daemon
+    /// allocates the heap), until step 4 hands it on.
+    daemon_link: Option<ProxyLink>,
 }
 
 impl PeKind for GpuKind {
@@ -249,38 +287,42 @@ impl PeKind for GpuKind {
     fn heap(&mut self, launch: &Launch, tuning: &Tuning, boot: &Bootstrap, heap_size: u64) -> Result<GpuParts> {
         let (cuda, me) = (&self.cuda, launch.pe);
         let geom = QueueGeometry::new(tuning.queue_depth).map_err(|cause| Error::Queue { pe: me, cause })?;
-        let heap = DeviceMem::new(
-            cuda,
-            heap_size,
-            "cuMemAlloc (symmetric heap; lower CPNET_HEAP_SIZE?)",
-            "cuMemsetD8 (zero the symmetric heap)",
-        )?;
         self.mode = daemon::proxy_mode(cuda, tuning, me)?;
-        let (queues, daemon_fds) = if self.mode == crate::env::ProxyMode::Daemon {
+        let (heap, queues, daemon_link, exported) = if self.mode == crate::env::ProxyMode::Daemon {
+            // The daemon allocates the heap (gpu/daemon.rs says why): attach
+            // now, with the fabric step 4 would use.
             let (q, fds) = GpuQueues::shared(cuda, tuning.queues, geom, tuning.payload_slot_bytes(), me)?;
-            (q, Some(fds))
+            let fabric = startup::default_fabric(launch, tuning, boot.local_ip());
+            let (link, handle) = daemon::attach(cuda, &q, heap_size, launch.n_pes, me, tuning, boot, &fabric, fds)?;
+            (DeviceMem::open_ipc(cuda, &handle, heap_size)?, q, Some(link), Some(handle))
         } else {
+            let heap = DeviceMem::new(
+                cuda,
+                heap_size,
+                "cuMemAlloc (symmetric heap; lower CPNET_HEAP_SIZE?)",
+                "cuMemsetD8 (zero the symmetric heap)",
+            )?;
             let mut q = GpuQueues::with_placement(cuda, tuning.queues, geom, tuning.queue_mem)?;
             q.set_payload(tuning.payload_slot_bytes())?;
-            (q, None)
+            (heap, q, None, None)
         };
         let queues = Arc::new(queues);
-        let peers = PeerHeaps::exchange(boot, me, &heap, tuning.gpu_ipc)?;
+        let peers = PeerHeaps::exchange(boot, me, &heap, tuning.gpu_ipc, exported.as_ref())?;
         let p2p = if tuning.gpu_p2p { Some(p2p_table(cuda, me, &heap, &peers)?) } else { None };
         let stream = cuda.new_stream().map_err(|source| GpuError::Cuda { what: "cuStreamCreate (application stream)", source })?;
-        Ok(GpuParts { stream, peers, p2p, queues, heap, daemon_fds })
+        Ok(GpuParts { stream, peers, p2p, queues, heap, daemon_link })
     }
 
-    fn proxy(&mut self, parts: &mut GpuParts, launch: &Launch, tuning: &Tuning, boot: &Bootstrap, fabric: &FabricConfig) -> Result<ProxyLink> {
+    fn proxy(&mut self, parts: &mut GpuParts, launch: &Launch, tuning: &Tuning, _boot: &Bootstrap, fabric: &FabricConfig) -> Result<ProxyLink> {
         let me = launch.pe;
         let heap_size = parts.heap.size;
         let threads = tuning.gpu_proxy_threads.min(tuning.queues).max(1);
-        if let Some(fds) = parts.daemon_fds.take() {
+        if let Some(link) = parts.daemon_link.take() {
             // The agent is loaded here too: GpuPe::max_persistent_blocks
             // reads its attributes to leave room for the daemon's agents.
             let agent = landing_agent(&self.cuda, tuning)?;
             let _ = self.agent.set(agent.function);
-            return daemon::attach(&self.cuda, &parts.queues, parts.heap.base, heap_size, launch.n_pes, me, tuning, boot, fabric, fds);
+            return Ok(link);
         }
         let heap = GpuHeap { base: parts.heap.base, size: heap_size };
         let (backend, per_thread, agent) =
@@ -492,7 +534,7 @@ impl GpuPe {
         let threads = tuning.gpu_proxy_threads.min(tuning.queues).max(1);
         let agent = Arc::new(std::sync::OnceLock::new());
         let (core, parts) = startup::start(launch, tuning, GpuKind { cuda: Arc::clone(&cuda), mode: crate::env::ProxyMode::InProcess, agent: Arc::clone(&agent) })?;
-        let GpuParts { stream, peers, p2p, queues, heap, daemon_fds: _ } = parts;
+        let GpuParts { stream, peers, p2p, queues, heap, daemon_link: _ } = parts;
         let me = core.my_pe();
         let teams = team::TeamTable::new(&cuda, &core.teams)?;
         let pe = GpuPe { core, stream, peers, p2p, queues, teams, agent, on_stream: Default::default(), heap, cuda };

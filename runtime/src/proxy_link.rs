@@ -25,6 +25,15 @@ pub(crate) enum ProxyLink {
 }
 
 impl ProxyLink {
+    /// A GPU PE's heap allocated by the daemon: its CUDA IPC handle; `None`
+    /// in process (or for a CPU PE).
+    pub(crate) fn gpu_heap(&self) -> Option<&[u8]> {
+        match self {
+            ProxyLink::Daemon(d, _) if !d.gpu_heap().is_empty() => Some(d.gpu_heap()),
+            _ => None,
+        }
+    }
+
     /// Exchange the endpoints' cards with every PE and connect them.
     /// **Collective.**
     pub(crate) fn connect(&mut self, boot: &Bootstrap, me: i32) -> Result<()> {

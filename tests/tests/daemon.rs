@@ -402,9 +402,8 @@ fn wrong_token_duplicate_pe_and_malformed_messages_are_refused_and_the_daemon_go
     assert_ok(2, &finish(spawn_job(2, &["ops"], &d.env()), Duration::from_secs(300)), "ops after the refusals");
 }
 
-/// A GPU PE's Attach as a PE would send it for GPU `uuid` (its heap handle
-/// is 64 arbitrary bytes: these tests never get as far as opening it), and
-/// its three memfds (pool, status, payload slots of 1 KiB).
+/// A GPU PE's Attach as a PE would send it for GPU `uuid`, and its three
+/// memfds (pool, status, payload slots of 1 KiB).
 fn borrow(f: &[std::os::fd::OwnedFd]) -> Vec<std::os::fd::BorrowedFd<'_>> {
     f.iter().map(|f| f.as_fd()).collect()
 }
@@ -412,7 +411,7 @@ fn borrow(f: &[std::os::fd::OwnedFd]) -> Vec<std::os::fd::BorrowedFd<'_>> {
 fn gpu_attach_msg(job: u64, uuid: [u8; 16]) -> (Attach, Vec<std::os::fd::OwnedFd>, Vec<SharedMem>) {
     let (mut att, _cpu_fds, _cpu_mem) = attach_msg(job, 1, 0, 1);
     att.region_len = 0;
-    att.gpu = Some(wire::GpuAttach { uuid, heap_ipc: [7; 64], payload_bytes: 1024, tuning: vec![("CPNET_AGENT_LANES".into(), "1".into())] });
+    att.gpu = Some(wire::GpuAttach { uuid, payload_bytes: 1024, tuning: vec![("CPNET_AGENT_LANES".into(), "1".into())] });
     let geom = cpnet::device::ring::QueueGeometry::new(64).unwrap();
     let page = |n: usize| n.max(1).div_ceil(4096) * 4096;
     let (mut fds, mut mem) = (Vec::new(), Vec::new());

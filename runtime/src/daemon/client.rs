@@ -67,6 +67,8 @@ pub(crate) struct DaemonLink {
     daemon: String,
     /// After detach: the final command errors.
     final_errors: Option<Vec<CommandError>>,
+    /// A GPU PE's heap, allocated by the daemon: its IPC handle (else empty).
+    gpu_heap: Vec<u8>,
 }
 
 impl DaemonLink {
@@ -89,8 +91,8 @@ impl DaemonLink {
             .map_err(|e| err(format!("reading {place}'s answer: {e}")))?
             .ok_or_else(|| err(format!("{place} closed the connection without answering")))?;
         let _ = stream.set_read_timeout(None);
-        let (daemon_pid, cards) = match ToPe::decode(frame.kind, &frame.body) {
-            Ok(ToPe::Accepted { daemon_pid, cards }) => (daemon_pid, cards),
+        let (daemon_pid, cards, gpu_heap) = match ToPe::decode(frame.kind, &frame.body) {
+            Ok(ToPe::Accepted { daemon_pid, cards, gpu_heap }) => (daemon_pid, cards, gpu_heap),
             Ok(ToPe::Refused(reason)) => return Err(err(format!("{place} refused this PE: {reason}"))),
             Ok(other) => return Err(err(format!("{place} answered {other:?} to Attach"))),
             Err(e) => return Err(err(format!("{place} answered a malformed message: {e}"))),
@@ -116,6 +118,7 @@ impl DaemonLink {
             facts: Vec::new(),
             daemon,
             final_errors: None,
+            gpu_heap,
         })
     }
 
@@ -163,6 +166,12 @@ impl DaemonLink {
             Some(line) => on_fatal(line),
             None => *self.shared.on_fatal.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(on_fatal),
         }
+    }
+
+    /// A GPU PE's heap, which the daemon allocated: its CUDA IPC handle (64
+    /// bytes); empty for a CPU PE.
+    pub(crate) fn gpu_heap(&self) -> &[u8] {
+        &self.gpu_heap
     }
 
     /// Per service thread, what its transport reports.

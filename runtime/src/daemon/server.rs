@@ -382,6 +382,8 @@ struct Session {
     proxies: Proxies,
     pe: i32,
     _mem: SessionMem,
+    /// A GPU PE's heap (allocated here): its IPC handle, for Accepted.
+    gpu_heap: Vec<u8>,
 }
 
 /// The memory a session's threads use, kept until they are gone.
@@ -400,7 +402,8 @@ impl Session {
     fn start(a: &Attach, fds: Vec<OwnedFd>, gpu: Option<&str>) -> Result<Session, String> {
         if let Some(g) = &a.gpu {
             let (proxies, mem) = crate::gpu::serve_gpu_pe(a, g, &fds, gpu)?;
-            return Ok(Session { proxies, pe: a.pe, _mem: SessionMem::Gpu { _mem: mem } });
+            let gpu_heap = mem.heap_handle().to_vec();
+            return Ok(Session { proxies, pe: a.pe, _mem: SessionMem::Gpu { _mem: mem }, gpu_heap });
         }
         let fds: [OwnedFd; 2] = fds.try_into().map_err(|_| "a CPU PE's Attach carries 2 fds".to_owned())?;
         let geom = QueueGeometry::new(a.depth).map_err(|e| e.to_string())?;
@@ -438,7 +441,7 @@ impl Session {
         });
         let limits = Limits { n_pes: a.n_pes, heap_size: a.heap_size };
         let proxies = Proxies::spawn(backend, a.pe, per_thread, limits, &a.provider, &tuning).map_err(|e| e.to_string())?;
-        Ok(Session { proxies, pe: a.pe, _mem: SessionMem::Cpu { _pool: pool, _queues: queues, _region: region } })
+        Ok(Session { proxies, pe: a.pe, _mem: SessionMem::Cpu { _pool: pool, _queues: queues, _region: region }, gpu_heap: Vec::new() })
     }
 }
 
@@ -473,7 +476,7 @@ fn run_session(stream: &UnixStream, st: &State, a: &Attach, who: &str, mut sessi
             return session;
         }
     };
-    if send(ToPe::Accepted { daemon_pid: st.pid, cards }).is_err() {
+    if send(ToPe::Accepted { daemon_pid: st.pid, cards, gpu_heap: session.gpu_heap.clone() }).is_err() {
         tracing::warn!("{who} went away while attaching");
         return session;
     }

@@ -9,12 +9,12 @@
 //!
 //! | kind | name | direction | body | fds |
 //! |---|---|---|---|---|
-//! | `0x01` | Attach | PE → daemon | `job:u64 token:[16] pe:i32 n_pes:i32 heap_size:u64 region_len:u64 queues:u32 depth:u32 threads:u32 idle_sleep_us:u64 stall_ms:u64 provider:str src_node:str gpu:u8` and, where `gpu` is 1, `uuid:[16] heap_ipc:[64] payload_bytes:u32 n:u32 n × (name:str value:str)` | CPU PE: queue pool memfd, heap region memfd; GPU PE: queue pool, status block, and (payload_bytes > 0) payload slot memfds |
+//! | `0x01` | Attach | PE → daemon | `job:u64 token:[16] pe:i32 n_pes:i32 heap_size:u64 region_len:u64 queues:u32 depth:u32 threads:u32 idle_sleep_us:u64 stall_ms:u64 provider:str src_node:str gpu:u8` and, where `gpu` is 1, `uuid:[16] payload_bytes:u32 n:u32 n × (name:str value:str)` | CPU PE: queue pool memfd, heap region memfd; GPU PE: queue pool, status block, and (payload_bytes > 0) payload slot memfds |
 //! | `0x02` | Peers | PE → daemon | `n:u32 n × blob` (every PE's cards, PE order) | |
 //! | `0x03` | Detach | PE → daemon | empty | |
 //! | `0x04` | Abandon | PE → daemon | empty | |
 //! | `0x05` | Errors | PE → daemon | empty | |
-//! | `0x81` | Accepted | daemon → PE | `daemon_pid:u32 cards:blob` | |
+//! | `0x81` | Accepted | daemon → PE | `daemon_pid:u32 cards:blob gpu_heap:blob` (a GPU PE's heap: its CUDA IPC handle, 64 bytes; empty for a CPU PE) | |
 //! | `0x82` | Refused | daemon → PE | `reason:str`; the daemon then closes | |
 //! | `0x83` | Ready | daemon → PE | `n:u32 n × facts` (per thread: provider, fabric, domain, local_addr `str`, `m:u32 m × str`) | |
 //! | `0x84` | Stalled | daemon → PE | `report:str` | |
@@ -23,10 +23,11 @@
 //!
 //! `error := my_pe:i32 wg:u32 queue:u32 seq:u64 op:str pe:i32 addr:u64 size:u64 code:i32`.
 //! `idle_sleep_us` 0: spin; `stall_ms` 0: no watchdog; `src_node` empty: none.
-//! A GPU PE's heap stays in GPU memory: `heap_ipc` is its `cuIpcGetMemHandle`
-//! handle, `region_len` is 0, and the (name, value) pairs are the PE's
-//! `CPNET_*` tuning variables, which the daemon reads as the PE would
-//! ([`crate::env::Tuning::from_lookup`]).
+//! A GPU PE's heap is GPU memory that the daemon allocates for it (so that
+//! it outlives the PE for as long as the daemon's GPU work on it runs): the
+//! PE opens it with the IPC handle of Accepted's `gpu_heap`; `region_len`
+//! is 0; the (name, value) pairs are the PE's `CPNET_*` tuning variables,
+//! which the daemon reads as the PE would ([`crate::env::Tuning::from_lookup`]).
 //!
 //! A frame whose magic, version or kind is unknown, whose body is longer
 //! than [`MAX_BODY`], that ends early, or whose body has bytes left over or
@@ -117,14 +118,11 @@ pub struct Attach {
 }
 
 /// What a GPU PE adds to its [`Attach`] (its queues, status block and
-/// payload slots travel as memfds; its heap stays in GPU memory).
+/// payload slots travel as memfds; the daemon allocates its heap).
 #[derive(Clone, PartialEq, Eq)]
 pub struct GpuAttach {
     /// The GPU's UUID (`cuDeviceGetUuid`): the daemon must serve that GPU.
     pub uuid: [u8; 16],
-    /// The heap's CUDA IPC handle (`cuIpcGetMemHandle`, 64 bytes); the
-    /// daemon opens it with `cuIpcOpenMemHandle`.
-    pub heap_ipc: [u8; 64],
     /// Bytes of a payload slot (`cmd.h` P0); 0: the queues have none.
     pub payload_bytes: u32,
     /// The PE's `CPNET_*` variables (name, value), for the daemon's
@@ -134,12 +132,11 @@ pub struct GpuAttach {
 
 impl std::fmt::Debug for GpuAttach {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The IPC handle is a capability: not printed.
         f.debug_struct("GpuAttach")
             .field("uuid", &uuid_string(&self.uuid))
             .field("payload_bytes", &self.payload_bytes)
             .field("tuning", &self.tuning.len())
-            .finish_non_exhaustive()
+            .finish()
     }
 }
 
@@ -173,6 +170,9 @@ pub enum ToPe {
         daemon_pid: u32,
         /// The cards of this PE's endpoints in the daemon.
         cards: Vec<u8>,
+        /// A GPU PE's heap, allocated by the daemon: its CUDA IPC handle (64
+        /// bytes); empty for a CPU PE.
+        gpu_heap: Vec<u8>,
     },
     /// Refused; the daemon closes.
     Refused(String),
@@ -265,7 +265,6 @@ impl ToDaemon {
                     Some(g) => {
                         w.0.push(1);
                         w.0.extend_from_slice(&g.uuid);
-                        w.0.extend_from_slice(&g.heap_ipc);
                         w.u32(g.payload_bytes).u32(g.tuning.len() as u32);
                         for (k, v) in &g.tuning {
                             w.str(k).str(v);
@@ -316,7 +315,6 @@ impl ToDaemon {
                         0 => None,
                         1 => {
                             let uuid = r.take(16, "uuid")?.try_into().expect("16 bytes");
-                            let heap_ipc = r.take(64, "heap_ipc")?.try_into().expect("64 bytes");
                             let payload_bytes = r.u32("payload_bytes")?;
                             let n = r.u32("tuning variables")? as usize;
                             if n > MAX_TUNING_VARS {
@@ -326,7 +324,7 @@ impl ToDaemon {
                             for _ in 0..n {
                                 tuning.push((r.str("tuning variable")?, r.str("tuning value")?));
                             }
-                            Some(GpuAttach { uuid, heap_ipc, payload_bytes, tuning })
+                            Some(GpuAttach { uuid, payload_bytes, tuning })
                         }
                         b => return Err(format!("gpu flag {b} (want 0 or 1)")),
                     },
@@ -355,8 +353,8 @@ impl ToPe {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = W::default();
         let k = match self {
-            ToPe::Accepted { daemon_pid, cards } => {
-                w.u32(*daemon_pid).bytes(cards);
+            ToPe::Accepted { daemon_pid, cards, gpu_heap } => {
+                w.u32(*daemon_pid).bytes(cards).bytes(gpu_heap);
                 kind::ACCEPTED
             }
             ToPe::Refused(reason) => {
@@ -396,7 +394,11 @@ impl ToPe {
     pub fn decode(kind: u16, body: &[u8]) -> Result<ToPe, String> {
         let mut r = R { b: body, at: 0 };
         let m = match kind {
-            kind::ACCEPTED => ToPe::Accepted { daemon_pid: r.u32("daemon_pid")?, cards: r.bytes("cards")?.to_vec() },
+            kind::ACCEPTED => ToPe::Accepted {
+                daemon_pid: r.u32("daemon_pid")?,
+                cards: r.bytes("cards")?.to_vec(),
+                gpu_heap: r.bytes("gpu_heap")?.to_vec(),
+            },
             kind::REFUSED => ToPe::Refused(r.str("reason")?),
             kind::READY => {
                 let n = r.u32("threads")? as usize;
@@ -616,7 +618,6 @@ mod tests {
         a.region_len = 0;
         a.gpu = Some(GpuAttach {
             uuid: [0xab; 16],
-            heap_ipc: [3; 64],
             payload_bytes: 1024,
             tuning: vec![("CPNET_AGENT_LANES".into(), "2".into())],
         });
@@ -632,7 +633,8 @@ mod tests {
         }
         let e = CommandError { my_pe: 0, wg: 1, queue: 2, seq: 3, op: "CPNET_OP_PUT", pe: 5, addr: 6, size: 7, code: ErrorCode::BadPe };
         for m in [
-            ToPe::Accepted { daemon_pid: 4, cards: vec![1] },
+            ToPe::Accepted { daemon_pid: 4, cards: vec![1], gpu_heap: vec![] },
+            ToPe::Accepted { daemon_pid: 4, cards: vec![1], gpu_heap: vec![9; 64] },
             ToPe::Refused("no".into()),
             ToPe::Ready(vec![EndpointFacts { provider: "shm".into(), fabric: "f".into(), domain: "d".into(), local_addr: "a".into(), peer_addrs: vec!["x".into()] }]),
             ToPe::Stalled("r".into()),
@@ -660,14 +662,14 @@ mod tests {
         let g = ToDaemon::Attach(gpu_attach()).encode();
         let body = &g[HEADER..];
         let flag = f.len() - HEADER - 1;
-        for cut in [flag + 1, flag + 17, flag + 81, body.len() - 1] {
+        for cut in [flag + 1, flag + 17, flag + 21, body.len() - 1] {
             let e = ToDaemon::decode(kind::ATTACH, &body[..cut]).unwrap_err();
             assert!(e.contains("truncated"), "{cut}: {e}");
         }
         let mut bad = body.to_vec();
         bad[flag] = 2;
         assert!(ToDaemon::decode(kind::ATTACH, &bad).unwrap_err().contains("gpu flag 2"));
-        let mut many = body[..flag + 1 + 16 + 64 + 4].to_vec();
+        let mut many = body[..flag + 1 + 16 + 4].to_vec();
         many.extend_from_slice(&100_000u32.to_le_bytes());
         assert!(ToDaemon::decode(kind::ATTACH, &many).unwrap_err().contains("100000 tuning variables"));
         assert_eq!(uuid_string(&[0xab; 16]), "GPU-abababab-abab-abab-abab-abababababab");

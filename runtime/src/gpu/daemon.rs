@@ -2,15 +2,20 @@
 //! "The proxy daemon, `cpnet-proxyd`").
 //!
 //! One daemon per GPU (`DIR/proxyd-<UUID>.sock`) serves every GPU PE on that
-//! GPU, from one or several processes. The PE keeps its symmetric heap in GPU
-//! memory and its claim words there; its queue pool, status block and
-//! payload slots live in sealed memfds that both sides map and register
-//! with CUDA (`cuMemHostRegister(DEVICEMAP)`): the PE's kernels reach them
-//! at the PE's device addresses, the daemon's copies DMA from them. The
-//! heap travels as its CUDA IPC handle (`cuIpcGetMemHandle`, 64 bytes in the
-//! Attach message); the daemon opens it in its own context on the same GPU
-//! (`cuIpcOpenMemHandle`) and runs the staged transport and the landing
-//! agents on it, exactly as the in-process proxy does in the PE.
+//! GPU, from one or several processes, each PE in a CUDA context of its own
+//! in the daemon (so that one PE's set-up, which allocates, never waits for
+//! another PE's landing agents: allocations synchronize a context). The
+//! PE's queue pool, status block and payload slots live in sealed memfds
+//! that both sides map and register with CUDA (`cuMemHostRegister(DEVICEMAP)`):
+//! the PE's kernels reach them at the PE's device addresses, the daemon's
+//! copies DMA from them. The symmetric heap is allocated by the daemon, in
+//! the PE's context there, and reaches the PE (and its peers on the host)
+//! as its CUDA IPC handle (Accepted's `gpu_heap`): a PE killed mid-run then
+//! cannot free memory that the daemon's copies and agents still write (a
+//! fault would, under MPS, tear down every process on the GPU); the daemon
+//! frees it once the PE's services have stopped. The daemon runs the staged
+//! transport and the landing agents on it exactly as the in-process proxy
+//! does in the PE. The claim words stay the PE's own GPU memory.
 //!
 //! The landing agents are kernels of the daemon's context. Without MPS,
 //! kernels of two processes do not run side by side on one GPU (they take
@@ -88,18 +93,18 @@ fn tuning_vars() -> Vec<(String, String)> {
 }
 
 /// The PE's side: attach to its GPU's daemon (starting it if none runs),
-/// passing the queue memfds `fds` ([`GpuQueues::shared`]) and the heap at
-/// `heap_base` (`heap_size` bytes, the start of a `cuMemAlloc` allocation
-/// of `cuda`) as its IPC handle.
+/// passing the queue memfds `fds` ([`GpuQueues::shared`]), and asking it
+/// for a heap of `heap_size` bytes. Returns the link and the heap's IPC
+/// handle (to open here, [`super::DeviceMem::open_ipc`], and to give to
+/// the peers).
 ///
 /// # Errors
-/// [`Error::Gpu`] from `cuIpcGetMemHandle` or the UUID query;
-/// [`Error::Daemon`] as [`crate::pe`]'s attach.
+/// [`Error::Gpu`] from the UUID query; [`Error::Daemon`] as
+/// [`crate::pe`]'s attach, or an answer without a heap.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn attach(
     cuda: &Arc<CudaContext>,
     queues: &GpuQueues,
-    heap_base: u64,
     heap_size: u64,
     n_pes: i32,
     me: i32,
@@ -107,85 +112,107 @@ pub(super) fn attach(
     boot: &Bootstrap,
     fabric: &FabricConfig,
     fds: Vec<OwnedFd>,
-) -> Result<ProxyLink> {
-    let gpu_err = |what: &'static str, source| Error::Gpu(GpuError::Cuda { what, source });
-    let uuid = cuda.uuid().map_err(|e| gpu_err("cuDeviceGetUuid (naming the GPU's daemon)", e))?;
+) -> Result<(ProxyLink, [u8; 64])> {
+    let uuid = cuda.uuid().map_err(|source| Error::Gpu(GpuError::Cuda { what: "cuDeviceGetUuid (naming the GPU's daemon)", source }))?;
     let uuid: [u8; 16] = uuid.bytes.map(|b| b as u8);
-    cuda.bind_to_thread().map_err(|e| gpu_err("cuCtxSetCurrent", e))?;
-    let mut handle = cusys::CUipcMemHandle_st { reserved: [0; 64] };
-    // SAFETY: `heap_base` is the start of a cuMemAlloc allocation of the
-    // current context (the caller's contract); `handle` is an out-parameter.
-    unsafe { cusys::cuIpcGetMemHandle(&mut handle, heap_base) }
-        .result()
-        .map_err(|e| gpu_err("cuIpcGetMemHandle (the heap, for the proxy daemon)", e))?;
     let threads = tuning.gpu_proxy_threads.min(tuning.queues).max(1);
     let mut att = crate::pe::attach_message(me, n_pes, heap_size, 0, tuning.queues, queues.geometry(), threads, tuning, fabric);
-    att.gpu = Some(GpuAttach {
-        uuid,
-        heap_ipc: handle.reserved.map(|c| c as u8),
-        payload_bytes: queues.payload_slot_bytes(),
-        tuning: tuning_vars(),
-    });
+    att.gpu = Some(GpuAttach { uuid, payload_bytes: queues.payload_slot_bytes(), tuning: tuning_vars() });
     let paths = DaemonPaths::for_gpu(&tuning.proxyd_dir, &uuid_string(&uuid));
-    crate::pe::attach_to_daemon(tuning, boot, &paths, att, fds)
+    let link = crate::pe::attach_to_daemon(tuning, boot, &paths, att, fds)?;
+    let handle: [u8; 64] = link.gpu_heap().and_then(|h| h.try_into().ok()).ok_or_else(|| Error::Daemon {
+        pe: me,
+        why: format!("{} accepted this GPU PE without a heap handle", paths.socket.display()),
+    })?;
+    Ok((link, handle))
 }
 
-/// The daemon's context on its GPU, made at the first GPU PE's attach.
-static CONTEXT: Mutex<Option<Arc<CudaContext>>> = Mutex::new(None);
+/// The daemon's device: its ordinal among the visible devices, found at the
+/// first GPU PE's attach.
+static DEVICE: Mutex<Option<usize>> = Mutex::new(None);
 
-/// The daemon's context on the GPU of `uuid` (the primary context of the
-/// visible device with that UUID).
-fn daemon_context(uuid: &[u8; 16]) -> std::result::Result<Arc<CudaContext>, String> {
-    let mut ctx = CONTEXT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(c) = ctx.as_ref() {
-        return Ok(Arc::clone(c));
-    }
-    if !super::driver_present() {
-        return Err("no CUDA driver (libcuda) in the daemon's process".into());
-    }
-    let n = CudaContext::device_count().map_err(|e| format!("cuDeviceGetCount: {e:?}"))?;
-    for i in 0..n {
-        let Ok(dev) = cu::device::get(i) else { continue };
-        if cu::device::get_uuid(dev).is_ok_and(|u| u.bytes.map(|b| b as u8) == *uuid) {
-            let c = CudaContext::new(i as usize).map_err(|e| format!("a context on device {i}: {e:?}"))?;
-            *ctx = Some(Arc::clone(&c));
-            return Ok(c);
+/// A new context for one PE's session on the visible device of `uuid`.
+fn session_context(uuid: &[u8; 16]) -> std::result::Result<Arc<CudaContext>, String> {
+    let mut dev = DEVICE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let ordinal = match *dev {
+        Some(o) => o,
+        None => {
+            if !super::driver_present() {
+                return Err("no CUDA driver (libcuda) in the daemon's process".into());
+            }
+            let n = CudaContext::device_count().map_err(|e| format!("cuDeviceGetCount: {e:?}"))?;
+            let o = (0..n)
+                .find(|&i| cu::device::get(i).is_ok_and(|d| cu::device::get_uuid(d).is_ok_and(|u| u.bytes.map(|b| b as u8) == *uuid)))
+                .ok_or_else(|| format!("no visible CUDA device has UUID {} ({n} visible; CUDA_VISIBLE_DEVICES of the daemon?)", uuid_string(uuid)))?;
+            *dev = Some(o as usize);
+            o as usize
         }
-    }
-    Err(format!("no visible CUDA device has UUID {} ({n} visible; CUDA_VISIBLE_DEVICES of the daemon?)", uuid_string(uuid)))
+    };
+    CudaContext::new_non_primary(ordinal, 0).map_err(|e| format!("cuCtxCreate on device {ordinal}: {e:?}"))
 }
 
-/// A PE's heap opened in the daemon's context; closed on drop.
-struct ImportedHeap {
+/// A PE's heap, allocated by the daemon in the PE's context here; freed on
+/// drop (after the PE's services stopped).
+struct OwnedHeap {
     base: u64,
+    handle: [u8; 64],
     cuda: Arc<CudaContext>,
 }
 
-impl Drop for ImportedHeap {
-    fn drop(&mut self) {
-        let _ = self.cuda.bind_to_thread();
-        // SAFETY: opened by cuIpcOpenMemHandle in `serve_gpu_pe`, closed once,
-        // after the session's service threads (and their agents) stopped:
-        // the session drops its proxies before its memory.
-        let _ = unsafe { cusys::cuIpcCloseMemHandle(self.base) };
+impl OwnedHeap {
+    fn new(cuda: &Arc<CudaContext>, size: u64) -> std::result::Result<OwnedHeap, String> {
+        cuda.bind_to_thread().map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
+        // SAFETY: the context is current; the allocation is owned by the
+        // returned value (freed once, in Drop).
+        let base = unsafe { cu::malloc_sync(size as usize) }.map_err(|e| format!("cuMemAlloc of the PE's heap ({size} bytes): {e:?}"))?;
+        let mut heap = OwnedHeap { base, handle: [0; 64], cuda: Arc::clone(cuda) };
+        // SAFETY: `base..base+size` is the allocation just made.
+        unsafe { cu::memset_d8_sync(base, 0, size as usize) }.map_err(|e| format!("cuMemsetD8 of the PE's heap: {e:?}"))?;
+        let mut h = cusys::CUipcMemHandle_st { reserved: [0; 64] };
+        // SAFETY: `base` is the start of a cuMemAlloc allocation of the
+        // current context; `h` is an out-parameter.
+        unsafe { cusys::cuIpcGetMemHandle(&mut h, base) }.result().map_err(|e| format!("cuIpcGetMemHandle of the PE's heap: {e:?}"))?;
+        heap.handle = h.reserved.map(|c| c as u8);
+        Ok(heap)
     }
 }
 
-/// What a GPU PE's session in the daemon keeps until its threads are gone.
+impl Drop for OwnedHeap {
+    fn drop(&mut self) {
+        let _ = self.cuda.bind_to_thread();
+        // SAFETY: allocated in `new`, freed once, after the session's service
+        // threads (and their agents and copies) stopped: the session drops
+        // its proxies before its memory.
+        let _ = unsafe { cu::free_sync(self.base) };
+    }
+}
+
+/// What a GPU PE's session in the daemon keeps until its threads are gone
+/// (dropped in this order: the heap, the queues' registrations, then the
+/// session's context).
 pub(crate) struct GpuSessionMem {
-    _heap: ImportedHeap,
+    heap: OwnedHeap,
     _queues: Arc<GpuQueues>,
+    _cuda: Arc<CudaContext>,
+}
+
+impl GpuSessionMem {
+    /// The heap's IPC handle, for the PE.
+    pub(crate) fn heap_handle(&self) -> &[u8; 64] {
+        &self.heap.handle
+    }
 }
 
 /// The daemon's side: serve GPU PE `a` (its GPU part `g`, its memfds
-/// `fds`) on this daemon's GPU `daemon_gpu` (`GPU-…`): map and register its
-/// queues, open its heap, and spawn its service threads (the in-process
-/// proxy's code, [`gpu_backend`]). Returns them and the memory to keep
-/// until they are stopped.
+/// `fds`) on this daemon's GPU `daemon_gpu` (`GPU-…`): a context of its own
+/// on that GPU, its queues mapped and registered there, its heap allocated
+/// there, and its service threads spawned (the in-process proxy's code,
+/// [`gpu_backend`]). Returns them and the memory to keep until they are
+/// stopped. Logs the time each step took (debug).
 ///
 /// # Errors
 /// Why the PE is refused: another GPU than the daemon's (or a daemon of CPU
-/// PEs), its tuning variables, its memfds, the IPC handle, the fabric.
+/// PEs), its tuning variables, its memfds, the heap, the fabric.
 pub(crate) fn serve_gpu_pe(a: &Attach, g: &GpuAttach, fds: &[OwnedFd], daemon_gpu: Option<&str>) -> std::result::Result<(Proxies, GpuSessionMem), String> {
     let theirs = uuid_string(&g.uuid);
     match daemon_gpu {
@@ -193,39 +220,31 @@ pub(crate) fn serve_gpu_pe(a: &Attach, g: &GpuAttach, fds: &[OwnedFd], daemon_gp
         Some(mine) => return Err(format!("this daemon serves {mine}; the PE's GPU is {theirs} (its daemon is proxyd-{theirs}.sock)")),
         None => return Err(format!("this daemon serves CPU PEs; a GPU PE attaches to its GPU's daemon (proxyd-{theirs}.sock)")),
     }
-    let cuda = daemon_context(&g.uuid)?;
-    cuda.bind_to_thread().map_err(|e| format!("cuCtxSetCurrent: {e:?}"))?;
+    let t = std::time::Instant::now();
+    let step = |what: &str| tracing::debug!(pe = a.pe, "GPU session set-up: {what} at {:.1} ms", t.elapsed().as_secs_f64() * 1e3);
     let lookup = |k: &str| g.tuning.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let mut tuning = Tuning::from_lookup(lookup).map_err(|e| format!("the PE's tuning: {e}"))?;
     tuning.in_daemon = true;
     tuning.queues = a.queues as usize;
     let geom = QueueGeometry::new(a.depth).map_err(|e| format!("queue depth {}: {e}", a.depth))?;
+    let cuda = session_context(&g.uuid)?;
+    step("context");
     let queues = Arc::new(GpuQueues::import(a.queues as usize, geom, g.payload_bytes, fds).map_err(|e| e.to_string())?);
-    let mut h = cusys::CUipcMemHandle_st { reserved: [0; 64] };
-    for (d, &s) in h.reserved.iter_mut().zip(&g.heap_ipc) {
-        *d = s as std::ffi::c_char;
-    }
-    let mut base: cusys::CUdeviceptr = 0;
-    // SAFETY: `h` is 64 bytes the PE says came from cuIpcGetMemHandle; the
-    // driver validates a handle (a bad one fails, it is not dereferenced by
-    // us); the daemon's context is current; `base` is an out-parameter.
-    let r = unsafe {
-        cusys::cuIpcOpenMemHandle_v2(&mut base, h, cusys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as std::ffi::c_uint)
-    };
-    if r != cusys::CUresult::CUDA_SUCCESS {
-        return Err(format!("cuIpcOpenMemHandle of the PE's heap failed ({r:?})"));
-    }
-    let heap = ImportedHeap { base, cuda: Arc::clone(&cuda) };
+    step("queues registered");
+    let heap = OwnedHeap::new(&cuda, a.heap_size)?;
+    step("heap allocated");
     let fabric = FabricConfig {
         provider: a.provider.clone(),
         src_node: (!a.src_node.is_empty()).then(|| a.src_node.clone()),
         reach_timeout: Some(crate::env::DEFAULT_REACH_TIMEOUT),
     };
     let threads = (a.threads as usize).min(a.queues as usize).max(1);
-    let gheap = GpuHeap { base, size: a.heap_size };
+    let gheap = GpuHeap { base: heap.base, size: a.heap_size };
     let (backend, per_thread, _agent) = gpu_backend(&cuda, &queues, gheap, vec![None; a.n_pes as usize], a.pe, a.n_pes, threads, &tuning, &fabric)
         .map_err(|e| e.to_string())?;
+    step("landing agent loaded");
     let limits = Limits { n_pes: a.n_pes, heap_size: a.heap_size };
     let proxies = Proxies::spawn(backend, a.pe, per_thread, limits, &a.provider, &tuning).map_err(|e| e.to_string())?;
-    Ok((proxies, GpuSessionMem { _heap: heap, _queues: queues }))
+    step("service threads started");
+    Ok((proxies, GpuSessionMem { heap, _queues: queues, _cuda: cuda }))
 }
