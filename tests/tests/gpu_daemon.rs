@@ -224,7 +224,7 @@ fn a_killed_gpu_daemon_fails_every_attached_pe() {
     let mut bystander_env = d.env();
     bystander_env.retain(|(k, _)| !k.starts_with("CPNET_PROXY"));
     bystander_env.push(("CPNET_PROXY", "inprocess".into()));
-    let mut bystander = Started::new(2, &["barrier", "--rounds", "20000"], &bystander_env);
+    let mut bystander = Started::new(2, &["barrier", "--rounds", "400000"], &bystander_env);
     wait_attached(&d, &mut job, 2, "the daemon's job");
     bystander.running("the bystander job");
     let pids = d.daemon_pids();
@@ -262,7 +262,7 @@ fn a_killed_pe_fails_its_job_only() {
     env_a.push(("CPNET_TEST_JOB", "victim".into()));
     let mut a = Started::new(2, &["barrier", "--rounds", "100000000"], &env_a);
     wait_attached(&d, &mut a, 2, "the victim job");
-    let mut b = Started::new(2, &["barrier", "--rounds", "20000"], &d.env());
+    let mut b = Started::new(2, &["barrier", "--rounds", "400000"], &d.env());
     wait_attached(&d, &mut b, 4, "the other job");
     let victims = pes_with_env("CPNET_TEST_JOB=victim");
     assert_eq!(victims.len(), 2, "the victim job's PEs: {victims:?}");
@@ -273,6 +273,7 @@ fn a_killed_pe_fails_its_job_only() {
     let jb = b.finish(Duration::from_secs(300), "the other job");
     assert!(jb.status.success(), "the other job on the same daemon failed:\n{}\n{}", jb.all, d.logs());
     assert!(d.logs().contains("went away without detaching"), "the daemon did not notice:\n{}", d.logs());
+    eprintln!("--- daemon logs ---\n{}", d.logs());
 }
 
 /// Attach and detach many times against one persistent daemon of GPU 0:

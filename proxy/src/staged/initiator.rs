@@ -52,7 +52,10 @@ impl StagedTransport {
                     Op::PutSignal { sig, signal, op: sop, .. } => Some((sig, signal, sop)),
                     _ => None,
                 };
-                if self.agent_sized(size) {
+                // A payload slot without a GPU mapping here (dev 0: the proxy
+                // daemon maps a PE's slots without registering them with
+                // CUDA) goes by copy, not through the agent.
+                if self.agent_sized(size) && !matches!(src, PutSrc::Host { dev: 0, .. }) {
                     let rec = match src {
                         PutSrc::Heap(src) => put_rec(dst, size, Some(self.dev(src)), 0, signal),
                         PutSrc::Inline(bits) => put_rec(dst, size, None, bits, signal),
@@ -118,9 +121,11 @@ impl StagedTransport {
                 // passes; decoder-checked destination.
                 unsafe { self.inner.stream.htod(self.dev(dst), self.scratch(i, 0).cast(), size as usize) }
             }
-            // SAFETY: the command's payload slot, pinned and unchanged until
-            // the command completes (cmd.h P0), which is after this copy's
-            // event; decoder-checked destination.
+            // SAFETY: the command's payload slot, unchanged until the command
+            // completes (cmd.h P0), which is after this copy's event: pinned
+            // in process; in the proxy daemon pageable (not registered there),
+            // which the driver stages before the call returns. Decoder-checked
+            // destination.
             PutSrc::Host { host, .. } => unsafe { self.inner.stream.htod(self.dev(dst), host as *const u8, size as usize) },
             PutSrc::Payload => unreachable!("refused in start_op"),
         }

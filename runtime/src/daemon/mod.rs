@@ -1,8 +1,9 @@
-//! The proxy daemon, `cpnet-proxyd` (DESIGN.md "The proxy daemon"): one
-//! process per host that owns the fabric endpoints and the service threads
-//! of every PE attached to it, from one or several processes and jobs. A PE
-//! selects it with `CPNET_PROXY=daemon` ([`crate::env`]); CPU PEs only in
-//! this version (GPU PEs keep the in-process proxy).
+//! The proxy daemon, `cpnet-proxyd` (DESIGN.md "The proxy daemon"): a
+//! process that owns the fabric endpoints and the service threads of every
+//! PE attached to it, from one or several processes and jobs: one per GPU
+//! for GPU PEs (`--gpu UUID`, their default under MPS; their side is
+//! `crate::gpu`'s daemon module), one per host for CPU PEs
+//! (`CPNET_PROXY=daemon`, [`crate::env`]).
 //!
 //! # Start and election
 //!

@@ -6,9 +6,10 @@
 //! in the daemon (so that one PE's set-up, which allocates, never waits for
 //! another PE's landing agents: allocations synchronize a context). The
 //! PE's queue pool, status block and payload slots live in sealed memfds
-//! that both sides map and register with CUDA (`cuMemHostRegister(DEVICEMAP)`):
-//! the PE's kernels reach them at the PE's device addresses, the daemon's
-//! copies DMA from them. The symmetric heap is allocated by the daemon, in
+//! that both sides map; the PE registers them with CUDA
+//! (`cuMemHostRegister(DEVICEMAP)`) for its kernels, the daemon reads them
+//! with the CPU only ([`super::MappedHost::import`] says why) and copies
+//! payloads from them as pageable memory. The symmetric heap is allocated by the daemon, in
 //! the PE's context there, and reaches the PE (and its peers on the host)
 //! as its CUDA IPC handle (Accepted's `gpu_heap`): a PE killed mid-run then
 //! cannot free memory that the daemon's copies and agents still write (a
@@ -205,7 +206,7 @@ impl GpuSessionMem {
 
 /// The daemon's side: serve GPU PE `a` (its GPU part `g`, its memfds
 /// `fds`) on this daemon's GPU `daemon_gpu` (`GPU-…`): a context of its own
-/// on that GPU, its queues mapped and registered there, its heap allocated
+/// on that GPU, its queues mapped (CPU only), its heap allocated
 /// there, and its service threads spawned (the in-process proxy's code,
 /// [`gpu_backend`]). Returns them and the memory to keep until they are
 /// stopped. Logs the time each step took (debug).
@@ -230,7 +231,7 @@ pub(crate) fn serve_gpu_pe(a: &Attach, g: &GpuAttach, fds: &[OwnedFd], daemon_gp
     let cuda = session_context(&g.uuid)?;
     step("context");
     let queues = Arc::new(GpuQueues::import(a.queues as usize, geom, g.payload_bytes, fds).map_err(|e| e.to_string())?);
-    step("queues registered");
+    step("queues mapped");
     let heap = OwnedHeap::new(&cuda, a.heap_size)?;
     step("heap allocated");
     let fabric = FabricConfig {

@@ -28,9 +28,11 @@ pub struct MappedHost {
     dev: u64,
     bytes: usize,
     /// For memory shared with the proxy daemon ([`MappedHost::shared`],
-    /// [`MappedHost::import`]): the memfd's mapping, registered with
-    /// `cuMemHostRegister`; `None` for `cuMemHostAlloc` memory.
+    /// [`MappedHost::import`]): the memfd's mapping; `None` for
+    /// `cuMemHostAlloc` memory.
     shared: Option<SharedMem>,
+    /// Whether `shared` is registered with CUDA (in the PE; not in the daemon).
+    registered: bool,
 }
 
 // SAFETY: the memory is only a region shared with the GPU; all access goes
@@ -41,7 +43,7 @@ unsafe impl Sync for MappedHost {}
 
 impl MappedHost {
     /// `bytes` of mapped pinned memory. A CUDA context must be current on
-    /// this thread (it is after [`open_device`]).
+    /// this thread (it is after [`super::open_device`]).
     ///
     /// # Errors
     /// [`GpuError::Cuda`] from `cuMemHostAlloc` / `cuMemHostGetDevicePointer`.
@@ -64,7 +66,7 @@ impl MappedHost {
             let _ = unsafe { cu::free_host(host.cast()) };
             return Err(GpuError::Cuda { what: "cuMemHostGetDevicePointer", source });
         }
-        Ok(MappedHost { host, dev, bytes, shared: None })
+        Ok(MappedHost { host, dev, bytes, shared: None, registered: false })
     }
 
     /// `bytes` of zeroed memory in a new sealed memfd (rounded up to whole
@@ -82,16 +84,19 @@ impl MappedHost {
     }
 
     /// The proxy daemon's side of [`MappedHost::shared`]: maps the PE's memfd
-    /// `fd` (checked: sealed, `bytes` rounded up to whole pages) and
-    /// registers it in the current context (the daemon's, on the PE's GPU),
-    /// so that copies between it and GPU memory are DMA from pinned memory.
+    /// `fd` (checked: sealed, `bytes` rounded up to whole pages) for the
+    /// CPU only: `dev` is 0. It is not registered with CUDA in the daemon:
+    /// under MPS every client's registrations live in one server, and a
+    /// second registration of the PE's pages did not survive the PE (a PE
+    /// killed mid-run made the daemon's next access fault, and the fault
+    /// took down every client of the GPU). The daemon copies from it as
+    /// pageable memory.
     ///
     /// # Errors
-    /// [`GpuError::Shared`] naming what is wrong with the fd;
-    /// [`GpuError::Cuda`] from the registration.
+    /// [`GpuError::Shared`] naming what is wrong with the fd.
     pub fn import(fd: &OwnedFd, bytes: usize) -> std::result::Result<MappedHost, GpuError> {
         let mem = SharedMem::map(fd, shared_len(bytes)).map_err(GpuError::Shared)?;
-        MappedHost::register(mem)
+        Ok(MappedHost { host: mem.base(), dev: 0, bytes: mem.len(), shared: Some(mem), registered: false })
     }
 
     fn register(mem: SharedMem) -> std::result::Result<MappedHost, GpuError> {
@@ -116,7 +121,7 @@ impl MappedHost {
             let _ = unsafe { cusys::cuMemHostUnregister(host.cast()) };
             return Err(GpuError::Cuda { what: "cuMemHostGetDevicePointer (shared memory)", source });
         }
-        Ok(MappedHost { host, dev, bytes, shared: Some(mem) })
+        Ok(MappedHost { host, dev, bytes, shared: Some(mem), registered: true })
     }
 
     /// The CPU address.
@@ -154,6 +159,9 @@ pub fn shared_len(bytes: usize) -> usize {
 impl Drop for MappedHost {
     fn drop(&mut self) {
         if self.shared.is_some() {
+            if !self.registered {
+                return;
+            }
             // SAFETY: registered in `register` and unregistered once, here,
             // before `shared` unmaps it; owners keep it until every kernel
             // and proxy thread using it has ended.
@@ -338,14 +346,13 @@ impl GpuQueues {
         Ok((GpuQueues { pool: Pool::Mapped(pool), claims: Some(claims), status, geom, n, payload }, fds))
     }
 
-    /// The proxy daemon's view of a PE's [`GpuQueues::shared`]: maps and
-    /// registers the fds (pool, status, payload if `slot_bytes` != 0) in the
-    /// current context. No claim words (the PE's kernels use its own);
+    /// The proxy daemon's view of a PE's [`GpuQueues::shared`]: maps the fds
+    /// (pool, status, payload if `slot_bytes` != 0) for the CPU
+    /// ([`MappedHost::import`]: not registered with CUDA). No claim words (the PE's kernels use its own);
     /// [`GpuQueues::handle`] is the PE's business, not the daemon's.
     ///
     /// # Errors
-    /// [`GpuError::Shared`] (an fd missing, unsealed or of another size),
-    /// [`GpuError::Cuda`].
+    /// [`GpuError::Shared`] (an fd missing, unsealed or of another size).
     pub fn import(n: usize, geom: QueueGeometry, slot_bytes: u32, fds: &[OwnedFd]) -> std::result::Result<GpuQueues, GpuError> {
         let want = 2 + usize::from(slot_bytes != 0);
         if fds.len() != want {
@@ -392,7 +399,9 @@ impl GpuQueues {
         assert!(i < self.n, "queue {i} of {}", self.n);
         let (mem, slot_bytes) = self.payload.as_ref()?;
         let off = i * self.geom.depth() as usize * *slot_bytes as usize;
-        Some(PayloadSlots { host: mem.host() as usize + off, dev: mem.dev() + off as u64, slot_bytes: u64::from(*slot_bytes) })
+        // dev 0 where the slots have no GPU mapping here (the daemon's view).
+        let dev = if mem.dev() == 0 { 0 } else { mem.dev() + off as u64 };
+        Some(PayloadSlots { host: mem.host() as usize + off, dev, slot_bytes: u64::from(*slot_bytes) })
     }
 
     /// Bytes of a payload slot; 0 where the queues have none.
