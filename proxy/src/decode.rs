@@ -32,7 +32,8 @@ pub enum PutSrc {
     Host {
         /// Address in this process.
         host: usize,
-        /// The same bytes as a kernel (or the landing agent) addresses them.
+        /// The same bytes as a kernel (or the landing agent) addresses them;
+        /// 0 where this process has none (the proxy daemon: copied instead).
         dev: u64,
     },
 }

@@ -332,7 +332,8 @@ struct QueueState {
 pub struct PayloadSlots {
     /// Address of slot 0 in this process.
     pub host: usize,
-    /// Address of slot 0 as the GPU sees it.
+    /// Address of slot 0 as the GPU sees it; 0 where this process has no
+    /// GPU mapping of the slots (the proxy daemon).
     pub dev: u64,
     /// Bytes per slot.
     pub slot_bytes: u64,
@@ -466,7 +467,10 @@ impl<T: Transport> Service<T> {
                 return Err(ErrorCode::BadSize);
             }
             let off = (seq & self.queues[qi].consumer.mem().geometry().mask()) * p.slot_bytes;
-            Ok(PutSrc::Host { host: p.host + off as usize, dev: p.dev + off })
+            // dev 0: the slots have no GPU mapping in this process (the
+            // proxy daemon's view); it stays 0 for the transport to see.
+            let dev = if p.dev == 0 { 0 } else { p.dev + off };
+            Ok(PutSrc::Host { host: p.host + off as usize, dev })
         };
         Ok(match op {
             Op::Put { pe, dst, src: PutSrc::Payload, size } => Op::Put { pe, dst, src: locate(size)?, size },
