@@ -249,12 +249,15 @@ fn a_killed_gpu_daemon_fails_every_attached_pe() {
     eprintln!("the in-process job on the same GPUs: {}", if b.status.success() { "finished correctly".to_owned() } else { format!("failed ({})", b.status) });
 }
 
-/// A PE killed mid-run: the daemon cleans up its session (log), its job's
-/// other PE exits non-zero, and another job on the same daemon finishes
-/// correctly.
+/// A PE killed mid-run: its job's other PE exits non-zero and the daemon
+/// notices (its log) and cleans up the session. Another job on the same
+/// daemon runs meanwhile; how it ends is printed, not asserted: under MPS a
+/// process killed while its kernel runs is a fatal error for every client of
+/// that GPU (measured with in-process proxies and no daemon at all: the
+/// other job failed too; docs/results.md "GPU PEs through the daemon").
 #[test]
-fn a_killed_pe_fails_its_job_only() {
-    if !have_gpu_and_mps("a_killed_pe_fails_its_job_only") {
+fn a_killed_pe_fails_its_job() {
+    if !have_gpu_and_mps("a_killed_pe_fails_its_job") {
         return;
     }
     let d = Dir::new("pekill");
@@ -266,14 +269,19 @@ fn a_killed_pe_fails_its_job_only() {
     wait_attached(&d, &mut b, 4, "the other job");
     let victims = pes_with_env("CPNET_TEST_JOB=victim");
     assert_eq!(victims.len(), 2, "the victim job's PEs: {victims:?}");
+    let killed = Instant::now();
     // SAFETY: kill(2) on a PE of the victim job this test started.
     unsafe { libc::kill(victims[0] as i32, libc::SIGKILL) };
     let ja = a.finish(Duration::from_secs(120), "the victim job");
     assert!(!ja.status.success(), "the victim job succeeded:\n{}", ja.all);
+    assert!(killed.elapsed() < Duration::from_secs(60), "the victim's peer took {:?} to go", killed.elapsed());
+    let t = Instant::now();
+    while !d.logs().contains("went away without detaching") {
+        assert!(t.elapsed() < Duration::from_secs(30), "the daemon did not notice:\n{}", d.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let jb = b.finish(Duration::from_secs(300), "the other job");
-    assert!(jb.status.success(), "the other job on the same daemon failed:\n{}\n{}", jb.all, d.logs());
-    assert!(d.logs().contains("went away without detaching"), "the daemon did not notice:\n{}", d.logs());
-    eprintln!("--- daemon logs ---\n{}", d.logs());
+    eprintln!("the other job on the same daemon: {}", if jb.status.success() { "finished correctly".to_owned() } else { format!("failed ({})", jb.status) });
 }
 
 /// Attach and detach many times against one persistent daemon of GPU 0:
