@@ -338,6 +338,10 @@ impl PeKind for GpuKind {
     }
 }
 
+/// What [`gpu_backend`] builds: the backend, each service thread's queue
+/// views, and the landing agent's function.
+type StagedProxy = (Arc<GpuBackend>, Vec<Vec<QueueMem>>, CudaFunction);
+
 /// The staged proxy of GPU PE `me` (of `n_pes`) over `queues` and `heap`
 /// (device addresses in `cuda`'s context; `peer_heaps`: the other PEs'
 /// heaps mapped there, for IPC copies), served by `threads` service
@@ -357,7 +361,7 @@ fn gpu_backend(
     threads: usize,
     tuning: &Tuning,
     fabric: &FabricConfig,
-) -> std::result::Result<(Arc<GpuBackend>, Vec<Vec<QueueMem>>, CudaFunction), GpuError> {
+) -> std::result::Result<StagedProxy, GpuError> {
     let cfg = StagedConfig {
         fabric: fabric.clone(),
         chunk: tuning.stage_chunk as usize,
