@@ -85,12 +85,28 @@ pub(super) fn proxy_mode(cuda: &Arc<CudaContext>, tuning: &Tuning, me: i32) -> R
     Ok(mode)
 }
 
-/// The PE's CPNET_* variables for the daemon's [`Tuning`] of it.
-fn tuning_vars() -> Vec<(String, String)> {
-    std::env::vars()
-        .filter(|(k, _)| k.starts_with("CPNET_") && !NOT_PASSED.contains(&k.as_str()))
-        .take(crate::daemon::wire::MAX_TUNING_VARS)
-        .collect()
+/// The daemon's [`Tuning`] of this PE, as variables: first the values in
+/// use for what the daemon's staged proxy reads (so that tuning a program
+/// set in code, [`crate::GpuPe::init_with`], reaches it too; the Attach
+/// carries queues, depth, threads, idle sleep and stall timeout itself),
+/// then the PE's other `CPNET_*` variables (the daemon takes the first of a
+/// name).
+fn tuning_vars(t: &Tuning) -> Vec<(String, String)> {
+    use crate::env::{AGENT_BYTES, AGENT_IDLE, AGENT_LANES, STAGE_BUFS, STAGE_CHUNK, STAGE_CREDITS};
+    let mut v: Vec<(String, String)> = [
+        (STAGE_CHUNK, t.stage_chunk.to_string()),
+        (STAGE_CREDITS, t.stage_credits.to_string()),
+        (STAGE_BUFS, t.stage_bufs.to_string()),
+        (AGENT_BYTES, t.agent_bytes.to_string()),
+        (AGENT_IDLE, t.agent_idle.as_micros().to_string()),
+        (AGENT_LANES, t.agent_lanes.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    v.extend(std::env::vars().filter(|(k, _)| k.starts_with("CPNET_") && !NOT_PASSED.contains(&k.as_str())));
+    v.truncate(crate::daemon::wire::MAX_TUNING_VARS);
+    v
 }
 
 /// The PE's side: attach to its GPU's daemon (starting it if none runs),
@@ -118,7 +134,7 @@ pub(super) fn attach(
     let uuid: [u8; 16] = uuid.bytes.map(|b| b as u8);
     let threads = tuning.gpu_proxy_threads.min(tuning.queues).max(1);
     let mut att = crate::pe::attach_message(me, n_pes, heap_size, 0, tuning.queues, queues.geometry(), threads, tuning, fabric);
-    att.gpu = Some(GpuAttach { uuid, payload_bytes: queues.payload_slot_bytes(), tuning: tuning_vars() });
+    att.gpu = Some(GpuAttach { uuid, payload_bytes: queues.payload_slot_bytes(), tuning: tuning_vars(tuning) });
     let paths = DaemonPaths::for_gpu(&tuning.proxyd_dir, &uuid_string(&uuid));
     let link = crate::pe::attach_to_daemon(tuning, boot, &paths, att, fds)?;
     let handle: [u8; 64] = link.gpu_heap().and_then(|h| h.try_into().ok()).ok_or_else(|| Error::Daemon {
@@ -248,4 +264,29 @@ pub(crate) fn serve_gpu_pe(a: &Attach, g: &GpuAttach, fds: &[OwnedFd], daemon_gp
     let proxies = Proxies::spawn(backend, a.pe, per_thread, limits, &a.provider, &tuning).map_err(|e| e.to_string())?;
     step("service threads started");
     Ok((proxies, GpuSessionMem { heap, _queues: queues, _cuda: cuda }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_daemon_reads_back_the_tuning_in_use() {
+        let t = Tuning {
+            stage_chunk: 128 << 10,
+            stage_credits: 3,
+            stage_bufs: 7,
+            agent_bytes: 4096,
+            agent_idle: std::time::Duration::from_micros(350),
+            agent_lanes: 2,
+            ..Tuning::default()
+        };
+        let vars = tuning_vars(&t);
+        assert!(vars.iter().all(|(k, _)| k != crate::env::JOB_TOKEN), "the job's token is not passed");
+        let back = Tuning::from_lookup(|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())).unwrap();
+        assert_eq!(
+            (back.stage_chunk, back.stage_credits, back.stage_bufs, back.agent_bytes, back.agent_idle, back.agent_lanes),
+            (t.stage_chunk, t.stage_credits, t.stage_bufs, t.agent_bytes, t.agent_idle, t.agent_lanes)
+        );
+    }
 }
