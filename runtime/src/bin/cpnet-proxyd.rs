@@ -16,7 +16,7 @@
 //! `/tmp/cpnet-<uid>`), until nothing has been attached for `--linger`
 //! seconds (`CPNET_PROXYD_LINGER`, default 10) unless `--persistent`, or
 //! SIGINT/SIGTERM. Exits 0 at once when another daemon holds the directory's
-//! lock. PEs and `cpnet-run` start it by themselves with `CPNET_PROXY=daemon`;
+//! lock. PEs start it by themselves (CPU PEs with `CPNET_PROXY=daemon`, GPU PEs under MPS);
 //! start it by hand for a node-wide service: `cpnet-proxyd --persistent &`.
 //! Logs go to stderr (`RUST_LOG`, default `info`).
 //!

@@ -31,11 +31,12 @@
 //!   start another cycle fails the job (see "Repeated init" in
 //!   [`cpnet::bootstrap`]).
 //!
-//! * With `CPNET_PROXY=daemon` it makes sure the host's proxy daemon runs
-//!   (starting `cpnet-proxyd` unless one answers, [`cpnet::daemon`]) and
-//!   gives the PEs the job's key for it (`CPNET_JOB_ID`, `CPNET_JOB_TOKEN`,
-//!   drawn at random unless set); after the job it removes what a daemon
-//!   that died left behind (its socket file, libfabric shm regions).
+//! * It gives the PEs the job's key for the proxy daemons
+//!   (`CPNET_JOB_ID`, `CPNET_JOB_TOKEN`, drawn at random unless set;
+//!   [`cpnet::daemon`]); the PEs start the daemons they need (the host's
+//!   for CPU PEs with `CPNET_PROXY=daemon`, one per GPU for GPU PEs under
+//!   MPS). After the job it removes what a daemon that died left behind
+//!   (its socket file, libfabric shm regions).
 //!
 //! When a PE failed (or cpnet-run was interrupted), the last line is
 //! `cpnet-run: PE exit statuses: PE 0 exited with status 1; PE 1 killed by
@@ -178,20 +179,15 @@ fn run(args: &Args) -> Result<u8, String> {
         .map_err(|e| format!("cannot start the rendezvous: {e}"))?;
     let addr = server.local_addr().to_string();
 
-    // CPNET_PROXY=daemon: one daemon per host, started here unless one
-    // runs; the job's key for it, unless the environment has one.
-    let daemon = if tuning.proxy == env::ProxyMode::Daemon {
-        let paths = cpnet::daemon::DaemonPaths::in_dir(&tuning.proxyd_dir);
-        drop(cpnet::daemon::ensure_running(&paths, tuning.proxyd_bin.as_deref(), tuning.proxyd_linger, tuning.connect_timeout)?);
-        let key = match &tuning.job {
-            Some(k) => k.clone(),
-            None => cpnet::daemon::new_job_key().map_err(|e| format!("drawing the job's token: {e}"))?,
-        };
-        Some((paths, key))
-    } else {
-        None
+    // The job's key for a proxy daemon, unless the environment has one:
+    // drawn for every job, since GPU PEs may take their GPU's daemon without
+    // CPNET_PROXY (under MPS). The PEs start the daemons they need (the CPU
+    // PEs' one, or one per GPU): starting one here could only guess which.
+    let key = match &tuning.job {
+        Some(k) => k.clone(),
+        None => cpnet::daemon::new_job_key().map_err(|e| format!("drawing the job's token: {e}"))?,
     };
-    let job = daemon.as_ref().map(|(_, k)| k);
+    let job = Some(&key);
 
     let (program, rest) = args.command.split_first().ok_or("no program given")?;
     let mut procs: Vec<Proc> = Vec::with_capacity(n as usize);
@@ -227,7 +223,7 @@ fn run(args: &Args) -> Result<u8, String> {
     // A daemon that died during the job (the CPU PEs' one, or a GPU's,
     // which GPU PEs start by themselves) left its socket file and libfabric
     // shm regions: remove them (nothing, for one that lives).
-    if daemon.is_some() || tuning.proxyd_dir.is_dir() {
+    if tuning.proxyd_dir.is_dir() {
         for paths in cpnet::daemon::DaemonPaths::all_in_dir(&tuning.proxyd_dir) {
             if paths.socket.exists() && paths.clean_up_after_dead_daemon() {
                 tracing::debug!("removed what a dead cpnet-proxyd left at {}", paths.socket.display());

@@ -7,7 +7,7 @@
 //!
 //! # Start and election
 //!
-//! `cpnet-run` (or, under mpirun/srun, any PE that finds none) starts
+//! The first PE that finds none (under cpnet-run, mpirun or srun) starts
 //! `cpnet-proxyd --dir DIR` when no daemon answers on the socket
 //! ([`ensure_running`]); a daemon holds an exclusive `flock` on
 //! `DIR/proxyd.lock` for its life and binds `DIR/proxyd.sock` only then, so
