@@ -61,6 +61,7 @@ nccl() { # SCRIPT ARGS...: scripts/nccl_*.py through torch.distributed.run, its 
 {
   echo "# scripts/anchors.sh on $(hostname), $(date -u +%FT%TZ), BIN=$B, git $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
   nvidia-smi -L
+  echo "# proxy: CPNET_PROXY=${CPNET_PROXY:-unset} (unset: GPU PEs take their GPU's daemon under MPS, i.e. with ONE_GPU=1; in-process otherwise)"
   if [ -x "$pp" ]; then
     step "floor: fi_pingpong shm" -- pingpong shm
     step "floor: fi_pingpong tcp" -- pingpong tcp

@@ -56,6 +56,7 @@ sssp() { # PES ARGS...
 {
   echo "# scripts/graph-gpu.sh on $(hostname), $(date -u +%FT%TZ), BIN=$B, git $(git rev-parse --short HEAD 2>/dev/null || echo '?'), SCALES=$scales NBFS=$nbfs"
   nvidia-smi -L
+  echo "# proxy: CPNET_PROXY=${CPNET_PROXY:-unset} (unset: GPU PEs take their GPU's daemon under MPS, i.e. with ONE_GPU=1; in-process otherwise)"
   for n in 1 2; do
     step "verify scale 16, $n PE, intra-kernel top-down" -- bfs $n "${TD[@]}" -scale 16 -nbfs 8 -verify
     step "verify scale 16, $n PE, intra-kernel hybrid" -- bfs $n "${HY[@]}" -scale 16 -nbfs 8 -verify

@@ -14,9 +14,9 @@
 #      over tcp;ofi_rxm, with the debug binaries step 1 built (it skips
 #      with one line where `ip netns` does not work, e.g. not as root);
 #   5. the scripts that run only on a GPU machine (anchors.sh,
-#      graph-gpu.sh, carry.sh, the NCCL anchors): every shell script and
-#      Python script parses, and the two batch scripts refuse a machine
-#      without GPUs with their message.
+#      graph-gpu.sh, daemon-gpu.sh, carry.sh, the NCCL anchors): every
+#      shell script and Python script parses, and the three batch scripts
+#      refuse a machine without GPUs with their message.
 # GPU tests skip with a message on a machine without a GPU.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -37,4 +37,9 @@ if ! command -v nvidia-smi >/dev/null || [ "$(nvidia-smi -L 2>/dev/null | wc -l)
   done
   rm -rf "$gpu_out"
   echo "test: anchors.sh and graph-gpu.sh refuse a machine without 2 GPUs, naming it"
+fi
+if ! command -v nvidia-smi >/dev/null || [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -lt 1 ]; then
+  out=$(BIN=target/debug bash scripts/daemon-gpu.sh "$(mktemp -d)/daemon-gpu" 2>&1) && { echo "daemon-gpu.sh ran without a GPU"; exit 1; }
+  grep -q "daemon-gpu.sh: no GPU" <<<"$out" || { echo "daemon-gpu.sh: unexpected refusal: $out"; exit 1; }
+  echo "test: daemon-gpu.sh refuses a machine without a GPU, naming it"
 fi
