@@ -10,6 +10,8 @@
 #   DIR/include/cpnet/shmem_typed.h, shmem_generic.h   parts of shmem.h
 #   DIR/include/cpnet/{cmd.h,*.cuh}                the device API headers (header-only)
 #   DIR/bin/cpnet-run, DIR/bin/oshrun              the launcher (oshrun -np N prog args)
+#   DIR/bin/cpnet-proxyd                           the proxy daemon (PEs start it: cpnet-run
+#                                                   points them at the one beside it)
 #   DIR/bin/oshcc                                  cc with cpnet's -I, -L, -l and rpath
 #
 # Builds what it installs with cargo (release; --debug: the debug profile,
@@ -34,7 +36,7 @@ done
 mkdir -p "$prefix"
 prefix="$(cd "$prefix" && pwd)"
 
-flags=(--locked -p cpnet-capi -p cpnet --lib --bin cpnet-run)
+flags=(--locked -p cpnet-capi -p cpnet --lib --bin cpnet-run --bin cpnet-proxyd)
 [ "$profile" = release ] && flags+=(--release)
 # The build script's output directory holds the generated cpnet.h.
 out_dir=$(cargo build "${flags[@]}" --message-format=json-render-diagnostics |
@@ -56,6 +58,7 @@ install -m 0644 runtime/capi/include/shmem.h runtime/capi/include/nvshmem.h runt
 install -m 0644 runtime/capi/include/cpnet/*.h "$prefix/include/cpnet/"
 install -m 0644 device-lib/include/cpnet/cmd.h device-lib/include/cpnet/*.cuh "$prefix/include/cpnet/"
 install -m 0755 "$target/cpnet-run" "$prefix/bin/cpnet-run"
+install -m 0755 "$target/cpnet-proxyd" "$prefix/bin/cpnet-proxyd"
 
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 cat > "$prefix/lib/pkgconfig/cpnet.pc" <<EOF

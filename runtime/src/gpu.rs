@@ -288,23 +288,42 @@ impl PeKind for GpuKind {
         let (cuda, me) = (&self.cuda, launch.pe);
         let geom = QueueGeometry::new(tuning.queue_depth).map_err(|cause| Error::Queue { pe: me, cause })?;
         self.mode = daemon::proxy_mode(cuda, tuning, me)?;
-        let (heap, queues, daemon_link, exported) = if self.mode == crate::env::ProxyMode::Daemon {
+        let mut served = None;
+        if self.mode == crate::env::ProxyMode::Daemon {
             // The daemon allocates the heap (gpu/daemon.rs says why): attach
             // now, with the fabric step 4 would use.
-            let (q, fds) = GpuQueues::shared(cuda, tuning.queues, geom, tuning.payload_slot_bytes(), me)?;
-            let fabric = startup::default_fabric(launch, tuning, boot.local_ip());
-            let (link, handle) = daemon::attach(cuda, &q, heap_size, launch.n_pes, me, tuning, boot, &fabric, fds)?;
-            (DeviceMem::open_ipc(cuda, &handle, heap_size)?, q, Some(link), Some(handle))
-        } else {
-            let heap = DeviceMem::new(
-                cuda,
-                heap_size,
-                "cuMemAlloc (symmetric heap; lower CPNET_HEAP_SIZE?)",
-                "cuMemsetD8 (zero the symmetric heap)",
-            )?;
-            let mut q = GpuQueues::with_placement(cuda, tuning.queues, geom, tuning.queue_mem)?;
-            q.set_payload(tuning.payload_slot_bytes())?;
-            (heap, q, None, None)
+            let attach = || -> Result<_> {
+                let (q, fds) = GpuQueues::shared(cuda, tuning.queues, geom, tuning.payload_slot_bytes(), me)?;
+                let fabric = startup::default_fabric(launch, tuning, boot.local_ip());
+                let (link, handle) = daemon::attach(cuda, &q, heap_size, launch.n_pes, me, tuning, boot, &fabric, fds)?;
+                Ok((DeviceMem::open_ipc(cuda, &handle, heap_size)?, q, Some(link), Some(handle)))
+            };
+            match attach() {
+                Ok(s) => served = Some(s),
+                // The default, not the user's choice: serve this PE in process.
+                Err(e) if !tuning.proxy_set => {
+                    tracing::warn!(
+                        "PE {me}: no proxy daemon for this GPU ({e}); this PE keeps the in-process proxy \
+                         (CPNET_PROXY=inprocess chooses it, CPNET_PROXY=daemon requires the daemon)"
+                    );
+                    self.mode = crate::env::ProxyMode::InProcess;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let (heap, queues, daemon_link, exported) = match served {
+            Some(s) => s,
+            None => {
+                let heap = DeviceMem::new(
+                    cuda,
+                    heap_size,
+                    "cuMemAlloc (symmetric heap; lower CPNET_HEAP_SIZE?)",
+                    "cuMemsetD8 (zero the symmetric heap)",
+                )?;
+                let mut q = GpuQueues::with_placement(cuda, tuning.queues, geom, tuning.queue_mem)?;
+                q.set_payload(tuning.payload_slot_bytes())?;
+                (heap, q, None, None)
+            }
         };
         let queues = Arc::new(queues);
         let peers = PeerHeaps::exchange(boot, me, &heap, tuning.gpu_ipc, exported.as_ref())?;

@@ -33,7 +33,8 @@
 //!
 //! * It gives the PEs the job's key for the proxy daemons
 //!   (`CPNET_JOB_ID`, `CPNET_JOB_TOKEN`, drawn at random unless set;
-//!   [`cpnet::daemon`]); the PEs start the daemons they need (the host's
+//!   [`cpnet::daemon`]) and the daemon binary beside it (`CPNET_PROXYD`,
+//!   unless set); the PEs start the daemons they need (the host's
 //!   for CPU PEs with `CPNET_PROXY=daemon`, one per GPU for GPU PEs under
 //!   MPS). After the job it removes what a daemon that died left behind
 //!   (its socket file, libfabric shm regions).
@@ -264,6 +265,14 @@ fn spawn_pe(
     }
     if std::env::var_os(RXM_EAGER_VAR).is_none() {
         cmd.env(RXM_EAGER_VAR, RXM_EAGER_BYTES);
+    }
+    // The daemon the PEs start (CPNET_PROXYD): the one beside cpnet-run
+    // unless set. A PE looks beside its own program, then on PATH; a C or
+    // CUDA program built elsewhere would find neither.
+    if std::env::var_os(env::PROXYD).is_none()
+        && let Some(d) = std::env::current_exe().ok().and_then(|p| Some(p.parent()?.join("cpnet-proxyd"))).filter(|d| d.is_file())
+    {
+        cmd.env(env::PROXYD, d);
     }
     cmd.args(rest)
         .env(env::PE, pe.to_string())

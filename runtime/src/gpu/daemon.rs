@@ -23,7 +23,10 @@
 //! turns by time slice), so a PE's persistent kernel waiting for a signal
 //! would wait for the daemon's turn: GPU PEs take the daemon by default
 //! only where their GPU runs under MPS (`CU_DEVICE_ATTRIBUTE_MPS_ENABLED`),
-//! and `CPNET_PROXY=daemon` without MPS is refused with that reason.
+//! and `CPNET_PROXY=daemon` without MPS is refused with that reason. Where
+//! the default chose the daemon and none can be reached or started, the PE
+//! keeps the in-process proxy (a warning); `CPNET_PROXY=daemon` makes that
+//! an error.
 //!
 //! This module has the PE's side ([`attach`]) and the daemon's
 //! ([`serve_gpu_pe`]).
