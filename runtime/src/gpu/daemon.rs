@@ -44,7 +44,7 @@ use super::{GpuError, GpuQueues, gpu_backend};
 use crate::bootstrap::Bootstrap;
 use crate::daemon::DaemonPaths;
 use crate::daemon::wire::{Attach, GpuAttach, uuid_string};
-use crate::env::{ProxyMode, Tuning};
+use crate::env::{ProxyMode, QueuePlacement, Tuning};
 use crate::error::{Error, Result};
 use crate::proxy_link::ProxyLink;
 use crate::proxy_threads::Proxies;
@@ -60,29 +60,30 @@ pub(super) fn mps_enabled(cuda: &Arc<CudaContext>) -> bool {
 
 /// Who serves this GPU PE: `CPNET_PROXY` where set (`daemon` refused
 /// without MPS), else the daemon under MPS and the in-process proxy
-/// otherwise (the module's note says why).
+/// otherwise (the module's note says why): [`choose_mode`] on this GPU.
 ///
 /// # Errors
 /// [`Error::Daemon`] for `CPNET_PROXY=daemon` on a GPU without MPS, or with
 /// `CPNET_QUEUE_MEM=device` (the daemon maps host queues only).
 pub(super) fn proxy_mode(cuda: &Arc<CudaContext>, tuning: &Tuning, me: i32) -> Result<ProxyMode> {
-    let mps = mps_enabled(cuda);
-    let mode = if tuning.proxy_set { tuning.proxy } else if mps && tuning.queue_mem == crate::env::QueuePlacement::Host { ProxyMode::Daemon } else { ProxyMode::InProcess };
+    choose_mode(tuning.proxy_set.then_some(tuning.proxy), mps_enabled(cuda), tuning.queue_mem).map_err(|why| Error::Daemon { pe: me, why: why.into() })
+}
+
+/// The choice of [`proxy_mode`]: `asked` (`CPNET_PROXY`, if set), whether
+/// the GPU runs under MPS, and where the queues live.
+///
+/// # Errors
+/// Why `CPNET_PROXY=daemon` cannot be served.
+fn choose_mode(asked: Option<ProxyMode>, mps: bool, queue_mem: QueuePlacement) -> std::result::Result<ProxyMode, &'static str> {
+    let mode = asked.unwrap_or(if mps && queue_mem == QueuePlacement::Host { ProxyMode::Daemon } else { ProxyMode::InProcess });
     if mode == ProxyMode::Daemon {
         if !mps {
-            return Err(Error::Daemon {
-                pe: me,
-                why: "CPNET_PROXY=daemon for a GPU PE needs its GPU under MPS: the daemon's landing agents are kernels of \
-                      another process, which without MPS take turns with this PE's kernels instead of running beside \
-                      them (start MPS, ../shared/DEVICE.md or nvidia-cuda-mps-control -d; or CPNET_PROXY=inprocess)"
-                    .into(),
-            });
+            return Err("CPNET_PROXY=daemon for a GPU PE needs its GPU under MPS: the daemon's landing agents are kernels of \
+                        another process, which without MPS take turns with this PE's kernels instead of running beside \
+                        them (start MPS, ../shared/DEVICE.md or nvidia-cuda-mps-control -d; or CPNET_PROXY=inprocess)");
         }
-        if tuning.queue_mem != crate::env::QueuePlacement::Host {
-            return Err(Error::Daemon {
-                pe: me,
-                why: "CPNET_QUEUE_MEM=device needs the in-process proxy (the daemon maps queues in host memory): set CPNET_PROXY=inprocess".into(),
-            });
+        if queue_mem != QueuePlacement::Host {
+            return Err("CPNET_QUEUE_MEM=device needs the in-process proxy (the daemon maps queues in host memory): set CPNET_PROXY=inprocess");
         }
     }
     Ok(mode)
@@ -272,6 +273,19 @@ pub(crate) fn serve_gpu_pe(a: &Attach, g: &GpuAttach, fds: &[OwnedFd], daemon_gp
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_daemon_is_the_default_under_mps_and_refused_without() {
+        use ProxyMode::{Daemon, InProcess};
+        use QueuePlacement::{Device, Host};
+        assert_eq!(choose_mode(None, true, Host), Ok(Daemon), "unset, MPS: the daemon");
+        assert_eq!(choose_mode(None, false, Host), Ok(InProcess), "unset, no MPS: in process");
+        assert_eq!(choose_mode(None, true, Device), Ok(InProcess), "queues in GPU memory: in process");
+        assert_eq!(choose_mode(Some(InProcess), true, Host), Ok(InProcess), "asked for in process");
+        assert_eq!(choose_mode(Some(Daemon), true, Host), Ok(Daemon));
+        assert!(choose_mode(Some(Daemon), false, Host).unwrap_err().contains("needs its GPU under MPS"));
+        assert!(choose_mode(Some(Daemon), true, Device).unwrap_err().contains("CPNET_QUEUE_MEM=device"));
+    }
 
     #[test]
     fn the_daemon_reads_back_the_tuning_in_use() {
