@@ -252,9 +252,9 @@ fn a_killed_gpu_daemon_fails_every_attached_pe() {
 /// A PE killed mid-run: its job's other PE exits non-zero and the daemon
 /// notices (its log) and cleans up the session. Another job on the same
 /// daemon runs meanwhile; how it ends is printed, not asserted: under MPS a
-/// process killed while its kernel runs is a fatal error for every client of
-/// that GPU (measured with in-process proxies and no daemon at all: the
-/// other job failed too; docs/results.md "GPU PEs through the daemon").
+/// process killed while its kernel ran was a fatal error for the other
+/// clients of that GPU in our runs, also with in-process proxies and no
+/// daemon at all (docs/results.md "GPU PEs through the daemon").
 #[test]
 fn a_killed_pe_fails_its_job() {
     if !have_gpu_and_mps("a_killed_pe_fails_its_job") {
