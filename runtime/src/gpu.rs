@@ -300,8 +300,11 @@ impl PeKind for GpuKind {
             };
             match attach() {
                 Ok(s) => served = Some(s),
-                // The default, not the user's choice: serve this PE in process.
-                Err(e) if !tuning.proxy_set => {
+                // The default, not the user's choice: serve this PE in
+                // process. Only for the daemon's own errors (not reached, not
+                // started, refused): they come after the job-key exchange, so
+                // every PE has made the same collective calls either way.
+                Err(e @ Error::Daemon { .. }) if !tuning.proxy_set => {
                     tracing::warn!(
                         "PE {me}: no proxy daemon for this GPU ({e}); this PE keeps the in-process proxy \
                          (CPNET_PROXY=inprocess chooses it, CPNET_PROXY=daemon requires the daemon)"
