@@ -111,7 +111,7 @@ impl PeCore {
         boot.set_wait_timeout(tuning.collective_timeout);
         let r = match r {
             Ok(()) => {
-                let (abandon, grace) = (proxies.abandoner(), tuning.abort_grace);
+                let (abandon, grace, tell_job) = (proxies.abandoner(), tuning.abort_grace, boot.aborter());
                 proxies.start_watchdog(
                     me,
                     tuning.proxy_stall_timeout,
@@ -126,6 +126,12 @@ impl PeCore {
                         } else {
                             "a proxy thread stalled"
                         };
+                        // Tell the job now, not when this process ends: the
+                        // others stop polling their fabric first (libfabric
+                        // 1.17's tcp;ofi_rxm crashed in fi_cq_read, 2 runs
+                        // in 12, when a peer's connections closed under a
+                        // live poll: tests/tests/reliability.rs).
+                        tell_job(why);
                         exit_after_grace(me, grace, why.to_owned());
                     }),
                 )

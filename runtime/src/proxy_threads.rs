@@ -187,13 +187,18 @@ impl Proxies {
                     service.set_heartbeat(heartbeat);
                     if let Some(n) = stall {
                         tracing::warn!("PE {me}: proxy thread {t} will hang at its command {n} (CPNET_INJECT_PROXY_STALL)");
-                        let abandon = Arc::clone(&abandon);
+                        let abandoned = Arc::clone(&abandon);
                         // Acquire: pairs with the Release stores of `abandon`.
-                        service.inject_stall(n, Box::new(move || abandon.load(std::sync::atomic::Ordering::Acquire)));
+                        service.inject_stall(n, Box::new(move || abandoned.load(std::sync::atomic::Ordering::Acquire)));
                     }
+                    // Leave the loop when stopped, and also as soon as the job
+                    // is failing (abandoned): its queues are aborted, and a
+                    // failing peer's connections may close under a live poll
+                    // (libfabric 1.17's tcp;ofi_rxm crashed in fi_cq_read
+                    // there, tests/tests/reliability.rs).
                     service.run_with(idle_sleep, || {
-                        // Acquire: pairs with the Release store in `stop`.
-                        stop.load(std::sync::atomic::Ordering::Acquire)
+                        // Acquire: pairs with the Release stores in `stop` and `abandon`.
+                        stop.load(std::sync::atomic::Ordering::Acquire) || abandon.load(std::sync::atomic::Ordering::Acquire)
                     });
                     // Finish what is in flight; bounded so a dead peer cannot
                     // hang finalize, and skipped when the job is failing.

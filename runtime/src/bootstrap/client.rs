@@ -98,8 +98,9 @@ struct Remote {
     /// The connect timeout it was reached with (bounds how long the server
     /// may legitimately hold a collective back, see `Bootstrap::wait_reply`).
     connect_timeout: Duration,
-    /// Write half; locked for the duration of one frame.
-    writer: Mutex<TcpStream>,
+    /// Write half; locked for the duration of one frame (shared with
+    /// [`Bootstrap::aborter`]'s handles).
+    writer: Arc<Mutex<TcpStream>>,
     /// The next allgather round; locked for the duration of one collective,
     /// so that collectives from several threads run one at a time.
     collective: Mutex<u64>,
@@ -281,7 +282,7 @@ impl Bootstrap {
             remote: Some(Remote {
                 addr,
                 connect_timeout,
-                writer: Mutex::new(stream),
+                writer: Arc::new(Mutex::new(stream)),
                 collective: Mutex::new(0),
                 reader: Some(reader),
                 server,
@@ -425,23 +426,24 @@ impl Bootstrap {
     /// Does not block on the others; a send error is only logged (the
     /// connection closing tells them as well).
     pub fn abort(&self, reason: &str) {
-        self.shared.record_failure(
-            PeerFailure {
-                pe: self.pe,
-                reason: reason.to_owned(),
-            },
-            false,
-        );
-        if let Some(remote) = &self.remote {
-            let mut w = remote.writer.lock();
-            if let Err(e) = send_frame(&mut w, &wire::abort(reason)) {
-                tracing::debug!(
-                    pe = self.pe,
-                    "bootstrap: abort not sent to {}: {e}",
-                    remote.addr
-                );
+        (self.aborter())(reason);
+    }
+
+    /// [`Bootstrap::abort`] as a handle for another thread (the proxy
+    /// watchdog's, which must tell the other PEs at once: they stop polling
+    /// their fabric before this PE's process, and its connections, go).
+    pub fn aborter(&self) -> Arc<dyn Fn(&str) + Send + Sync> {
+        let (shared, pe) = (Arc::clone(&self.shared), self.pe);
+        let remote = self.remote.as_ref().map(|r| (Arc::clone(&r.writer), r.addr.clone()));
+        Arc::new(move |reason: &str| {
+            shared.record_failure(PeerFailure { pe, reason: reason.to_owned() }, false);
+            if let Some((writer, addr)) = &remote {
+                let mut w = writer.lock();
+                if let Err(e) = send_frame(&mut w, &wire::abort(reason)) {
+                    tracing::debug!(pe, "bootstrap: abort not sent to {addr}: {e}");
+                }
             }
-        }
+        })
     }
 
     /// Collective: waits until every PE has called `finalize`, then closes
