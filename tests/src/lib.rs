@@ -58,6 +58,35 @@ pub fn check_eq(got: &[u8], want: &[u8], what: impl FnOnce() -> String) -> Resul
     Err(format!("{}: {bad} of {} bytes differ, first at offset {i}: {:#04x}, expected {:#04x}", what(), got.len(), got[i], want[i]))
 }
 
+/// The processes of this machine, as tests look for their leftovers.
+pub mod procs {
+    use std::path::Path;
+
+    /// Pids of the live processes (zombies left out) for which `pred(pid,
+    /// /proc/<pid>)` holds, this test process excepted.
+    pub fn pids_where(pred: impl Fn(u32, &Path) -> bool) -> Vec<u32> {
+        let me = std::process::id();
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| Some((e.file_name().to_str()?.parse::<u32>().ok()?, e.path())))
+            .filter(|(pid, dir)| {
+                *pid != me
+                    && !std::fs::read_to_string(dir.join("stat")).unwrap_or_default().contains(") Z ")
+                    && pred(*pid, dir)
+            })
+            .map(|(pid, _)| pid)
+            .collect()
+    }
+
+    /// `/proc/<pid>/cmdline` or `environ` as text, NULs made spaces (empty
+    /// if unreadable).
+    pub fn read(dir: &Path, file: &str) -> String {
+        String::from_utf8_lossy(&std::fs::read(dir.join(file)).unwrap_or_default()).replace('\0', " ")
+    }
+}
+
 /// Running a program as N PEs under `cpnet-run`, for multi-process tests
 /// (this crate's and the apps').
 pub mod launch {

@@ -28,20 +28,9 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// Live processes whose environment holds `needle` (e.g. a test's daemon
 /// directory): what would be orphans after a job.
 fn processes_with_env(needle: &str) -> Vec<u32> {
-    let me = std::process::id();
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-                .filter(|&pid| pid != me)
-                .filter(|pid| {
-                    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-                    !stat.contains(") Z ")
-                        && std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|b| b.split(|&c| c == 0).any(|kv| kv == needle.as_bytes()))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    cpnet_tests::procs::pids_where(|_, dir| {
+        std::fs::read(dir.join("environ")).is_ok_and(|b| b.split(|&c| c == 0).any(|kv| kv == needle.as_bytes()))
+    })
 }
 
 /// The `cpnet` package's binary `name` beside `cpnet-check` (built if missing).

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use cpnet_tests::gpu;
+use cpnet_tests::{gpu, procs};
 use cpnet_tests::launch::{self, Job};
 
 const SHM: &str = "shm";
@@ -20,9 +20,7 @@ const TCP: &str = "tcp;ofi_rxm";
 
 /// Whether an MPS control daemon runs on this machine.
 fn mps_running() -> bool {
-    std::fs::read_dir("/proc").into_iter().flatten().flatten().any(|e| {
-        std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim().starts_with("nvidia-cuda-mps"))
-    })
+    !procs::pids_where(|_, dir| procs::read(dir, "comm").trim().starts_with("nvidia-cuda-mps")).is_empty()
 }
 
 /// Whether to run: a GPU under MPS; else a loud skip (a failure with
@@ -80,17 +78,10 @@ impl Dir {
     /// Pids of the daemons serving this directory.
     fn daemon_pids(&self) -> Vec<u32> {
         let needle = self.0.display().to_string();
-        std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-                let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
-                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-                (cmd.contains("cpnet-proxyd") && cmd.contains(&needle)).then_some(pid)
-            })
-            .collect()
+        procs::pids_where(|_, dir| {
+            let cmd = procs::read(dir, "cmdline");
+            cmd.contains("cpnet-proxyd") && cmd.contains(&needle)
+        })
     }
 }
 
@@ -185,17 +176,15 @@ impl Drop for Started {
 /// Pids of this job's PEs (children of cpnet-run running cpnet-gpu-check
 /// with `needle` in their environment).
 fn pes_with_env(needle: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-            let cmd = String::from_utf8_lossy(&std::fs::read(e.path().join("cmdline")).ok()?).into_owned();
-            let env = String::from_utf8_lossy(&std::fs::read(e.path().join("environ")).ok()?).into_owned();
-            (cmd.contains("cpnet-gpu-check") && !cmd.contains("cpnet-run") && env.contains(needle)).then_some(pid)
-        })
-        .collect()
+    procs::pids_where(|_, dir| {
+        let cmd = procs::read(dir, "cmdline");
+        cmd.contains("cpnet-gpu-check") && !cmd.contains("cpnet-run") && procs::read(dir, "environ").contains(needle)
+    })
+}
+
+/// How a job that is not asserted on ended, for the test's output.
+fn ending(j: &Job) -> String {
+    if j.status.success() { "finished correctly".to_owned() } else { format!("failed ({})", j.status) }
 }
 
 /// Waits until the daemons of `d` logged `n` attaches, the job running.
@@ -246,7 +235,7 @@ fn a_killed_gpu_daemon_fails_every_attached_pe() {
     // touching them may fault when it dies, and under MPS a fault tears down
     // every client of that GPU (docs/runtime.md, "Faults").
     let b = bystander.finish(Duration::from_secs(300), "the bystander job");
-    eprintln!("the in-process job on the same GPUs: {}", if b.status.success() { "finished correctly".to_owned() } else { format!("failed ({})", b.status) });
+    eprintln!("the in-process job on the same GPUs: {}", ending(&b));
 }
 
 /// A PE killed mid-run: its job's other PE exits non-zero and the daemon
@@ -281,7 +270,7 @@ fn a_killed_pe_fails_its_job() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let jb = b.finish(Duration::from_secs(300), "the other job");
-    eprintln!("the other job on the same daemon: {}", if jb.status.success() { "finished correctly".to_owned() } else { format!("failed ({})", jb.status) });
+    eprintln!("the other job on the same daemon: {}", ending(&jb));
 }
 
 /// Attach and detach many times against one persistent daemon of GPU 0:
