@@ -27,12 +27,18 @@ pub struct MappedHost {
     host: *mut u8,
     dev: u64,
     bytes: usize,
-    /// For memory shared with the proxy daemon ([`MappedHost::shared`],
-    /// [`MappedHost::import`]): the memfd's mapping; `None` for
-    /// `cuMemHostAlloc` memory.
-    shared: Option<SharedMem>,
-    /// Whether `shared` is registered with CUDA (in the PE; not in the daemon).
-    registered: bool,
+    backing: Backing,
+}
+
+/// What a [`MappedHost`] is, and so what its drop undoes.
+#[derive(Debug)]
+enum Backing {
+    /// `cuMemHostAlloc` memory ([`MappedHost::new`]).
+    Allocated,
+    /// A memfd mapping registered with CUDA ([`MappedHost::shared`], the PE).
+    Registered { _mem: SharedMem },
+    /// A memfd mapping for the CPU only ([`MappedHost::import`], the daemon).
+    CpuOnly { _mem: SharedMem },
 }
 
 // SAFETY: the memory is only a region shared with the GPU; all access goes
@@ -66,7 +72,7 @@ impl MappedHost {
             let _ = unsafe { cu::free_host(host.cast()) };
             return Err(GpuError::Cuda { what: "cuMemHostGetDevicePointer", source });
         }
-        Ok(MappedHost { host, dev, bytes, shared: None, registered: false })
+        Ok(MappedHost { host, dev, bytes, backing: Backing::Allocated })
     }
 
     /// `bytes` of zeroed memory in a new sealed memfd (rounded up to whole
@@ -96,7 +102,7 @@ impl MappedHost {
     /// [`GpuError::Shared`] naming what is wrong with the fd.
     pub fn import(fd: &OwnedFd, bytes: usize) -> std::result::Result<MappedHost, GpuError> {
         let mem = SharedMem::map(fd, shared_len(bytes)).map_err(GpuError::Shared)?;
-        Ok(MappedHost { host: mem.base(), dev: 0, bytes: mem.len(), shared: Some(mem), registered: false })
+        Ok(MappedHost { host: mem.base(), dev: 0, bytes: mem.len(), backing: Backing::CpuOnly { _mem: mem } })
     }
 
     fn register(mem: SharedMem) -> std::result::Result<MappedHost, GpuError> {
@@ -121,7 +127,7 @@ impl MappedHost {
             let _ = unsafe { cusys::cuMemHostUnregister(host.cast()) };
             return Err(GpuError::Cuda { what: "cuMemHostGetDevicePointer (shared memory)", source });
         }
-        Ok(MappedHost { host, dev, bytes, shared: Some(mem), registered: true })
+        Ok(MappedHost { host, dev, bytes, backing: Backing::Registered { _mem: mem } })
     }
 
     /// The CPU address.
@@ -158,19 +164,22 @@ pub fn shared_len(bytes: usize) -> usize {
 
 impl Drop for MappedHost {
     fn drop(&mut self) {
-        if self.shared.is_some() {
-            if !self.registered {
-                return;
+        match self.backing {
+            Backing::Allocated => {
+                // SAFETY: allocated by cuMemHostAlloc and freed once; owners
+                // keep it until every kernel and proxy thread using it has ended.
+                let _ = unsafe { cu::free_host(self.host.cast()) };
             }
-            // SAFETY: registered in `register` and unregistered once, here,
-            // before `shared` unmaps it; owners keep it until every kernel
-            // and proxy thread using it has ended.
-            let _ = unsafe { cusys::cuMemHostUnregister(self.host.cast()) };
-            return;
+            Backing::Registered { .. } => {
+                // SAFETY: registered in `register` and unregistered once,
+                // here, before the mapping is unmapped (when `backing` drops,
+                // after this); owners keep it until every kernel and proxy
+                // thread using it has ended.
+                let _ = unsafe { cusys::cuMemHostUnregister(self.host.cast()) };
+            }
+            // Unmapped when `backing` drops.
+            Backing::CpuOnly { .. } => {}
         }
-        // SAFETY: allocated by cuMemHostAlloc and freed once; owners keep it
-        // until every kernel and proxy thread using it has ended.
-        let _ = unsafe { cu::free_host(self.host.cast()) };
     }
 }
 
