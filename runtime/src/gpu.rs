@@ -262,8 +262,6 @@ impl Drop for PeerHeaps {
 /// in GPU memory, the queues, the CUDA IPC exchange; the staged proxy threads.
 struct GpuKind {
     cuda: Arc<CudaContext>,
-    /// Who serves the PE ([`daemon::proxy_mode`]), decided with the heap.
-    mode: crate::env::ProxyMode,
     /// The landing agent's function once the proxy loaded it (for
     /// [`GpuPe::max_persistent_blocks`], which sets its carveout).
     agent: Arc<std::sync::OnceLock<CudaFunction>>,
@@ -287,9 +285,8 @@ impl PeKind for GpuKind {
     fn heap(&mut self, launch: &Launch, tuning: &Tuning, boot: &Bootstrap, heap_size: u64) -> Result<GpuParts> {
         let (cuda, me) = (&self.cuda, launch.pe);
         let geom = QueueGeometry::new(tuning.queue_depth).map_err(|cause| Error::Queue { pe: me, cause })?;
-        self.mode = daemon::proxy_mode(cuda, tuning, me)?;
         let mut served = None;
-        if self.mode == crate::env::ProxyMode::Daemon {
+        if daemon::proxy_mode(cuda, tuning, me)? == crate::env::ProxyMode::Daemon {
             // The daemon allocates the heap (gpu/daemon.rs says why): attach
             // now, with the fabric step 4 would use.
             let attach = || -> Result<_> {
@@ -304,12 +301,11 @@ impl PeKind for GpuKind {
                 // process. Only for the daemon's own errors (not reached, not
                 // started, refused): they come after the job-key exchange, so
                 // every PE has made the same collective calls either way.
-                Err(e @ Error::Daemon { .. }) if !tuning.proxy_set => {
+                Err(e @ Error::Daemon { .. }) if tuning.proxy.is_none() => {
                     tracing::warn!(
                         "PE {me}: no proxy daemon for this GPU ({e}); this PE keeps the in-process proxy \
                          (CPNET_PROXY=inprocess chooses it, CPNET_PROXY=daemon requires the daemon)"
                     );
-                    self.mode = crate::env::ProxyMode::InProcess;
                 }
                 Err(e) => return Err(e),
             }
@@ -559,7 +555,7 @@ impl GpuPe {
         let cuda = open_device(launch.local_pe)?;
         let threads = tuning.gpu_proxy_threads.min(tuning.queues).max(1);
         let agent = Arc::new(std::sync::OnceLock::new());
-        let (core, parts) = startup::start(launch, tuning, GpuKind { cuda: Arc::clone(&cuda), mode: crate::env::ProxyMode::InProcess, agent: Arc::clone(&agent) })?;
+        let (core, parts) = startup::start(launch, tuning, GpuKind { cuda: Arc::clone(&cuda), agent: Arc::clone(&agent) })?;
         let GpuParts { stream, peers, p2p, queues, heap, daemon_link: _ } = parts;
         let me = core.my_pe();
         let teams = team::TeamTable::new(&cuda, &core.teams)?;

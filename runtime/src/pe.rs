@@ -426,7 +426,7 @@ impl PeKind for CpuKind {
         let me = launch.pe;
         let geom = QueueGeometry::new(tuning.queue_depth).map_err(|cause| Error::Queue { pe: me, cause })?;
         let rlen = region_len(heap_size);
-        let (pool, region, mem) = match tuning.proxy {
+        let (pool, region, mem) = match tuning.proxy.unwrap_or(ProxyMode::InProcess) {
             ProxyMode::InProcess => {
                 let region = Arc::new(HostHeap::new(rlen));
                 (QueuePool::new_host(tuning.queues, geom), region.view(), CpuMem::Private { _region: region })

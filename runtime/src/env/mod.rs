@@ -453,14 +453,11 @@ pub struct Tuning {
     /// `CPNET_TRANSPORT_MAP`: print the path to every PE after init
     /// ([`crate::transport_map`]).
     pub transport_map: bool,
-    /// `CPNET_PROXY`: who serves a PE's queues (default: in-process for CPU
-    /// PEs; for GPU PEs see [`Tuning::proxy_set`]).
-    pub proxy: ProxyMode,
-    /// Whether `CPNET_PROXY` was set. Unset, a GPU PE takes its GPU's
-    /// daemon when the GPU runs under MPS (the daemon's landing agents then
-    /// run beside the PE's kernels) and the in-process proxy otherwise
-    /// ([`crate::GpuPe`]).
-    pub proxy_set: bool,
+    /// `CPNET_PROXY`: who serves a PE's queues; `None` where unset: a CPU
+    /// PE then takes the in-process proxy, a GPU PE its GPU's daemon when
+    /// the GPU runs under MPS (the daemon's landing agents then run beside
+    /// the PE's kernels) and the in-process proxy otherwise ([`crate::GpuPe`]).
+    pub proxy: Option<ProxyMode>,
     /// `CPNET_PROXYD_DIR`, else `$XDG_RUNTIME_DIR/cpnet`, else
     /// `/tmp/cpnet-<uid>`: the daemon's directory.
     pub proxyd_dir: std::path::PathBuf,
@@ -511,8 +508,7 @@ impl Default for Tuning {
             team_scratch: 128 << 10,
             payload_bytes: 4096,
             transport_map: false,
-            proxy: ProxyMode::InProcess,
-            proxy_set: false,
+            proxy: None,
             proxyd_dir: default_proxyd_dir(None),
             proxyd_bin: None,
             proxyd_linger: DEFAULT_PROXYD_LINGER,
@@ -783,10 +779,10 @@ impl Tuning {
             Some("park") => t.proxy_idle_sleep = Some(t.proxy_idle_sleep.unwrap_or(DEFAULT_PARK_SLEEP)),
             Some(v) => return Err(invalid(PROXY_IDLE, v, "spin or park")),
         }
-        t.proxy_set = get(PROXY).is_some();
         t.proxy = match get(PROXY).as_deref() {
-            None | Some("inprocess") => ProxyMode::InProcess,
-            Some("daemon") => ProxyMode::Daemon,
+            None => None,
+            Some("inprocess") => Some(ProxyMode::InProcess),
+            Some("daemon") => Some(ProxyMode::Daemon),
             Some(v) => return Err(invalid(PROXY, v, "inprocess or daemon")),
         };
         t.proxyd_dir = match get(PROXYD_DIR) {

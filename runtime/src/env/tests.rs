@@ -407,7 +407,7 @@ fn queue_mem_host_by_default_device_on_request_nothing_else() {
 #[test]
 fn proxy_daemon_variables() {
     let t = Tuning::from_lookup(env(&[])).unwrap();
-    assert_eq!((t.proxy, t.job.clone(), t.in_daemon), (ProxyMode::InProcess, None, false));
+    assert_eq!((t.proxy, t.job.clone(), t.in_daemon), (None, None, false));
     assert_eq!(t.proxyd_linger, DEFAULT_PROXYD_LINGER);
     let t = Tuning::from_lookup(env(&[(XDG_RUNTIME_DIR, "/run/user/7")])).unwrap();
     assert_eq!(t.proxyd_dir, std::path::Path::new("/run/user/7/cpnet"));
@@ -421,7 +421,7 @@ fn proxy_daemon_variables() {
         (JOB_TOKEN, token),
     ]))
     .unwrap();
-    assert_eq!(t.proxy, ProxyMode::Daemon);
+    assert_eq!(t.proxy, Some(ProxyMode::Daemon));
     assert_eq!(t.proxyd_dir, std::path::Path::new("/tmp/d"));
     assert_eq!(t.proxyd_bin.as_deref(), Some(std::path::Path::new("/opt/cpnet-proxyd")));
     assert_eq!(t.proxyd_linger, Duration::from_millis(500));

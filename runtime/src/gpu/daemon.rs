@@ -66,7 +66,7 @@ pub(super) fn mps_enabled(cuda: &Arc<CudaContext>) -> bool {
 /// [`Error::Daemon`] for `CPNET_PROXY=daemon` on a GPU without MPS, or with
 /// `CPNET_QUEUE_MEM=device` (the daemon maps host queues only).
 pub(super) fn proxy_mode(cuda: &Arc<CudaContext>, tuning: &Tuning, me: i32) -> Result<ProxyMode> {
-    choose_mode(tuning.proxy_set.then_some(tuning.proxy), mps_enabled(cuda), tuning.queue_mem).map_err(|why| Error::Daemon { pe: me, why: why.into() })
+    choose_mode(tuning.proxy, mps_enabled(cuda), tuning.queue_mem).map_err(|why| Error::Daemon { pe: me, why: why.into() })
 }
 
 /// The choice of [`proxy_mode`]: `asked` (`CPNET_PROXY`, if set), whether
