@@ -26,15 +26,16 @@ pub enum PutSrc {
     /// `cmd.h` P0), not yet located: the service turns it into
     /// [`PutSrc::Host`] (or rejects it) before a transport sees it.
     Payload,
-    /// `size` bytes of pinned host memory at `host` (this process's address),
+    /// `size` bytes of host memory at `host` (this process's address),
     /// which the GPU sees at `dev`: the command's payload slot, readable
     /// until the command completes (`cmd.h` P0).
     Host {
         /// Address in this process.
         host: usize,
         /// The same bytes as a kernel (or the landing agent) addresses them;
-        /// 0 where this process has none (the proxy daemon: copied instead).
-        dev: u64,
+        /// `None` where this process has no GPU mapping of them (the proxy
+        /// daemon: they are copied instead).
+        dev: Option<u64>,
     },
 }
 

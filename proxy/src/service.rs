@@ -327,14 +327,14 @@ struct QueueState {
 
 /// Where one queue's payload slots are (`cmd.h` P0): slot `i` (of the
 /// queue's depth) is `slot_bytes` at `host + i * slot_bytes` in this
-/// process, `dev + i * slot_bytes` for the GPU.
+/// process, `dev + i * slot_bytes` for the GPU (where mapped).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PayloadSlots {
     /// Address of slot 0 in this process.
     pub host: usize,
-    /// Address of slot 0 as the GPU sees it; 0 where this process has no
-    /// GPU mapping of the slots (the proxy daemon).
-    pub dev: u64,
+    /// Address of slot 0 as the GPU sees it; `None` where this process has
+    /// no GPU mapping of the slots (the proxy daemon).
+    pub dev: Option<u64>,
     /// Bytes per slot.
     pub slot_bytes: u64,
 }
@@ -467,10 +467,7 @@ impl<T: Transport> Service<T> {
                 return Err(ErrorCode::BadSize);
             }
             let off = (seq & self.queues[qi].consumer.mem().geometry().mask()) * p.slot_bytes;
-            // dev 0: the slots have no GPU mapping in this process (the
-            // proxy daemon's view); it stays 0 for the transport to see.
-            let dev = if p.dev == 0 { 0 } else { p.dev + off };
-            Ok(PutSrc::Host { host: p.host + off as usize, dev })
+            Ok(PutSrc::Host { host: p.host + off as usize, dev: p.dev.map(|d| d + off) })
         };
         Ok(match op {
             Op::Put { pe, dst, src: PutSrc::Payload, size } => Op::Put { pe, dst, src: locate(size)?, size },

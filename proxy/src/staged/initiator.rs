@@ -52,15 +52,15 @@ impl StagedTransport {
                     Op::PutSignal { sig, signal, op: sop, .. } => Some((sig, signal, sop)),
                     _ => None,
                 };
-                // A payload slot without a GPU mapping here (dev 0: the proxy
-                // daemon maps a PE's slots without registering them with
-                // CUDA) goes by copy, not through the agent.
-                if self.agent_sized(size) && !matches!(src, PutSrc::Host { dev: 0, .. }) {
+                // A payload slot without a GPU mapping here (the proxy daemon
+                // maps a PE's slots without registering them with CUDA) goes
+                // by copy, not through the agent.
+                if self.agent_sized(size) && !matches!(src, PutSrc::Host { dev: None, .. }) {
                     let rec = match src {
                         PutSrc::Heap(src) => put_rec(dst, size, Some(self.dev(src)), 0, signal),
                         PutSrc::Inline(bits) => put_rec(dst, size, None, bits, signal),
                         // The agent reads the payload slot through its GPU mapping.
-                        PutSrc::Host { dev, .. } => put_rec(dst, size, Some(dev), 0, signal),
+                        PutSrc::Host { dev, .. } => put_rec(dst, size, dev, 0, signal),
                         PutSrc::Payload => unreachable!("refused in start_op"),
                     };
                     self.land(rec, After::LocalDone { op: i }, self.op_lane(i));

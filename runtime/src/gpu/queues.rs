@@ -408,8 +408,8 @@ impl GpuQueues {
         assert!(i < self.n, "queue {i} of {}", self.n);
         let (mem, slot_bytes) = self.payload.as_ref()?;
         let off = i * self.geom.depth() as usize * *slot_bytes as usize;
-        // dev 0 where the slots have no GPU mapping here (the daemon's view).
-        let dev = if mem.dev() == 0 { 0 } else { mem.dev() + off as u64 };
+        // No device address where the slots have no GPU mapping here (the daemon's view).
+        let dev = (mem.dev() != 0).then(|| mem.dev() + off as u64);
         Some(PayloadSlots { host: mem.host() as usize + off, dev, slot_bytes: u64::from(*slot_bytes) })
     }
 
