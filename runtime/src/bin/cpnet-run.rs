@@ -225,10 +225,9 @@ fn run(args: &Args) -> Result<u8, String> {
     // which GPU PEs start by themselves) left its socket file and libfabric
     // shm regions: remove them (nothing, for one that lives).
     if tuning.proxyd_dir.is_dir() {
-        for paths in cpnet::daemon::DaemonPaths::all_in_dir(&tuning.proxyd_dir) {
-            if paths.socket.exists() && paths.clean_up_after_dead_daemon() {
-                tracing::debug!("removed what a dead cpnet-proxyd left at {}", paths.socket.display());
-            }
+        let n = cpnet::daemon::DaemonPaths::clean_up_dead_daemons(&tuning.proxyd_dir);
+        if n > 0 {
+            tracing::debug!("removed what {n} dead cpnet-proxyd left in {}", tuning.proxyd_dir.display());
         }
     }
     Ok(code)

@@ -142,14 +142,27 @@ impl DaemonPaths {
         self.dir.is_dir() && matches!(self.try_lock(), Ok(None))
     }
 
-    /// Removes what a dead daemon left (its socket file, and libfabric shm
-    /// regions of dead processes): only when no daemon holds the lock.
-    /// Returns whether it did. cpnet-run calls it after a job.
-    pub fn clean_up_after_dead_daemon(&self) -> bool {
-        let Ok(Some(_lock)) = self.try_lock() else { return false };
-        let _ = fs::remove_file(&self.socket);
-        crate::proxy_threads::clean_stale_shm_regions();
-        true
+    /// Removes what dead daemons in `dir` left: the socket of every daemon
+    /// there (the CPU PEs' one and each GPU's) whose lock no daemon holds,
+    /// then, if there was one, the libfabric shm regions of dead processes
+    /// (one pass for all). Returns how many sockets it removed. cpnet-run
+    /// calls it after a job.
+    pub fn clean_up_dead_daemons(dir: &Path) -> usize {
+        let mut removed = 0;
+        for p in DaemonPaths::all_in_dir(dir) {
+            if !p.socket.exists() {
+                continue;
+            }
+            // Held while removing: no daemon can start and bind meanwhile.
+            if let Ok(Some(_lock)) = p.try_lock() {
+                let _ = fs::remove_file(&p.socket);
+                removed += 1;
+            }
+        }
+        if removed > 0 {
+            crate::proxy_threads::clean_stale_shm_regions();
+        }
+        removed
     }
 }
 
