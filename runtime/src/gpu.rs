@@ -117,25 +117,38 @@ impl DeviceMem {
     }
 }
 
+/// The CUDA IPC handle (64 bytes) of the allocation that starts at `base`
+/// (`cuIpcGetMemHandle`). The allocation's context must be current.
+fn ipc_handle(base: u64) -> std::result::Result<[u8; 64], DriverError> {
+    let mut h = cusys::CUipcMemHandle_st { reserved: [0; 64] };
+    // SAFETY: `h` is an out-parameter; the driver checks that `base` starts
+    // an allocation of the current context (an error otherwise).
+    unsafe { cusys::cuIpcGetMemHandle(&mut h, base) }.result()?;
+    Ok(h.reserved.map(|c| c as u8))
+}
+
+/// Maps another process's allocation from its IPC `handle` into the
+/// current context (`cuIpcOpenMemHandle`, peer access enabled lazily); the
+/// caller closes it with `cuIpcCloseMemHandle`.
+fn ipc_open(handle: &[u8; 64]) -> std::result::Result<u64, DriverError> {
+    let h = cusys::CUipcMemHandle_st { reserved: handle.map(|b| b as std::ffi::c_char) };
+    let mut base: cusys::CUdeviceptr = 0;
+    // SAFETY: `h` is 64 bytes that another process got from
+    // cuIpcGetMemHandle (the driver validates it; a bad one fails); a
+    // context is current (the caller's contract); `base` is an out-parameter.
+    unsafe { cusys::cuIpcOpenMemHandle_v2(&mut base, h, cusys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as std::ffi::c_uint) }
+        .result()?;
+    Ok(base)
+}
+
 impl DeviceMem {
     /// `size` bytes of GPU memory another process allocated and exported
     /// (`handle`, from `cuIpcGetMemHandle`): a GPU PE's heap that its daemon
-    /// allocated ([`daemon::attach`]), mapped into `cuda`.
+    /// allocated ([`daemon::attach`]), mapped into `cuda`; closed, not
+    /// freed, on drop.
     fn open_ipc(cuda: &Arc<CudaContext>, handle: &[u8; 64], size: u64) -> std::result::Result<DeviceMem, GpuError> {
         cuda.bind_to_thread().map_err(|source| GpuError::Cuda { what: "cuCtxSetCurrent", source })?;
-        let mut h = cusys::CUipcMemHandle_st { reserved: [0; 64] };
-        for (d, &s) in h.reserved.iter_mut().zip(handle) {
-            *d = s as std::ffi::c_char;
-        }
-        let mut base: cusys::CUdeviceptr = 0;
-        // SAFETY: `h` came from the daemon's cuIpcGetMemHandle; a context is
-        // current; `base` is an out-parameter. The mapping is owned by the
-        // returned value (closed once, in Drop).
-        unsafe {
-            cusys::cuIpcOpenMemHandle_v2(&mut base, h, cusys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as std::ffi::c_uint)
-        }
-        .result()
-        .map_err(|source| GpuError::Cuda { what: "cuIpcOpenMemHandle (the heap the proxy daemon allocated)", source })?;
+        let base = ipc_open(handle).map_err(|source| GpuError::Cuda { what: "cuIpcOpenMemHandle (the heap the proxy daemon allocated)", source })?;
         Ok(DeviceMem { base, size, cuda: Arc::clone(cuda), imported: true })
     }
 }
@@ -173,23 +186,18 @@ impl PeerHeaps {
     fn exchange(boot: &Bootstrap, me: i32, heap: &DeviceMem, enabled: bool, exported: Option<&[u8; 64]>) -> Result<PeerHeaps> {
         let mut card = Vec::new();
         let id = crate::team::host_id();
-        let mut handle = cusys::CUipcMemHandle_st { reserved: [0; 64] };
-        if let Some(e) = exported {
-            handle.reserved = e.map(|b| b as std::ffi::c_char);
-        }
-        let ok = enabled && !id.is_empty() && (exported.is_some() || {
-            // SAFETY: `heap.base` is the start of a cuMemAlloc allocation of
-            // the current context; `handle` is a valid out-parameter.
-            let r = unsafe { cusys::cuIpcGetMemHandle(&mut handle, heap.base) };
-            if r != cusys::CUresult::CUDA_SUCCESS {
-                tracing::warn!("PE {me}: cuIpcGetMemHandle failed ({r:?}): peers on this host use the staged path");
-            }
-            r == cusys::CUresult::CUDA_SUCCESS
-        });
-        if ok {
+        let handle = match exported {
+            _ if !enabled || id.is_empty() => None,
+            Some(h) => Some(*h),
+            None => ipc_handle(heap.base)
+                .inspect_err(|e| tracing::warn!("PE {me}: cuIpcGetMemHandle failed ({e:?}): peers on this host use the staged path"))
+                .ok(),
+        };
+        let ok = handle.is_some();
+        if let Some(h) = handle {
             card.extend_from_slice(&(id.len() as u32).to_le_bytes());
             card.extend_from_slice(&id);
-            card.extend(handle.reserved.iter().map(|&c| c as u8));
+            card.extend_from_slice(&h);
         }
         let all = boot.allgather(&card).map_err(|cause| Error::Bootstrap { pe: me, cause })?;
         let mut bases = vec![None; all.len()];
@@ -201,24 +209,11 @@ impl PeerHeaps {
             if c.len() != 4 + n + 64 || c[4..4 + n] != id[..] {
                 continue; // another host, or IPC off there
             }
-            let mut h = cusys::CUipcMemHandle_st { reserved: [0; 64] };
-            for (d, &s) in h.reserved.iter_mut().zip(&c[4 + n..]) {
-                *d = s as std::ffi::c_char;
-            }
-            let mut base: cusys::CUdeviceptr = 0;
-            // SAFETY: `h` is the handle PE `peer` got from cuIpcGetMemHandle
-            // on its heap; a context is current; `base` is a valid out-param.
-            let r = unsafe {
-                cusys::cuIpcOpenMemHandle_v2(
-                    &mut base,
-                    h,
-                    cusys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as std::ffi::c_uint,
-                )
-            };
-            if r == cusys::CUresult::CUDA_SUCCESS {
-                bases[peer] = Some(base);
-            } else {
-                tracing::warn!("PE {me}: cuIpcOpenMemHandle for PE {peer}'s heap failed ({r:?}): staged path to it");
+            let h: &[u8; 64] = c[4 + n..].try_into().expect("64 bytes: the length was checked");
+            // The heap's context is current (DeviceMem::new or open_ipc bound it).
+            match ipc_open(h) {
+                Ok(base) => bases[peer] = Some(base),
+                Err(e) => tracing::warn!("PE {me}: cuIpcOpenMemHandle for PE {peer}'s heap failed ({e:?}): staged path to it"),
             }
         }
         Ok(PeerHeaps { bases, cuda: Arc::clone(&heap.cuda) })

@@ -189,11 +189,8 @@ impl OwnedHeap {
         let mut heap = OwnedHeap { base, handle: [0; 64], cuda: Arc::clone(cuda) };
         // SAFETY: `base..base+size` is the allocation just made.
         unsafe { cu::memset_d8_sync(base, 0, size as usize) }.map_err(|e| format!("cuMemsetD8 of the PE's heap: {e:?}"))?;
-        let mut h = cusys::CUipcMemHandle_st { reserved: [0; 64] };
-        // SAFETY: `base` is the start of a cuMemAlloc allocation of the
-        // current context; `h` is an out-parameter.
-        unsafe { cusys::cuIpcGetMemHandle(&mut h, base) }.result().map_err(|e| format!("cuIpcGetMemHandle of the PE's heap: {e:?}"))?;
-        heap.handle = h.reserved.map(|c| c as u8);
+        // The context is current (bound above); `base` starts an allocation of it.
+        heap.handle = super::ipc_handle(base).map_err(|e| format!("cuIpcGetMemHandle of the PE's heap: {e:?}"))?;
         Ok(heap)
     }
 }
