@@ -6,6 +6,7 @@
 use anyhow::{Result, bail};
 use clap::Args;
 use cpnet::Pe;
+use rayon::prelude::*;
 
 use super::exchange::Exchange;
 use super::kron::{self, Relabel};
@@ -224,19 +225,35 @@ fn file_csr(g: &EdgeList, part: &Partition, me: i32) -> Csr {
 
 /// Kernel 1 without communication, for PEs whose host has no work-group
 /// (GPU PEs): every PE generates the whole Kronecker edge list (the same
-/// for a seed whatever the number of PEs) on `threads` threads and keeps
-/// the arcs of its own vertices; a file is handled as [`build_csr`] does.
+/// for a seed whatever the number of PEs) on a pool of `threads` threads and
+/// keeps the arcs of its own vertices, sorted on the same pool; a file is
+/// handled as [`build_csr`] does.
+///
+/// # Panics
+/// If the thread pool cannot be created (no threads left to the process).
 pub fn build_csr_local(input: &Input, part: &Partition, me: i32, threads: usize) -> Csr {
     let (lo, hi) = part.range(me);
-    match input {
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads.max(1)).build().expect("kernel 1's thread pool");
+    pool.install(|| match input {
         Input::Kronecker { scale, seed } => {
-            let mut out = kron_arcs(*scale, *seed, part, (0, kron::n_edges(*scale)), threads, |o| o == me);
-            let words = std::mem::take(&mut out[me as usize]);
-            let arcs = words.chunks_exact(3).map(|t| (t[0], t[1], t[2] as u32)).collect();
+            let (scale, seed) = (*scale, *seed);
+            let relabel = Relabel::new(scale, seed);
+            // Straight into (source, target, weight) tuples of this PE's
+            // sources: no per-thread word lists to merge and convert (at
+            // SCALE 24 those copies and a one-thread sort took most of a
+            // GPU run's kernel 1).
+            let arcs: Vec<(u64, u64, u32)> = (0..kron::n_edges(scale))
+                .into_par_iter()
+                .flat_map_iter(|e| {
+                    let (u, v, w) = kron::edge(scale, seed, &relabel, e);
+                    let wq = quantize(w) as u32;
+                    [(u, v), (v, u)].into_iter().filter(|&(x, _)| part.owner(x) == me).map(move |(x, y)| (x, y, wq))
+                })
+                .collect();
             Csr::from_arcs(lo, (hi - lo) as usize, arcs)
         }
         Input::File(g) | Input::Road(g, _) => file_csr(g, part, me),
-    }
+    })
 }
 
 #[cfg(test)]
