@@ -23,6 +23,15 @@
  * signal value seq = seq0 + r + 1. A message to PE d is
  * [frontier size of the sender, pairs k, k words (v << 32 | u)] in d's receive
  * slot (seq & 1, sender); the signal (SET seq) follows its data.
+ *
+ * Big vertices: a frontier vertex of more than BFS_BIG_DEGREE arcs is not
+ * expanded by one warp (a Kronecker graph's largest degree grows with
+ * SCALE: 321,192 arcs at SCALE 22, some 10,000 rounds of one warp, which
+ * held up every round it was in, on any number of PEs). The warp appends
+ * it to the round's big list instead (st[BFS_ST_BIG] packs the count and
+ * the arcs so far, so each entry gets its offset in the list's arcs from
+ * the same atomic); after a grid barrier every warp of the grid takes
+ * equal chunks of those arcs (bfs_expand_big).
  */
 
 /** Everything the kernels need besides the cpnet handle (by value; every
@@ -39,6 +48,8 @@ struct bfs_params {
     app_u64 send;   /* heap: u64 [n_pes][slot] outgoing message per destination */
     app_u64 recv;   /* heap: u64 [2][n_pes][slot] message per (seq parity, source) */
     app_u64 sig;    /* heap: u64 [n_pes] signal per source (last seq) */
+    app_u64 big;    /* device: u64 [2][big_cap]: a round's big frontier vertices: arc offset, then local id */
+    app_i64 big_cap; /* local vertices of degree > BFS_BIG_DEGREE (at least 1) */
     app_i64 n, nl, lo, block, slot, n_pes, me, root;
     app_i64 seq0;   /* this search's signals are seq0 + round + 1 (hybrid: seq0 + 1, + 2, ...) */
     app_i64 round;  /* inter-kernel: the round of this launch */
@@ -104,42 +115,91 @@ __device__ void bfs_init(const bfs_params& p, app_u64 t, app_u64 nt)
         st[BFS_ST_VARCS] = 0;
         st[BFS_ST_BU] = 0;
         st[BFS_ST_SEQS] = 0;
+        st[BFS_ST_BIG] = 0;
         for (app_i64 d = 0; d < p.n_pes; ++d) st[BFS_ST_OUT + d] = 0;
     }
 }
 
+/** Round r's arc u -> v: a local target is claimed at once; a remote one
+ *  not sent yet this search goes into its owner's message. */
+__device__ __forceinline__ void bfs_visit(const bfs_params& p, app_u64 r, app_u64 u, unsigned v, bool arcs)
+{
+    const app_u64 nl = (app_u64)p.nl, lo = (app_u64)p.lo;
+    app_u64* st = bfs_st(p);
+    const unsigned o = v / (unsigned)p.block;
+    if (o == (unsigned)p.me) {
+        unsigned* next = (unsigned*)p.queue + ((r + 1) & 1ull) * nl;
+        bfs_claim(p, (unsigned)(v - lo), u, (unsigned)r + 1, next, &st[(r + 1) & 1ull], arcs);
+        return;
+    }
+    const app_u64 bit = 1ull << (v & 63u);
+    app_u64* w = &((app_u64*)p.sent)[v >> 6];
+    if ((app_ld_relaxed_gpu(w) & bit) != 0 || (atomicOr(w, bit) & bit) != 0) return;
+    const app_u64 k = atomicAdd(&st[BFS_ST_OUT + o], 1ull);
+    ((app_u64*)p.send)[(app_u64)o * (app_u64)p.slot + 2 + k] = ((app_u64)v << 32) | u;
+}
+
+/** st[BFS_ST_BIG]: count << BFS_BIG_SHIFT | arcs of the round's big list. */
+#define BFS_BIG_SHIFT 38
+#define BFS_BIG_ARCS_MASK ((1ull << BFS_BIG_SHIFT) - 1ull)
+
 /** Round r's expansion of its F frontier vertices, one warp per vertex
- *  (warp gw of nw): a local target is claimed at once; a remote one not
- *  sent yet this search goes into its owner's message. */
+ *  (warp gw of nw), each arc through bfs_visit; a vertex of more than
+ *  BFS_BIG_DEGREE arcs goes into the round's big list instead (its arcs are
+ *  bfs_expand_big's, after a grid barrier). */
 __device__ void bfs_expand(const bfs_params& p, app_u64 r, app_u64 F, app_u64 gw, app_u64 nw, bool arcs)
 {
     const unsigned lane = threadIdx.x & 31u;
     const app_u64 nl = (app_u64)p.nl, lo = (app_u64)p.lo;
     const unsigned* cur = (const unsigned*)p.queue + (r & 1ull) * nl;
-    unsigned* next = (unsigned*)p.queue + ((r + 1) & 1ull) * nl;
-    app_u64* st = bfs_st(p);
-    app_u64* next_cnt = &st[(r + 1) & 1ull];
     const app_u64* rows = (const app_u64*)p.rows;
     const unsigned* cols = (const unsigned*)p.cols;
-    app_u64* sent = (app_u64*)p.sent;
-    app_u64* send = (app_u64*)p.send;
-    const unsigned block = (unsigned)p.block, me = (unsigned)p.me;
     for (app_u64 i = gw; i < F; i += nw) {
         const unsigned ul = __ldcg(&cur[i]);
         const app_u64 u = lo + ul;
-        const app_u64 end = rows[ul + 1];
-        for (app_u64 a = rows[ul] + lane; a < end; a += 32) {
-            const unsigned v = cols[a];
-            const unsigned o = v / block;
-            if (o == me) {
-                bfs_claim(p, (unsigned)(v - lo), u, (unsigned)r + 1, next, next_cnt, arcs);
-                continue;
+        const app_u64 begin = rows[ul], end = rows[ul + 1];
+        if (end - begin > BFS_BIG_DEGREE) {
+            if (lane == 0) {
+                /* One atomic gives the entry and its first arc in the list. */
+                const app_u64 old = atomicAdd(&bfs_st(p)[BFS_ST_BIG], (1ull << BFS_BIG_SHIFT) | (end - begin));
+                const app_u64 j = old >> BFS_BIG_SHIFT;
+                app_u64* big = (app_u64*)p.big;
+                big[j] = old & BFS_BIG_ARCS_MASK;
+                big[(app_u64)p.big_cap + j] = ul;
             }
-            const app_u64 bit = 1ull << (v & 63u);
-            app_u64* w = &sent[v >> 6];
-            if ((app_ld_relaxed_gpu(w) & bit) != 0 || (atomicOr(w, bit) & bit) != 0) continue;
-            const app_u64 k = atomicAdd(&st[BFS_ST_OUT + o], 1ull);
-            send[(app_u64)o * (app_u64)p.slot + 2 + k] = ((app_u64)v << 32) | u;
+            continue;
+        }
+        for (app_u64 a = begin + lane; a < end; a += 32) bfs_visit(p, r, u, cols[a], arcs);
+    }
+}
+
+/** The round's big list (see bfs_expand), after a grid barrier: its arcs,
+ *  concatenated, in chunks of BFS_BIG_CHUNK per warp (warp gw of nw). Every
+ *  thread of the grid calls it; the list is empty in most rounds. */
+__device__ void bfs_expand_big(const bfs_params& p, app_u64 r, app_u64 gw, app_u64 nw, bool arcs)
+{
+    const app_u64 packed = app_ld_relaxed_gpu(&bfs_st(p)[BFS_ST_BIG]);
+    const app_u64 count = packed >> BFS_BIG_SHIFT, total = packed & BFS_BIG_ARCS_MASK;
+    const app_u64* off = (const app_u64*)p.big;
+    const app_u64* ids = off + (app_u64)p.big_cap;
+    const app_u64* rows = (const app_u64*)p.rows;
+    const unsigned* cols = (const unsigned*)p.cols;
+    const unsigned lane = threadIdx.x & 31u;
+    for (app_u64 c = gw * BFS_BIG_CHUNK; c < total; c += nw * BFS_BIG_CHUNK) {
+        /* The entry holding arc c: the last j with off[j] <= c (off[0] = 0;
+         * the offsets grow with j: one atomic assigned both). Written by
+         * other blocks before the barrier: read through L2. */
+        app_u64 j = 0, hi = count;
+        while (hi - j > 1) {
+            const app_u64 mid = (j + hi) / 2;
+            if (__ldcg(&off[mid]) <= c) j = mid;
+            else hi = mid;
+        }
+        const app_u64 stop = c + BFS_BIG_CHUNK < total ? c + BFS_BIG_CHUNK : total;
+        for (app_u64 q = c + lane; q < stop; q += 32) {
+            while (j + 1 < count && __ldcg(&off[j + 1]) <= q) ++j;
+            const app_u64 ul = __ldcg(&ids[j]);
+            bfs_visit(p, r, (app_u64)p.lo + ul, cols[rows[ul] + (q - __ldcg(&off[j]))], arcs);
         }
     }
 }
@@ -206,6 +266,16 @@ __device__ __forceinline__ app_i64 bfs_senders(const bfs_params& p)
     return p.n_pes < (app_i64)gridDim.x ? p.n_pes : (app_i64)gridDim.x;
 }
 
+/** After bfs_expand (every block): a grid barrier, then whether the round
+ *  has a big list, the same answer in every block. `*fail` is the barrier's
+ *  result (no list then). */
+__device__ __forceinline__ bool bfs_grid_sync_if_big(const cpnet_handle_t* h, const bfs_params& p, app_u64* gen,
+                                                     app_u64 seq, int* fail)
+{
+    if ((*fail = app_grid_sync(h, (app_u64*)p.ctl, ++*gen, seq)) != 0) return false;
+    return app_ld_relaxed_gpu(&bfs_st(p)[BFS_ST_BIG]) != 0;
+}
+
 /* ---------------------------------------------------------------- intra */
 
 /**
@@ -235,9 +305,17 @@ extern "C" __global__ void __launch_bounds__(BFS_THREADS) bfs_persistent(cpnet_h
         const app_u64 F = app_ld_relaxed_gpu(&st[r & 1ull]);
         bfs_expand(p, r, F, t >> 5, nt >> 5, false);
         if ((fail = app_grid_sync(&h, ctl, ++gen, seq)) != 0) break;
-        /* Every block read F before the barrier: the counter is free for
-         * round r + 1's claims (its next frontier). */
-        if (blockIdx.x == 0 && threadIdx.x == 0) st[r & 1ull] = 0;
+        if (app_ld_relaxed_gpu(&st[BFS_ST_BIG]) != 0) {
+            bfs_expand_big(p, r, t >> 5, nt >> 5, false);
+            if ((fail = app_grid_sync(&h, ctl, ++gen, seq)) != 0) break;
+        }
+        /* Every block read F and the big list before the barrier: the
+         * counter is free for round r + 1's claims (its next frontier), the
+         * list for its expansion. */
+        if (blockIdx.x == 0 && threadIdx.x == 0) {
+            st[r & 1ull] = 0;
+            st[BFS_ST_BIG] = 0;
+        }
         if (sender && app_call_failed(p.ctl, bfs_send(&ctx, p, seq, F, blockIdx.x, senders), BFS_OP_FRONTIER, seq, p.me)) {
             fail = 1;
             break;
@@ -400,6 +478,8 @@ extern "C" __global__ void __launch_bounds__(BFS_THREADS) bfs_persistent_hybrid(
         ++seq;
         if (!bottom_up) {
             bfs_expand(p, r, F, t >> 5, nt >> 5, true);
+            if (bfs_grid_sync_if_big(&h, p, &gen, seq, &fail)) bfs_expand_big(p, r, t >> 5, nt >> 5, true);
+            if (fail != 0) break;
         } else {
             app_u64* bits = bfs_my_bitmap(p);
             for (app_u64 i = t; i < words; i += nt) bits[i] = 0;
@@ -415,6 +495,7 @@ extern "C" __global__ void __launch_bounds__(BFS_THREADS) bfs_persistent_hybrid(
             st[r & 1ull] = 0;
             st[BFS_ST_ARCS + (r & 1ull)] = 0;
             st[BFS_ST_VARCS] += mf;
+            st[BFS_ST_BIG] = 0;
         }
         if (!bottom_up) {
             if (sender && app_call_failed(p.ctl, bfs_send(&ctx, p, seq, F, blockIdx.x, senders), BFS_OP_FRONTIER, seq, p.me)) {
@@ -466,6 +547,13 @@ extern "C" __global__ void __launch_bounds__(BFS_THREADS) bfs_expand_k(bfs_param
     bfs_expand(p, r, bfs_st(p)[r & 1ull], t >> 5, nt >> 5, false);
 }
 
+/** The round's big list (bfs_expand_big), launched after bfs_expand_k. */
+extern "C" __global__ void __launch_bounds__(BFS_THREADS) bfs_expand_big_k(bfs_params p)
+{
+    const app_u64 t = (app_u64)blockIdx.x * blockDim.x + threadIdx.x, nt = (app_u64)gridDim.x * blockDim.x;
+    bfs_expand_big(p, (app_u64)p.round, t >> 5, nt >> 5, false);
+}
+
 /** One block: round p.round's messages to every PE and the wait for every
  *  PE's; the global frontier size into st[BFS_ST_TOTAL] (BFS_TOTAL_FAILED
  *  after a failure, recorded in the control block). */
@@ -476,7 +564,10 @@ extern "C" __global__ void __launch_bounds__(BFS_THREADS) bfs_exchange_k(cpnet_h
     const app_u64 r = (app_u64)p.round, seq = (app_u64)p.seq0 + r + 1;
     const app_u64 F = st[r & 1ull];
     __syncthreads();
-    if (threadIdx.x == 0) st[r & 1ull] = 0;
+    if (threadIdx.x == 0) {
+        st[r & 1ull] = 0;
+        st[BFS_ST_BIG] = 0; /* bfs_expand_big_k, before in stream order, is done with it */
+    }
     app_u64 total = BFS_TOTAL_FAILED;
     if (!app_call_failed(p.ctl, cpnet_ctx_create(&h, &ctx), APP_OP_CTX_CREATE, seq, p.me)) {
         if (!app_call_failed(p.ctl, bfs_send(&ctx, p, seq, F, 0, 1), BFS_OP_FRONTIER, seq, p.me) &&

@@ -21,7 +21,12 @@
 //! 1. **Expand** (one warp per frontier vertex): a local target not yet
 //!    visited is claimed at once (`atomicCAS` of its level, then its parent
 //!    and a slot in the next queue); a remote target not yet sent goes into
-//!    its owner's send slot as one word `v << 32 | u`.
+//!    its owner's send slot as one word `v << 32 | u`. A vertex of more
+//!    than [`BIG_DEGREE`] arcs goes into the round's big list instead, whose
+//!    arcs every warp of the grid then shares in equal chunks (after a grid
+//!    barrier; inter-kernel: a second launch): a Kronecker graph's hubs
+//!    (321,192 arcs at SCALE 22) would otherwise keep one warp busy while
+//!    the rest of the GPU waits, on any number of PEs.
 //! 2. **Exchange**: to every other PE, one `cpnet_putmem_signal_nbi` of
 //!    `[frontier size, pairs, pairs...]` into its receive slot for this PE
 //!    (parity of the round's sequence number `seq`), signal SET to `seq`;
@@ -113,9 +118,19 @@ mod st {
     pub const BU: usize = 7;
     /// Hybrid: signal values the search used.
     pub const SEQS: usize = 8;
+    /// The round's big list (`bfs.cu`): its entries << 38 | its arcs.
+    pub const BIG: usize = 9;
     /// Pairs for each destination (one word per PE from here).
-    pub const OUT: usize = 9;
+    pub const OUT: usize = 10;
 }
+
+/// A frontier vertex of more arcs than this is expanded by every warp of
+/// the grid together, not by one warp (`bfs.cu`, "Big vertices"): one warp
+/// takes at most 32 steps of 32 arcs.
+pub const BIG_DEGREE: u64 = 1024;
+
+/// Arcs of the big list per warp and step of `bfs_expand_big`.
+const BIG_CHUNK: u64 = 512;
 
 /// [`st::TOTAL`] after a failed exchange.
 const TOTAL_FAILED: u64 = u64::MAX;
@@ -131,7 +146,10 @@ pub fn source() -> String {
         ("BFS_ST_VARCS", st::VARCS.to_string()),
         ("BFS_ST_BU", st::BU.to_string()),
         ("BFS_ST_SEQS", st::SEQS.to_string()),
+        ("BFS_ST_BIG", st::BIG.to_string()),
         ("BFS_ST_OUT", st::OUT.to_string()),
+        ("BFS_BIG_DEGREE", format!("{BIG_DEGREE}ull")),
+        ("BFS_BIG_CHUNK", format!("{BIG_CHUNK}ull")),
         ("BFS_COUNT_WORDS", COUNT_WORDS.to_string()),
         ("BFS_TOTAL_FAILED", format!("{TOTAL_FAILED}ull")),
         ("BFS_OP_FRONTIER", format!("{}ull", op::BFS_FRONTIER)),
@@ -154,6 +172,8 @@ struct BfsParams {
     send: u64,
     recv: u64,
     sig: u64,
+    big: u64,
+    big_cap: i64,
     n: i64,
     nl: i64,
     lo: i64,
@@ -197,6 +217,7 @@ struct Kernels {
     hybrid: CudaFunction,
     init: CudaFunction,
     expand: CudaFunction,
+    expand_big: CudaFunction,
     exchange: CudaFunction,
     receive: CudaFunction,
 }
@@ -214,7 +235,7 @@ struct GpuBfs<'a> {
     /// Signals used so far (the next search's are `seq0 + 1, ...`).
     seq0: u64,
     // Device buffers the parameters point into (held for the kernels).
-    _bufs: (CudaSlice<u64>, CudaSlice<u32>, CudaSlice<u32>, CudaSlice<u64>),
+    _bufs: (CudaSlice<u64>, CudaSlice<u32>, CudaSlice<u32>, CudaSlice<u64>, CudaSlice<u64>),
     level: CudaSlice<u32>,
     parent: CudaSlice<u64>,
     state: CudaSlice<u64>,
@@ -291,6 +312,11 @@ impl GpuBfs<'_> {
             // SAFETY: bfs_expand_k(bfs_params); buffers as in search();
             // stream order puts it after the previous round's receive.
             unsafe { b.launch(grid(self.blocks, THREADS)) }.context("launch bfs_expand_k")?;
+            let mut b = s.launch_builder(&self.k.expand_big);
+            b.arg(&p);
+            // SAFETY: bfs_expand_big_k(bfs_params); buffers as in search();
+            // stream order puts it after the expansion that filled the list.
+            unsafe { b.launch(grid(self.blocks, THREADS)) }.context("launch bfs_expand_big_k")?;
             let mut b = s.launch_builder(&self.k.exchange);
             b.arg(&hnd).arg(&p);
             // SAFETY: bfs_exchange_k(cpnet_handle_t, bfs_params), one block
@@ -352,6 +378,7 @@ pub fn run(args: &Args, input: &Input) -> Result<(bool, i32)> {
         hybrid: hybrid_k,
         init: load("bfs_init_k")?,
         expand: load("bfs_expand_k")?,
+        expand_big: load("bfs_expand_big_k")?,
         exchange: load("bfs_exchange_k")?,
         receive: load("bfs_receive_k")?,
     };
@@ -391,6 +418,10 @@ fn upload<'a>(pe: &'a GpuPe, args: &Args, k: Kernels, csr: &Csr, part: &Partitio
     let parent = s.alloc_zeros::<u64>(nl.max(1))?;
     let queue = s.alloc_zeros::<u32>(2 * nl.max(1))?;
     let sent = s.alloc_zeros::<u64>(part.n.div_ceil(64) as usize)?;
+    // A vertex is in at most one round's frontier: the big list of a round
+    // holds at most every local vertex above the threshold.
+    let big_cap = (0..nl).filter(|&i| csr.degree(i) > BIG_DEGREE).count().max(1);
+    let big = s.alloc_zeros::<u64>(2 * big_cap)?;
     let state = s.alloc_zeros::<u64>(st::OUT + p as usize)?;
     let ctl = new_ctl(pe)?;
     let slot = slot_words(part);
@@ -413,6 +444,8 @@ fn upload<'a>(pe: &'a GpuPe, args: &Args, k: Kernels, csr: &Csr, part: &Partitio
         send: pe.dev_ptr(send),
         recv: pe.dev_ptr(recv),
         sig: pe.dev_ptr(sig),
+        big: dptr(pe, &big),
+        big_cap: big_cap as i64,
         n: part.n as i64,
         nl: nl as i64,
         lo: part.lo(me) as i64,
@@ -433,7 +466,7 @@ fn upload<'a>(pe: &'a GpuPe, args: &Args, k: Kernels, csr: &Csr, part: &Partitio
         params,
         nl,
         seq0: 0,
-        _bufs: (rows, cols, queue, sent),
+        _bufs: (rows, cols, queue, sent, big),
         level,
         parent,
         state,
