@@ -137,6 +137,14 @@ pub struct Args {
     /// variants).
     #[arg(long, default_value_t = 4)]
     pub slots: u32,
+    /// Fewest bytes a ring's segment takes: an allreduce of `s` bytes runs
+    /// on `min(-wgs, ceil(s / this))` rings (at least one), the others
+    /// idle (NCCL likewise runs small sizes on fewer channels). Every ring
+    /// costs its own messages, so a 64-byte allreduce over 16 rings sent 16
+    /// times the messages of one ring for the same bytes. `1`: every ring
+    /// takes a share of every size.
+    #[arg(long = "min-ring-bytes", value_parser = parse_size, default_value = "4K")]
+    pub min_ring_bytes: u64,
 }
 
 /// `-wgs` of the GPU variants when not given: 120 rings (a block of 512
@@ -306,6 +314,18 @@ pub fn split(len: usize, parts: usize, k: usize) -> (usize, usize) {
     (k * q + k.min(r), q + usize::from(k < r))
 }
 
+/// The rings an allreduce of `count` elements runs on, of `rings`, when a
+/// segment takes at least `min_seg` elements (`-min-ring-bytes`): at least
+/// one, at most `rings`.
+pub fn active_rings(count: usize, rings: usize, min_seg: usize) -> usize {
+    rings.min(count.div_ceil(min_seg.max(1)).max(1))
+}
+
+/// Elements of type `T` in `-min-ring-bytes` (at least one).
+pub fn min_seg_elems<T>(min_ring_bytes: u64) -> usize {
+    (min_ring_bytes as usize / size_of::<T>()).max(1)
+}
+
 /// One ring's share of an allreduce of `count` elements on PE `p` of `n`:
 /// its blocks and the step schedule of both directions.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -330,7 +350,8 @@ pub struct RingPlan {
 
 impl RingPlan {
     /// The plan of ring `ring` of `rings` on PE `p` of `n`, messages of at
-    /// most `piece` elements (`piece >= 1`).
+    /// most `piece` elements (`piece >= 1`), segments of at least `min_seg`
+    /// elements (rings past [`active_rings`] get an empty one).
     pub fn new(
         count: usize,
         rings: usize,
@@ -338,8 +359,10 @@ impl RingPlan {
         n: usize,
         p: usize,
         piece: usize,
+        min_seg: usize,
     ) -> RingPlan {
-        let (seg_off, seg_len) = split(count, rings, ring);
+        let active = active_rings(count, rings, min_seg);
+        let (seg_off, seg_len) = if ring < active { split(count, active, ring) } else { (count, 0) };
         let blocks: Vec<_> = (0..n).map(|b| split(seg_len, n, b)).collect();
         let steps = 2 * (n - 1);
         let m = |x: isize| x.rem_euclid(n as isize) as usize;
@@ -694,6 +717,8 @@ impl Ring<'_> {
 struct Rings {
     layout: Layout,
     rings: usize,
+    /// `-min-ring-bytes`.
+    min_ring_bytes: u64,
     counts: Vec<Mutex<RingCount>>,
 }
 
@@ -714,7 +739,7 @@ impl Rings {
     ) -> anyhow::Result<f64> {
         let (me, n) = (pe.my_pe(), pe.n_pes());
         let plans: Vec<RingPlan> = (0..self.rings)
-            .map(|i| RingPlan::new(count, self.rings, i, n as usize, me as usize, piece))
+            .map(|i| RingPlan::new(count, self.rings, i, n as usize, me as usize, piece, min_seg_elems::<T>(self.min_ring_bytes)))
             .collect();
         let team = TeamBarrier::new(self.rings);
         let elapsed = Mutex::new(0.0f64);
@@ -988,6 +1013,7 @@ pub fn run(args: &Args) -> anyhow::Result<u64> {
     let rings = Rings {
         layout,
         rings: args.wgs as usize,
+        min_ring_bytes: args.min_ring_bytes,
         counts: (0..args.wgs).map(|_| Mutex::default()).collect(),
     };
     pe.barrier_all()?;
@@ -1101,10 +1127,10 @@ mod tests {
         for n in 1..=5 {
             for rings in 1..=3 {
                 for count in [0, 1, 2, 3, 7, 12, 13, 100, 1001] {
-                    for piece in [1, 2, 5, 64] {
+                    for (piece, min_seg) in [(1, 1), (2, 1), (5, 1), (64, 1), (1, 4), (5, 50), (2, 2000)] {
                         for ring in 0..rings {
                             let plans: Vec<_> = (0..n)
-                                .map(|p| RingPlan::new(count, rings, ring, n, p, piece))
+                                .map(|p| RingPlan::new(count, rings, ring, n, p, piece, min_seg))
                                 .collect();
                             for p in 0..n {
                                 let (tx, rx) = (&plans[p], &plans[(p + 1) % n]);
@@ -1136,8 +1162,16 @@ mod tests {
                                 assert_eq!(covered, plan.seg_len);
                             }
                         }
-                        let total: usize = (0..rings).map(|r| split(count, rings, r).1).sum();
-                        assert_eq!(total, count);
+                        // The segments of the rings at work cover the count, each
+                        // of at least min_seg elements but the last; the others are empty.
+                        let segs: Vec<_> = (0..rings).map(|r| RingPlan::new(count, rings, r, n, 0, piece, min_seg)).collect();
+                        let active = active_rings(count, rings, min_seg);
+                        assert_eq!(segs.iter().map(|q| q.seg_len).sum::<usize>(), count);
+                        assert!(segs[active..].iter().all(|q| q.seg_len == 0));
+                        // As many rings as the count allows at min_seg each, at most rings.
+                        assert!((1..=rings).contains(&active));
+                        assert!(active == rings || (active - 1) * min_seg < count.max(1));
+                        assert!(active == 1 || segs[..active].iter().all(|q| q.seg_len >= min_seg.min(count / active)));
                     }
                 }
             }

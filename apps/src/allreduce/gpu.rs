@@ -40,7 +40,7 @@ use cudarc::driver::{
 };
 
 use super::{
-    Args, DataType, Elem, Layout, RingPlan, heap_need, input_value, print_header, sweep_with, wrong_elements,
+    Args, DataType, Elem, Layout, RingPlan, min_seg_elems, heap_need, input_value, print_header, sweep_with, wrong_elements,
 };
 use crate::cli::{Variant, init_gpu_pe};
 use crate::gpu::{check_launch, kernel_source, max_coresident, new_ctl};
@@ -145,13 +145,14 @@ pub fn plan_tables(
     n: usize,
     me: usize,
     piece: usize,
+    min_seg: usize,
 ) -> (Vec<u64>, usize, usize) {
     let steps = 2 * (n - 1);
     let stride = plan::BLOCKS + 3 * n + 4 * (steps + 1);
     let mut table = Vec::with_capacity(rings * stride);
     let mut max_pieces = 1;
     for ring in 0..rings {
-        let p = RingPlan::new(count, rings, ring, n, me, piece);
+        let p = RingPlan::new(count, rings, ring, n, me, piece, min_seg);
         assert_eq!(p.steps(), steps);
         table.extend_from_slice(&[steps as u64, p.seg_off as u64, p.seg_len as u64, n as u64]);
         let mut base = 0usize;
@@ -196,6 +197,8 @@ fn dptr<T>(pe: &GpuPe, s: &CudaSlice<T>) -> u64 {
 struct GpuRings {
     layout: Layout,
     rings: usize,
+    /// `-min-ring-bytes`.
+    min_ring_bytes: u64,
     /// Messages sent and received per ring, across allreduces and launches
     /// (the signal and acknowledgement words count the same messages).
     counts: CudaSlice<u64>,
@@ -229,7 +232,7 @@ impl GpuRings {
         // count at run start holds for every type: same shape).
         max_coresident(pe, &func, THREADS)?;
         let (table, stride, max_pieces) =
-            plan_tables(count, self.rings, n as usize, me as usize, piece);
+            plan_tables(count, self.rings, n as usize, me as usize, piece, min_seg_elems::<T>(self.min_ring_bytes));
         let plan_buf = s.clone_htod(&table).context("plan tables")?;
         let out_sent = s.alloc_zeros::<u64>(self.rings * max_pieces)?;
         let ctl_buf = new_ctl(pe)?;
@@ -423,6 +426,7 @@ pub fn run(args: &Args) -> anyhow::Result<u64> {
     let gpu_rings = GpuRings {
         layout,
         rings,
+        min_ring_bytes: args.min_ring_bytes,
         counts: pe.stream().alloc_zeros::<u64>(2 * rings)?,
         module,
         variant: args.variant,
@@ -453,10 +457,10 @@ mod tests {
                 for count in [0, 1, 7, 100, 1001] {
                     for piece in [1, 5, 64] {
                         for me in 0..n {
-                            let (t, stride, max_pieces) = plan_tables(count, rings, n, me, piece);
+                            let (t, stride, max_pieces) = plan_tables(count, rings, n, me, piece, 1);
                             assert_eq!(t.len(), rings * stride);
                             for ring in 0..rings {
-                                let p = RingPlan::new(count, rings, ring, n, me, piece);
+                                let p = RingPlan::new(count, rings, ring, n, me, piece, 1);
                                 let w = &t[ring * stride..(ring + 1) * stride];
                                 let steps = w[plan::STEPS] as usize;
                                 assert_eq!(steps, p.steps());
