@@ -222,6 +222,15 @@ struct Kernels {
     receive: CudaFunction,
 }
 
+/// Device buffers the parameters point into, held for the kernels.
+struct Held {
+    _rows: CudaSlice<u64>,
+    _cols: CudaSlice<u32>,
+    _queue: CudaSlice<u32>,
+    _sent: CudaSlice<u64>,
+    _big: CudaSlice<u64>,
+}
+
 /// One PE's GPU search state and kernels.
 struct GpuBfs<'a> {
     pe: &'a GpuPe,
@@ -234,8 +243,7 @@ struct GpuBfs<'a> {
     nl: usize,
     /// Signals used so far (the next search's are `seq0 + 1, ...`).
     seq0: u64,
-    // Device buffers the parameters point into (held for the kernels).
-    _bufs: (CudaSlice<u64>, CudaSlice<u32>, CudaSlice<u32>, CudaSlice<u64>, CudaSlice<u64>),
+    _bufs: Held,
     level: CudaSlice<u32>,
     parent: CudaSlice<u64>,
     state: CudaSlice<u64>,
@@ -466,7 +474,7 @@ fn upload<'a>(pe: &'a GpuPe, args: &Args, k: Kernels, csr: &Csr, part: &Partitio
         params,
         nl,
         seq0: 0,
-        _bufs: (rows, cols, queue, sent, big),
+        _bufs: Held { _rows: rows, _cols: cols, _queue: queue, _sent: sent, _big: big },
         level,
         parent,
         state,
