@@ -3,9 +3,11 @@
 //!
 //! # The algorithm
 //!
-//! `R = -wgs` rings. The `count` elements are split into `R` contiguous
-//! segments (sizes differ by at most one element; some may be empty), one
-//! per ring; ring `i` is run by work-group `i` of every PE: work-group `i` of
+//! `R = -wgs` rings, of which a size of `s` bytes uses
+//! `R' = min(R, ceil(s / -min-ring-bytes))` (at least one; the others idle:
+//! each ring costs its own messages, so small sizes take few). The `count`
+//! elements are split into `R'` contiguous segments (sizes differ by at
+//! most one element; some may be empty), one per ring; ring `i` is run by work-group `i` of every PE: work-group `i` of
 //! PE `p` receives from work-group `i` of PE `p - 1` and sends to work-group
 //! `i` of PE `p + 1` (both wrapping). Each ring runs the classic ring
 //! allreduce on its segment, split into `n` blocks (again differing by at
