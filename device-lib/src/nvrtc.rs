@@ -48,6 +48,8 @@ const HEADERS: &[(&str, &str)] = &[
     ("cpnet/ptx.cuh", include_str!("../include/cpnet/ptx.cuh")),
     ("cpnet/queue.cuh", include_str!("../include/cpnet/queue.cuh")),
     ("cpnet/device.cuh", include_str!("../include/cpnet/device.cuh")),
+    ("cpnet/rma.cuh", include_str!("../include/cpnet/rma.cuh")),
+    ("cpnet/amo.cuh", include_str!("../include/cpnet/amo.cuh")),
     ("cpnet/agent.cuh", include_str!("../include/cpnet/agent.cuh")),
     ("cpnet/team.cuh", include_str!("../include/cpnet/team.cuh")),
 ];
@@ -55,6 +57,7 @@ const HEADERS: &[(&str, &str)] = &[
 /// The cpnet device headers embedded in this crate, as (include name,
 /// contents) pairs: `("cpnet/cmd.h", ...)`, `("cpnet/ptx.cuh", ...)`,
 /// `("cpnet/queue.cuh", ...)`, `("cpnet/device.cuh", ...)`,
+/// `("cpnet/rma.cuh", ...)`, `("cpnet/amo.cuh", ...)`,
 /// `("cpnet/agent.cuh", ...)`, `("cpnet/team.cuh", ...)`. The same text
 /// [`compile`] hands to NVRTC; other build paths (nvcc, a cache) can write
 /// them out under these names.

@@ -187,13 +187,17 @@ fn every_device_api_function_compiles_for_sm_90() {
     // Every typed function the macros should generate is referenced by the
     // kernel, i.e. exists (NVRTC inlines them, so check the source list
     // against the header instead).
-    let header = nvrtc::headers().iter().find(|(n, _)| *n == "cpnet/device.cuh").unwrap().1;
+    // The typed API's headers (device.cuh and the files it includes).
+    let header: String = ["cpnet/device.cuh", "cpnet/rma.cuh", "cpnet/amo.cuh"]
+        .iter()
+        .map(|name| nvrtc::headers().iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("{name} not embedded")).1)
+        .collect();
     for list in ["CPNET_RMA_TYPES", "CPNET_P2P_TYPES", "CPNET_AMO_STANDARD_TYPES", "CPNET_AMO_BITWISE_TYPES"] {
         assert!(header.contains(&format!("{list}(X)")), "{list} missing");
     }
     assert_eq!(typed_names().len(), 23 * 6 + 12 * 10 + 2 * 3 + 7 * 6);
     for f in ["CPNET_AMO_STANDARD_TYPES(CPNET_DEFINE_AMO_MIN)", "cpnet_float_ord_atomic_min", "cpnet_f64_ord"] {
-        assert!(header.contains(f), "{f} missing from device.cuh");
+        assert!(header.contains(f), "{f} missing from the device headers");
     }
     println!("every_call: {} bytes of PTX, {} bytes of CUBIN", out.ptx.len(), out.cubin.as_ref().unwrap().len());
     if !out.log.is_empty() {
