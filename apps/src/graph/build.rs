@@ -154,7 +154,7 @@ pub fn build_csr(pe: &Pe, ex: &mut Exchange, input: &Input, part: &Partition, th
     match input {
         Input::Kronecker { scale, seed } => {
             let (e_lo, e_hi) = kron::edge_slice(*scale, me, n_pes);
-            let out = kron_arcs(*scale, *seed, part, (e_lo, e_hi), threads, |_| true);
+            let out = kron_arcs(*scale, *seed, part, (e_lo, e_hi), threads);
             let mut arcs = Vec::with_capacity(out[me as usize].len() / 3 * n_pes as usize);
             // The closure's own failures travel in its Ok value (with_ctx's
             // error type is the work-group's).
@@ -166,10 +166,18 @@ pub fn build_csr(pe: &Pe, ex: &mut Exchange, input: &Input, part: &Partition, th
     }
 }
 
+/// The two arcs of Kronecker edge `e`, `(source, target, weight)` both
+/// ways, with kernel 3's weight in fixed point ([`quantize`]).
+fn edge_arcs(scale: u32, seed: u64, relabel: &Relabel, e: u64) -> [(u64, u64, u64); 2] {
+    let (u, v, w) = kron::edge(scale, seed, relabel, e);
+    let wq = quantize(w);
+    [(u, v, wq), (v, u, wq)]
+}
+
 /// The arcs of Kronecker edges `e_lo..e_hi` (generated on `threads`
 /// threads) as `[source, target, weight]` words, in one list per owner of
-/// the source; only the lists of owners for which `keep` holds are filled.
-fn kron_arcs(scale: u32, seed: u64, part: &Partition, (e_lo, e_hi): (u64, u64), threads: usize, keep: impl Fn(i32) -> bool + Sync) -> Vec<Vec<u64>> {
+/// the source.
+fn kron_arcs(scale: u32, seed: u64, part: &Partition, (e_lo, e_hi): (u64, u64), threads: usize) -> Vec<Vec<u64>> {
     let n_pes = part.n_pes as usize;
     let relabel = Relabel::new(scale, seed);
     let threads = threads.max(1) as u64;
@@ -177,18 +185,13 @@ fn kron_arcs(scale: u32, seed: u64, part: &Partition, (e_lo, e_hi): (u64, u64), 
     let outs: Vec<Vec<Vec<u64>>> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..threads)
             .map(|t| {
-                let (relabel, keep) = (&relabel, &keep);
+                let relabel = &relabel;
                 s.spawn(move || {
                     let mut out = vec![Vec::new(); n_pes];
                     let (a, b) = ((e_lo + t * per).min(e_hi), (e_lo + (t + 1) * per).min(e_hi));
                     for e in a..b {
-                        let (u, v, w) = kron::edge(scale, seed, relabel, e);
-                        let wq = quantize(w);
-                        for (x, y) in [(u, v), (v, u)] {
-                            let o = part.owner(x);
-                            if keep(o) {
-                                out[o as usize].extend([x, y, wq]);
-                            }
+                        for (x, y, wq) in edge_arcs(scale, seed, relabel, e) {
+                            out[part.owner(x) as usize].extend([x, y, wq]);
                         }
                     }
                     out
@@ -245,9 +248,7 @@ pub fn build_csr_local(input: &Input, part: &Partition, me: i32, threads: usize)
             let arcs: Vec<(u64, u64, u32)> = (0..kron::n_edges(scale))
                 .into_par_iter()
                 .flat_map_iter(|e| {
-                    let (u, v, w) = kron::edge(scale, seed, &relabel, e);
-                    let wq = quantize(w) as u32;
-                    [(u, v), (v, u)].into_iter().filter(|&(x, _)| part.owner(x) == me).map(move |(x, y)| (x, y, wq))
+                    edge_arcs(scale, seed, &relabel, e).into_iter().filter(|&(x, _, _)| part.owner(x) == me).map(|(x, y, wq)| (x, y, wq as u32))
                 })
                 .collect();
             Csr::from_arcs(lo, (hi - lo) as usize, arcs)
@@ -268,7 +269,7 @@ mod tests {
         let (scale, seed, n_pes) = (9, 3, 3);
         let part = Partition::new(1 << scale, n_pes);
         let slices: Vec<Vec<Vec<u64>>> =
-            (0..n_pes).map(|pe| kron_arcs(scale, seed, &part, kron::edge_slice(scale, pe, n_pes), 2, |_| true)).collect();
+            (0..n_pes).map(|pe| kron_arcs(scale, seed, &part, kron::edge_slice(scale, pe, n_pes), 2)).collect();
         for me in 0..n_pes {
             let (lo, hi) = part.range(me);
             let arcs = slices.iter().flat_map(|o| o[me as usize].chunks_exact(3).map(|t| (t[0], t[1], t[2] as u32))).collect();
