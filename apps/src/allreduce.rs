@@ -7,9 +7,10 @@
 //! `R' = min(R, ceil(s / -min-ring-bytes))` (at least one; the others idle:
 //! each ring costs its own messages, so small sizes take few). The `count`
 //! elements are split into `R'` contiguous segments (sizes differ by at
-//! most one element; some may be empty), one per ring; ring `i` is run by work-group `i` of every PE: work-group `i` of
-//! PE `p` receives from work-group `i` of PE `p - 1` and sends to work-group
-//! `i` of PE `p + 1` (both wrapping). Each ring runs the classic ring
+//! most one element; some may be empty), one per ring; ring `i` is run by
+//! work-group `i` of every PE: work-group `i` of PE `p` receives from
+//! work-group `i` of PE `p - 1` and sends to work-group `i` of PE `p + 1`
+//! (both wrapping). Each ring runs the classic ring
 //! allreduce on its segment, split into `n` blocks (again differing by at
 //! most one element):
 //!
@@ -310,7 +311,7 @@ pub fn input_value(pe: usize, i: usize) -> i32 {
     ((pe * 7 + i * 13) % 17) as i32 - 8
 }
 
-pub use plan::{RingPlan, active_rings, min_seg_elems, split};
+pub use plan::{RingPlan, active_rings, min_seg_elems};
 
 /// Messages a ring has sent and received over its whole life (signal and
 /// acknowledgement words count them across allreduces).

@@ -581,8 +581,6 @@ fn attach_and_detach_1000_times_leaks_no_fd_and_no_memory() {
     wait_log(&d, "endpoints closed", 5);
     std::thread::sleep(Duration::from_millis(200));
     let (fd0, shm0) = (d.fds(), shm_count());
-    // The resident set after the first 100 (the allocator's arenas and
-    // libfabric's caches settle) against the end.
     // The resident set after 100, 550 and 1000: a leak grows as much in
     // the second 450 attaches as in the first; the allocator's and
     // libfabric's caches settle.
