@@ -1,8 +1,10 @@
 //! The provider's own floor, measured inside a benchmark beside cpnet's
 //! numbers: a raw libfabric 8-byte write ping-pong and 8-byte write rates
-//! between PE 0 and PE 1, on an endpoint opened from the same `fi_getinfo`
-//! request as cpnet's transport ([`cpnet_proxy::transport::fabric_info`]),
-//! through the crate's safe libfabric layer ([`cpnet_proxy::fabric`]).
+//! ([`measure`]), and message ping-pongs and two-way exchanges at each
+//! size ([`messages`]), between PE 0 and PE 1, on an endpoint opened from
+//! the same `fi_getinfo` request as cpnet's transport
+//! ([`cpnet_proxy::transport::fabric_info`]), through the crate's safe
+//! libfabric layer ([`cpnet_proxy::fabric`]).
 //!
 //! Each PE opens a fresh fabric, domain, completion queue, address vector
 //! and endpoint and registers a small buffer; the endpoints' addresses and
@@ -15,12 +17,55 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use cpnet::Pe;
+use cpnet::{GpuPe, Pe};
 use cpnet_proxy::fabric::{
     AddressVector, CompletionQueue, Domain, Endpoint, Fabric, FabricError, FiAddr, Info, MemoryRegion, Post,
     RemoteMemory,
 };
-use cpnet_proxy::transport::{PeerCard, fabric_info};
+use cpnet_proxy::transport::{FabricConfig, PeerCard, fabric_info};
+
+/// What the floors need of a PE, CPU or GPU: its number, the provider and
+/// address its proxies opened, and the bootstrap's collectives.
+pub trait FloorPe {
+    /// This PE's number.
+    fn my_pe(&self) -> i32;
+    /// The provider and bind address of this PE's transport.
+    fn fabric_config(&self) -> FabricConfig;
+    /// Exchange bytes with every PE. **Collective.**
+    fn allgather_bytes(&self, data: &[u8]) -> Result<Vec<Vec<u8>>>;
+    /// Wait for every PE. **Collective.**
+    fn barrier_all(&self) -> Result<()>;
+}
+
+impl FloorPe for Pe {
+    fn my_pe(&self) -> i32 {
+        Pe::my_pe(self)
+    }
+    fn fabric_config(&self) -> FabricConfig {
+        Pe::fabric_config(self)
+    }
+    fn allgather_bytes(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        Ok(Pe::allgather_bytes(self, data)?)
+    }
+    fn barrier_all(&self) -> Result<()> {
+        Ok(Pe::barrier_all(self)?)
+    }
+}
+
+impl FloorPe for GpuPe {
+    fn my_pe(&self) -> i32 {
+        GpuPe::my_pe(self)
+    }
+    fn fabric_config(&self) -> FabricConfig {
+        GpuPe::fabric_config(self)
+    }
+    fn allgather_bytes(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        Ok(GpuPe::allgather_bytes(self, data)?)
+    }
+    fn barrier_all(&self) -> Result<()> {
+        Ok(GpuPe::barrier_all(self)?)
+    }
+}
 
 /// How long any one wait of the floor may take before it fails.
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -107,8 +152,8 @@ struct Side {
 }
 
 impl Side {
-    fn open(pe: &Pe) -> Result<Side> {
-        let info = fabric_info(&pe.fabric_config()).context("floor: fi_getinfo")?;
+    fn open(cfg: &FabricConfig) -> Result<Side> {
+        let info = fabric_info(cfg).context("floor: fi_getinfo")?;
         let fabric = Fabric::open(&info).context("floor: fi_fabric")?;
         let domain = Domain::open(&fabric).context("floor: fi_domain")?;
         let cq = CompletionQueue::open(&domain, 4096).context("floor: fi_cq_open")?;
@@ -215,9 +260,9 @@ impl Side {
 ///
 /// # Errors
 /// Fabric failures, bootstrap failures, a wait past 30 s.
-pub fn measure(pe: &Pe, iters: u64, msgs: u64) -> Result<Option<Floor>> {
+pub fn measure(pe: &impl FloorPe, iters: u64, msgs: u64) -> Result<Option<Floor>> {
     let me = pe.my_pe();
-    let mut side = Side::open(pe)?;
+    let mut side = Side::open(&pe.fabric_config())?;
     let cards = pe.allgather_bytes(&side.card().to_bytes())?;
     if me > 1 {
         pe.barrier_all()?;
@@ -313,4 +358,214 @@ fn windowed(s: &mut Side, msgs: u64, flags: u64) -> Result<f64> {
         }
     }
     Ok(msgs as f64 / t.elapsed().as_secs_f64() / 1e6)
+}
+
+/// Receive buffers each side of [`messages`] keeps posted.
+const RECVS: usize = 8;
+/// Completion contexts of [`messages`]' sends; receives use their slot.
+const SEND_CTX: u64 = 1 << 32;
+
+/// The provider's own message floor at one size: `fi_send` into
+/// pre-posted `fi_recv`s (fi_msg(3)), the operations cpnet's staged path
+/// carries puts and signals with.
+#[derive(Clone, Debug)]
+pub struct MsgFloor {
+    /// Message size, bytes.
+    pub size: u64,
+    /// Ping-pong: half the mean round trip (PE 0 sends, PE 1 answers when
+    /// its receive completes), µs.
+    pub one_way_us: f64,
+    /// Exchange: both PEs send at once and wait for the other's message,
+    /// round after round; the mean round, µs. A round of cpnet's
+    /// `cpnet-gpu-p2p --pingpong` exchange, or of a halo exchange such as
+    /// Jacobi's, cannot be shorter.
+    pub exchange_us: f64,
+}
+
+/// One side of [`messages`]: an endpoint with [`RECVS`] receive slots of
+/// `max` bytes and a send buffer. Field order is drop order: the region
+/// and the endpoint close before the buffer.
+struct MsgSide {
+    mr: MemoryRegion,
+    ep: std::rc::Rc<Endpoint>,
+    cq: std::rc::Rc<CompletionQueue>,
+    av: std::rc::Rc<AddressVector>,
+    /// Send buffer (slot 0) and receive slots 1..=RECVS, `max` bytes each:
+    /// written by the provider behind Rust's back, never read here.
+    _buf: Box<[AtomicU64]>,
+    max: usize,
+    peer: FiAddr,
+    poll: Vec<u64>,
+    /// Receives completed, sends completed, sends posted.
+    received: u64,
+    sent: u64,
+    posted: u64,
+}
+
+impl MsgSide {
+    fn open(cfg: &FabricConfig, max: usize) -> Result<MsgSide> {
+        let info = fabric_info(cfg).context("message floor: fi_getinfo")?;
+        ensure!(
+            info.caps() & cpnet_proxy::fabric::MSG_CAPS == cpnet_proxy::fabric::MSG_CAPS,
+            "message floor: provider {} offers no FI_MSG",
+            info.provider_name()
+        );
+        let fabric = Fabric::open(&info).context("message floor: fi_fabric")?;
+        let domain = Domain::open(&fabric).context("message floor: fi_domain")?;
+        let cq = CompletionQueue::open(&domain, 4096).context("message floor: fi_cq_open")?;
+        let av = AddressVector::open(&domain, 8).context("message floor: fi_av_open")?;
+        let ep = Endpoint::open(&domain, &cq, &av).context("message floor: endpoint")?;
+        let max = max.next_multiple_of(8).max(8);
+        let buf: Box<[AtomicU64]> = (0..(RECVS + 1) * max / 8).map(|_| AtomicU64::new(0)).collect();
+        // SAFETY: the buffer outlives the region (field order); nothing here
+        // reads or writes it (only the provider does).
+        let mr = unsafe { MemoryRegion::register(&domain, buf.as_ptr().cast_mut().cast(), buf.len() * 8, Some(&ep)) }
+            .context("message floor: fi_mr_reg")?;
+        let mut s = MsgSide { mr, ep, cq, av, _buf: buf, max, peer: FiAddr(u64::MAX), poll: vec![0; 64], received: 0, sent: 0, posted: 0 };
+        for k in 0..RECVS {
+            s.post_recv(k)?;
+        }
+        Ok(s)
+    }
+
+    fn post_recv(&mut self, slot: usize) -> Result<()> {
+        let dst = self.mr.local_mut((1 + slot) * self.max);
+        let max = self.max;
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            // SAFETY: slot `slot` lies in the registered buffer and nobody
+            // touches it until its completion (slot number as the context).
+            match unsafe { self.ep.recv(dst, max, slot as u64) }? {
+                Post::Posted => return Ok(()),
+                Post::Again => self.progress()?,
+            }
+            ensure!(Instant::now() < deadline, "message floor: fi_recv stayed -FI_EAGAIN for {TIMEOUT:?}");
+        }
+    }
+
+    /// Read completions: count sends, count and repost receives.
+    fn progress(&mut self) -> Result<()> {
+        let n = self.cq.poll(&mut self.poll)?;
+        for k in 0..n {
+            let c = self.poll[k];
+            if c >= SEND_CTX {
+                self.sent += 1;
+            } else {
+                self.received += 1;
+                self.post_recv(c as usize)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Send `size` bytes from the send buffer; at most [`RECVS`] / 2 sends
+    /// in flight (the buffer is only read while they are).
+    fn send(&mut self, size: usize) -> Result<()> {
+        let deadline = Instant::now() + TIMEOUT;
+        while self.posted - self.sent >= (RECVS / 2) as u64 {
+            self.progress()?;
+            ensure!(Instant::now() < deadline, "message floor: sends not completing after {TIMEOUT:?}");
+        }
+        let src = self.mr.local(0);
+        loop {
+            // SAFETY: the send buffer is registered and never written; the
+            // peer is in our AV.
+            match unsafe { self.ep.send(src, size, self.peer, SEND_CTX + self.posted) }? {
+                Post::Posted => break,
+                Post::Again => self.progress()?,
+            }
+            ensure!(Instant::now() < deadline, "message floor: fi_send stayed -FI_EAGAIN for {TIMEOUT:?}");
+        }
+        self.posted += 1;
+        Ok(())
+    }
+
+    /// Progress until `received` reaches `n`.
+    fn wait_received(&mut self, n: u64) -> Result<()> {
+        let deadline = Instant::now() + TIMEOUT;
+        let mut k = 0u32;
+        while self.received < n {
+            self.progress()?;
+            k = k.wrapping_add(1);
+            if k.is_multiple_of(1024) && Instant::now() > deadline {
+                bail!("message floor: waited {TIMEOUT:?} for message {n} (have {})", self.received);
+            }
+        }
+        Ok(())
+    }
+
+    /// Progress until every posted send completed.
+    fn drain(&mut self) -> Result<()> {
+        let deadline = Instant::now() + TIMEOUT;
+        while self.sent < self.posted {
+            self.progress()?;
+            ensure!(Instant::now() < deadline, "message floor: sends not completing after {TIMEOUT:?}");
+        }
+        Ok(())
+    }
+}
+
+/// Measure the provider's message ping-pong and two-way exchange between
+/// PE 0 and PE 1 at each of `sizes` (bytes), `iters` timed rounds each
+/// after `iters / 10` warm-up rounds. **Collective** (every PE calls it;
+/// PEs above 1 only meet the barriers); PE 0 gets `Some`.
+///
+/// # Errors
+/// A provider without `FI_MSG`, fabric or bootstrap failures, a wait past
+/// 30 s, an empty `sizes` or `iters` below 1.
+pub fn messages(pe: &impl FloorPe, sizes: &[u64], iters: u64) -> Result<Option<Vec<MsgFloor>>> {
+    ensure!(iters >= 1 && !sizes.is_empty(), "message floor: at least one size and one round");
+    let me = pe.my_pe();
+    let max = *sizes.iter().max().unwrap_or(&8) as usize;
+    let side = if me <= 1 { Some(MsgSide::open(&pe.fabric_config(), max)?) } else { None };
+    let card = side.as_ref().map(|s| s.ep.name().to_vec()).unwrap_or_default();
+    let cards = pe.allgather_bytes(&card)?;
+    let Some(mut s) = side else {
+        for _ in sizes {
+            pe.barrier_all()?;
+            pe.barrier_all()?;
+        }
+        pe.barrier_all()?;
+        return Ok(None);
+    };
+    s.peer = s.av.insert(&cards[1 - me as usize]).context("message floor: fi_av_insert")?;
+    let warm = (iters / 10).max(1);
+    let mut out = Vec::with_capacity(sizes.len());
+    for &size in sizes {
+        let size = size as usize;
+        // Ping-pong: PE 0 sends, PE 1 answers each message.
+        pe.barrier_all()?;
+        let mut t = Instant::now();
+        for i in 1..=warm + iters {
+            if i == warm + 1 {
+                t = Instant::now();
+            }
+            if me == 0 {
+                s.send(size)?;
+                s.wait_received(s.received + 1)?;
+            } else {
+                s.wait_received(s.received + 1)?;
+                s.send(size)?;
+            }
+        }
+        let one_way_us = t.elapsed().as_secs_f64() * 1e6 / (2 * iters) as f64;
+        s.drain()?;
+        // Exchange: both send, then wait for the other's.
+        pe.barrier_all()?;
+        let base = s.received;
+        let mut t = Instant::now();
+        for i in 1..=warm + iters {
+            if i == warm + 1 {
+                t = Instant::now();
+            }
+            s.send(size)?;
+            s.wait_received(base + i)?;
+        }
+        let exchange_us = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
+        s.drain()?;
+        out.push(MsgFloor { size: size as u64, one_way_us, exchange_us });
+    }
+    // Meet before closing the endpoints: the peer may still be progressing.
+    pe.barrier_all()?;
+    Ok(if me == 0 { Some(out) } else { None })
 }

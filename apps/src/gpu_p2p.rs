@@ -92,10 +92,11 @@ extern "C" __global__ void p2p(cpnet_handle_t h, unsigned char* local, unsigned 
 /* Ping-pong between PE 0 and PE 1, one block each: round i, PE 0 puts
  * `size` bytes with signal i (SET) into `buf` and `sig` at PE 1 and waits
  * for its own `sig` to reach i; PE 1 waits for i and answers the same way.
+ * With `exchange`, both PEs put first and then wait (a halo exchange).
  * times[0] = duration of the `iters` timed rounds (ns, after `warmup`). */
 extern "C" __global__ void pingpong(cpnet_handle_t h, unsigned char* buf, const unsigned char* src,
                                     unsigned long long* sig, unsigned long long size, unsigned iters,
-                                    unsigned warmup, unsigned long long* times, int* status)
+                                    unsigned warmup, int exchange, unsigned long long* times, int* status)
 {
     __shared__ cpnet_ctx_t ctx;
     int e = cpnet_ctx_create(&h, &ctx);
@@ -108,7 +109,7 @@ extern "C" __global__ void pingpong(cpnet_handle_t h, unsigned char* buf, const 
     unsigned long long t0 = cpnet_globaltimer_ns();
     for (unsigned long long i = 1; i <= (unsigned long long)warmup + iters && e == CPNET_E_OK; ++i) {
         if (i == (unsigned long long)warmup + 1) t0 = cpnet_globaltimer_ns();
-        if (me == 0) {
+        if (me == 0 || exchange) {
             cpnet_putmem_signal_nbi(&ctx, buf, src, size, word, i, CPNET_SIGNAL_SET, peer);
             cpnet_signal_wait_until(&ctx, word, CPNET_CMP_GE, i);
         } else {
@@ -158,9 +159,16 @@ pub struct P2pArgs {
     /// Measure instead the one-way latency of a put-with-signal between
     /// kernels on both PEs: a ping-pong of `cpnet_putmem_signal_nbi` (SET)
     /// and `cpnet_signal_wait_until`, one work-group each, half the round
-    /// trip (µs, mean over `--iters` rounds after 20 warm-up ones).
+    /// trip (µs, mean over `--iters` rounds after 20 warm-up ones); then an
+    /// exchange (both put, then both wait: a halo exchange's round, µs); and
+    /// beside them the provider's own message ping-pong and exchange at the
+    /// same size (`cpnet_apps::floor::messages`).
     #[arg(long)]
     pub pingpong: bool,
+    /// Rounds of the provider's message floor printed beside `--pingpong`
+    /// (0: none).
+    #[arg(long, default_value_t = 2000)]
+    pub floor_iters: u64,
 }
 
 /// What a size's runs measured.
@@ -296,6 +304,9 @@ fn pingpong(pe: &GpuPe, cli: &P2pArgs, sizes: &[u64]) -> Result<()> {
     let src = pe.shmalloc(cli.max)?;
     let buf = pe.shmalloc(cli.max)?;
     let sig = pe.shmalloc(8)?;
+    // The provider's own floor first, on endpoints of its own, while no
+    // kernel runs.
+    let floor = if cli.floor_iters > 0 { crate::floor::messages(pe, sizes, cli.floor_iters)? } else { None };
     if me == 0 {
         let p2p = cpnet::env::Tuning::from_env().map(|t| t.gpu_p2p).unwrap_or(true);
         println!(
@@ -304,9 +315,40 @@ fn pingpong(pe: &GpuPe, cli: &P2pArgs, sizes: &[u64]) -> Result<()> {
             cli.iters,
             if p2p { "peer-to-peer stores (CPNET_GPU_P2P=1)" } else { "through the queues and the proxy (CPNET_GPU_P2P=0)" }
         );
-        println!("{:>12} {:>14}", "size_B", "one_way_us");
+        println!(
+            "# one_way: half a ping-pong round; exchange: one round of both PEs putting, then waiting; floor_*: the provider's {} fi_send/fi_recv at the same size ({} rounds{})",
+            pe.provider(),
+            cli.floor_iters,
+            if floor.is_some() { "" } else { ", off" }
+        );
+        println!("{:>12} {:>12} {:>12} {:>16} {:>16}", "size_B", "one_way_us", "exchange_us", "floor_one_way_us", "floor_exchange_us");
     }
-    for &size in sizes {
+    for (k, &size) in sizes.iter().enumerate() {
+        let mut row = [0.0f64; 2];
+        for (j, exchange) in [0i32, 1].into_iter().enumerate() {
+            row[j] = pingpong_run(pe, &func, cli, (buf, src, sig), size, exchange)?;
+        }
+        if me == 0 {
+            let (fo, fe) = floor.as_ref().map_or((f64::NAN, f64::NAN), |f| (f[k].one_way_us, f[k].exchange_us));
+            println!("{size:>12} {:>12.2} {:>12.2} {fo:>16.2} {fe:>16.2}", row[0], row[1]);
+        }
+    }
+    Ok(())
+}
+
+/// One `pingpong` kernel run on PEs 0 and 1 at `size` bytes (**collective**);
+/// µs per one-way (ping-pong) or per round (`exchange`), on PE 0.
+fn pingpong_run(
+    pe: &GpuPe,
+    func: &cudarc::driver::CudaFunction,
+    cli: &P2pArgs,
+    (buf, src, sig): (SymAddr, SymAddr, SymAddr),
+    size: u64,
+    exchange: i32,
+) -> Result<f64> {
+    let me = pe.my_pe();
+    let mut out = 0.0;
+    {
         if me < 2 {
             pe.write_heap(sig, &[0u8; 8])?;
         }
@@ -317,25 +359,25 @@ fn pingpong(pe: &GpuPe, cli: &P2pArgs, sizes: &[u64]) -> Result<()> {
             let status = stream.clone_htod(&[-1i32])?;
             let (h, b_, s_, g_) = (pe.handle(), pe.dev_ptr(buf), pe.dev_ptr(src), pe.dev_ptr(sig));
             let (warmup, iters) = (20u32, cli.iters);
-            let mut b = stream.launch_builder(&func);
-            b.arg(&h).arg(&b_).arg(&s_).arg(&g_).arg(&size).arg(&iters).arg(&warmup).arg(&times).arg(&status);
+            let mut b = stream.launch_builder(func);
+            b.arg(&h).arg(&b_).arg(&s_).arg(&g_).arg(&size).arg(&iters).arg(&warmup).arg(&exchange).arg(&times).arg(&status);
             let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (cli.threads, 1, 1), shared_mem_bytes: 0 };
             // SAFETY: the arguments match `pingpong` (handle by value, three
             // device pointers into this PE's heap: `size` bytes twice and
-            // one u64, u64, two u32, the times and status buffers of one
-            // element); the kernel has ended when synchronize returns.
+            // one u64, u64, two u32, i32, the times and status buffers of
+            // one element); the kernel has ended when synchronize returns.
             unsafe { b.launch(cfg) }.context("launch pingpong")?;
             pe.synchronize()?;
             let st = stream.clone_dtoh(&status)?;
-            ensure!(st[0] == 0, "ping-pong of {size} bytes failed on PE {me}: CPNET_E_* {}", st[0]);
-            if me == 0 {
-                let t = stream.clone_dtoh(&times)?[0];
-                println!("{size:>12} {:>14.2}", t as f64 / 1e3 / (2.0 * f64::from(iters)));
-            }
+            let what = if exchange != 0 { "exchange" } else { "ping-pong" };
+            ensure!(st[0] == 0, "{what} of {size} bytes failed on PE {me}: CPNET_E_* {}", st[0]);
+            let t = stream.clone_dtoh(&times)?[0];
+            let per = if exchange != 0 { f64::from(iters) } else { 2.0 * f64::from(iters) };
+            out = t as f64 / 1e3 / per;
         }
         pe.barrier_all()?;
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Launch one run of the `p2p` kernel on PE 0 towards PE 1 (`local` and

@@ -696,6 +696,15 @@ impl GpuPe {
         &self.core.provider
     }
 
+    /// The provider and bind address this PE's proxy threads opened (or
+    /// the daemon opened for it), for tools that open their own endpoint
+    /// beside cpnet's, such as the raw libfabric floors of
+    /// `cpnet-gpu-p2p --pingpong`. Local.
+    pub fn fabric_config(&self) -> FabricConfig {
+        // The same choice init made, from the same inputs.
+        startup::default_fabric(&self.core.launch, &self.core.tuning, self.core.boot.as_ref().and_then(Bootstrap::local_ip))
+    }
+
     /// Which PEs this PE reaches by CUDA IPC peer copies (same host,
     /// `CPNET_GPU_IPC=1`), per PE; the others (and AMOs always) go through
     /// the staged path.

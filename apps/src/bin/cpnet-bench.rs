@@ -17,7 +17,9 @@
 //! safe layer, endpoints of their own), printed as `# floor:` lines next to
 //! the cpnet numbers they bound: the 8-byte write ping-pong's one-way
 //! latency before the latency table, the 8-byte write rates before the
-//! message rates. `--floor-iters 0` leaves it out.
+//! message rates, and the provider's message ping-pong and two-way
+//! exchange (`fi_send` into posted `fi_recv`s, both PEs sending at once) at
+//! 8 B, 4 KiB and 16 KiB. `--floor-iters 0` leaves it out.
 
 use std::time::{Duration, Instant};
 
@@ -86,6 +88,8 @@ fn main() -> Result<()> {
     let words = pe.shmalloc(64 * 64)?;
     pe.heap().write_bytes(buf, &vec![0x5a; max as usize])?;
     let floor = if cli.floor_iters > 0 { floor::measure(&pe, cli.floor_iters, cli.floor_msgs)? } else { None };
+    let msg_floor =
+        if cli.floor_iters > 0 { floor::messages(&pe, &[8, 4096, 16384], (cli.floor_iters / 5).max(1))? } else { None };
     pe.barrier_all()?;
     if me == 0 {
         println!(
@@ -97,6 +101,15 @@ fn main() -> Result<()> {
             println!(
                 "# floor: raw libfabric {} 8 B write ping-pong one-way {:.2} us (median of {} round trips / 2)",
                 f.provider, f.pingpong_us, cli.floor_iters
+            );
+        }
+        for m in msg_floor.iter().flatten() {
+            println!(
+                "# floor: raw libfabric fi_send/fi_recv {} B: ping-pong one-way {:.2} us, two-way exchange {:.2} us per round (means of {} rounds)",
+                m.size,
+                m.one_way_us,
+                m.exchange_us,
+                (cli.floor_iters / 5).max(1)
             );
         }
         if cli.csv {

@@ -213,6 +213,7 @@ fn suite(cli: &Cli) -> Result<()> {
         threads: 32,
         csv: cli.p2p_csv.clone(),
         pingpong: false,
+        floor_iters: 0,
     };
     // SAFETY: no other thread exists yet (nothing has been started), so
     // nobody reads the environment concurrently.
