@@ -162,6 +162,14 @@ pub struct Args {
     /// not with `-verify`, which needs that run.
     #[arg(long = "skip_single")]
     pub skip_single: bool,
+    /// GPU `-variant intra-kernel` (and the single-GPU run): time, on thread
+    /// 0 of block 0 and of the last block with `%globaltimer`, the phases of
+    /// an iteration (halo wait, boundary rows and their puts, the band, the
+    /// norm's collect, the grid barrier, the norm's contribution) and print
+    /// each PE's means in µs per iteration. Costs a few timer reads per
+    /// iteration.
+    #[arg(long)]
+    pub phases: bool,
 }
 
 impl Args {

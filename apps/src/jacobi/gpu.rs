@@ -78,8 +78,25 @@ mod jctl {
     pub const LAST_NORM_ITER: usize = APP + 4;
 }
 
+/// The `-phases` timers of `jacobi_persistent`, in index order
+/// (`JACOBI_PH_<NAME>`), with the names the report prints; the last one
+/// counts iterations. Each timed block has [`PHASE_STRIDE`] words.
+const PHASES: [(&str, &str); 7] = [
+    ("HALO", "halo wait"),
+    ("ROWS", "boundary rows + puts"),
+    ("BAND", "band"),
+    ("COLLECT", "norm collect"),
+    ("SYNC", "grid barrier"),
+    ("CONTRIBUTE", "norm contribute"),
+    ("ITERS", "iterations"),
+];
+/// Words per timed block in the `-phases` buffer (`JACOBI_PHASES`).
+const PHASE_STRIDE: usize = 8;
+const _: () = assert!(PHASES.len() <= PHASE_STRIDE);
+
 /// The kernels' source with every `#define` they need.
 pub fn source() -> String {
+    let phases = PHASES.iter().enumerate().map(|(k, (name, _))| (format!("JACOBI_PH_{name}"), k.to_string()));
     let defines = [
         ("SYNC_TOP_SIG", format!("{}ull", sync_block::TOP_SIG)),
         ("SYNC_BOT_SIG", format!("{}ull", sync_block::BOT_SIG)),
@@ -95,7 +112,11 @@ pub fn source() -> String {
         ),
         ("JACOBI_TOL", format!("{TOL:e}")),
         ("JACOBI_THREADS", THREADS.to_string()),
+        ("JACOBI_PHASES", PHASE_STRIDE.to_string()),
     ];
+    let phases: Vec<(String, String)> = phases.collect();
+    let defines: Vec<(&str, String)> =
+        defines.into_iter().chain(phases.iter().map(|(k, v)| (k.as_str(), v.clone()))).collect();
     kernel_source(&defines, include_str!("jacobi.cu"))
 }
 
@@ -123,6 +144,7 @@ struct JacobiParams {
     round: i64,
     blocks: i64,
     max_norms: i64,
+    phases: u64,
 }
 
 // SAFETY: repr(C), plain 8-byte integers, laid out as `struct jacobi_params`
@@ -234,6 +256,7 @@ fn run_solo(
     let max_norms = args.niter as usize + 1;
     let norms = s.alloc_zeros::<u64>(2 * max_norms)?;
     let row_start = s.clone_htod(&bands(rows, blocks))?;
+    let phases = phase_buffer(pe, args)?;
     let p = JacobiParams {
         a0: dptr(pe, &a0),
         a1: dptr(pe, &a1),
@@ -248,6 +271,7 @@ fn run_solo(
         csv: i64::from(args.csv),
         solo: 1,
         max_norms: max_norms as i64,
+        phases: phases.as_ref().map_or(0, |b| dptr(pe, b)),
         ..JacobiParams::default()
     };
     s.synchronize().context("single-GPU setup")?;
@@ -265,6 +289,9 @@ fn run_solo(
         .context("launch jacobi_persistent (single GPU)")?;
     let words = check_launch(pe, &ctl_buf, "jacobi_persistent (single GPU)", "iteration")?;
     let secs = t.elapsed().as_secs_f64();
+    if let Some(b) = &phases {
+        print_phases(pe, "single GPU", b)?;
+    }
     let sol = Solution {
         iters: words[jctl::ITERS] as u32,
         norms: read_norms(pe, &norms, words[jctl::NNORMS])?,
@@ -281,6 +308,38 @@ fn run_solo(
         None
     };
     Ok((sol, grid))
+}
+
+/// The zeroed `-phases` timers (two timed blocks), or `None` without
+/// `-phases`.
+fn phase_buffer(pe: &GpuPe, args: &Args) -> anyhow::Result<Option<CudaSlice<u64>>> {
+    Ok(if args.phases { Some(pe.stream().alloc_zeros::<u64>(2 * PHASE_STRIDE)?) } else { None })
+}
+
+/// Print the `-phases` means of block 0 and the last block, µs per
+/// iteration (one line each, from this PE).
+fn print_phases(pe: &GpuPe, who: &str, buf: &CudaSlice<u64>) -> anyhow::Result<()> {
+    let w = pe.stream().clone_dtoh(buf).context("cuMemcpyDtoH (phases)")?;
+    let iters_at = PHASES.len() - 1;
+    for (slot, block) in [(0, "block 0"), (1, "last block")] {
+        let words = &w[slot * PHASE_STRIDE..(slot + 1) * PHASE_STRIDE];
+        let iters = words[iters_at];
+        if iters == 0 {
+            continue;
+        }
+        let parts: Vec<String> = PHASES[..iters_at]
+            .iter()
+            .enumerate()
+            .map(|(k, (_, name))| format!("{name} {:.2}", words[k] as f64 / 1e3 / iters as f64))
+            .collect();
+        let total: u64 = words[..iters_at].iter().sum();
+        println!(
+            "jacobi -phases {who}, {block}: {} (sum {:.2} µs per iteration, {iters} iterations)",
+            parts.join(", "),
+            total as f64 / 1e3 / iters as f64
+        );
+    }
+    Ok(())
 }
 
 fn launch_cfg(blocks: usize) -> LaunchConfig {
@@ -300,6 +359,8 @@ struct Chunk {
     params: JacobiParams,
     ctl: CudaSlice<u64>,
     norms: CudaSlice<u64>,
+    /// The `-phases` timers (`None` without `-phases`).
+    phases: Option<CudaSlice<u64>>,
     // Kept alive for the kernels that point at them.
     _partials: CudaSlice<f64>,
     _row_start: CudaSlice<u64>,
@@ -331,6 +392,7 @@ fn setup(pe: &GpuPe, args: &Args, k: &Kernels) -> anyhow::Result<Chunk> {
     let max_norms = args.niter as usize + 1;
     let norms = s.alloc_zeros::<u64>(2 * max_norms)?;
     let row_start = s.clone_htod(&bands(chunk, blocks))?;
+    let phases = phase_buffer(pe, args)?;
     let top_pe = if me > 0 { me - 1 } else { n - 1 };
     let bottom_pe = (me + 1) % n;
     let params = JacobiParams {
@@ -358,6 +420,7 @@ fn setup(pe: &GpuPe, args: &Args, k: &Kernels) -> anyhow::Result<Chunk> {
         round: 0,
         blocks: blocks as i64,
         max_norms: max_norms as i64,
+        phases: phases.as_ref().map_or(0, |b| dptr(pe, b)),
     };
     s.synchronize().context("setup")?;
     Ok(Chunk {
@@ -368,6 +431,7 @@ fn setup(pe: &GpuPe, args: &Args, k: &Kernels) -> anyhow::Result<Chunk> {
         params,
         ctl: ctl_buf,
         norms,
+        phases,
         _partials: partials,
         _row_start: row_start,
     })
@@ -391,6 +455,9 @@ fn run_intra(pe: &GpuPe, k: &Kernels, c: &Chunk) -> anyhow::Result<Solution> {
     let words = check_launch(pe, &c.ctl, "jacobi_persistent", "iteration")?;
     pe.barrier_all()?;
     let secs = t.elapsed().as_secs_f64();
+    if let Some(b) = &c.phases {
+        print_phases(pe, &format!("PE {}", pe.my_pe()), b)?;
+    }
     Ok(Solution {
         iters: words[jctl::ITERS] as u32,
         norms: read_norms(pe, &c.norms, words[jctl::NNORMS])?,

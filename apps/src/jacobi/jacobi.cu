@@ -5,7 +5,8 @@
  *
  * Prepended by the host: the #defines of gpu.rs (APP_CTL_*, APP_OP_*),
  * the ones of jacobi/gpu.rs (SYNC_*: the sync block of the symmetric heap,
- * JACOBI_CTL_*, JACOBI_TOL, JACOBI_THREADS), then gpu/common.cuh.
+ * JACOBI_CTL_*, JACOBI_TOL, JACOBI_THREADS, and the -phases timers
+ * JACOBI_PH_* and their stride JACOBI_PHASES), then gpu/common.cuh.
  *
  *   jacobi_persistent  -variant intra-kernel, and the single-GPU run (solo)
  *   jacobi_step        -variant inter-kernel: one iteration's stencil
@@ -42,7 +43,18 @@ struct jacobi_params {
     app_i64 round;       /* jacobi_comm: the norm round (check iterations before this one) */
     app_i64 blocks;      /* jacobi_comm: blocks of jacobi_step (partials to sum) */
     app_i64 max_norms;   /* capacity of norms */
+    app_u64 phases;      /* 0, or app_u64[2 * JACOBI_PHASES]: -phases timers of block 0 and the last block (ns) */
 };
+
+/** -phases: thread 0 of a timed block adds the time since *t to phase k and
+ *  moves *t on; nothing when slot < 0 (untimed block, or -phases off). */
+__device__ __forceinline__ void jacobi_phase(const jacobi_params& p, int slot, int k, unsigned long long* t)
+{
+    if (slot < 0 || threadIdx.x != 0) return;
+    const unsigned long long now = cpnet_globaltimer_ns();
+    ((app_u64*)p.phases)[slot * JACOBI_PHASES + k] += now - *t;
+    *t = now;
+}
 
 __device__ __forceinline__ bool jacobi_is_check(const jacobi_params& p, app_i64 it)
 {
@@ -294,6 +306,9 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
     const app_u64 row_bytes = (app_u64)nx * sizeof(float);
     app_u64* top_sig = solo ? nullptr : jacobi_word(p.sync, SYNC_TOP_SIG);
     app_u64* bot_sig = solo ? nullptr : jacobi_word(p.sync, SYNC_BOT_SIG);
+    /* -phases: block 0 times into slot 0, the last block into slot 1. */
+    const int ph = p.phases == 0 ? -1 : (b == 0 ? 0 : (b == nb - 1 ? 1 : -1));
+    unsigned long long ph_t = ph >= 0 ? cpnet_globaltimer_ns() : 0;
 
     if (comm) {
         const int e = cpnet_ctx_create(&h, &ctx);
@@ -323,6 +338,7 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
                     fail = app_wait_ge(&h, ctl, bot_sig, (app_u64)it, APP_OP_BOTTOM_HALO, (app_u64)it);
                 if (fail != 0) break;
             }
+            jacobi_phase(p, ph, JACOBI_PH_HALO, &ph_t);
             partial += jacobi_rows(p, src, dst, 1, 2, check);
             done_top = true;
             done_bottom = chunk == 1;
@@ -336,12 +352,14 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
                 jacobi_copy_row(dst, nx, 1, chunk + 1);
                 if (chunk == 1) jacobi_copy_row(dst, nx, 1, 0);
             }
+            jacobi_phase(p, ph, JACOBI_PH_ROWS, &ph_t);
         }
         if (owns_bottom && !done_bottom) {
             if (!solo) {
                 fail = app_wait_ge(&h, ctl, bot_sig, (app_u64)it, APP_OP_BOTTOM_HALO, (app_u64)it);
                 if (fail != 0) break;
             }
+            jacobi_phase(p, ph, JACOBI_PH_HALO, &ph_t);
             partial += jacobi_rows(p, src, dst, chunk, chunk + 1, check);
             done_bottom = true;
             if (!solo)
@@ -349,6 +367,7 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
                                         (uint64_t)it + 1, CPNET_SIGNAL_SET, (int)p.bottom_pe);
             else
                 jacobi_copy_row(dst, nx, chunk, 0);
+            jacobi_phase(p, ph, JACOBI_PH_ROWS, &ph_t);
         }
         /* The rest of the band: rows 1 and chunk, if done above, are at its
          * ends (block 0 starts at row 1, the last block ends at row chunk). */
@@ -358,6 +377,7 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
             const double s = app_block_sum(partial);
             if (threadIdx.x == 0) partials[(it & 1) * nb + b] = s;
         }
+        jacobi_phase(p, ph, JACOBI_PH_BAND, &ph_t);
         if (b == 0 && pending) {
             double norm = 0.0;
             if (solo) {
@@ -372,8 +392,10 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
             }
             pending = false;
         }
+        jacobi_phase(p, ph, JACOBI_PH_COLLECT, &ph_t);
         fail = app_grid_sync(&h, ctl, (app_u64)it + 1, (app_u64)it);
         if (fail != 0) break;
+        jacobi_phase(p, ph, JACOBI_PH_SYNC, &ph_t);
         if (app_ld_relaxed_gpu(&ctl[JACOBI_CTL_STOP]) != 0) {
             stopped = true;
             ++it;
@@ -390,6 +412,8 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
             pending_round = round;
             ++round;
         }
+        jacobi_phase(p, ph, JACOBI_PH_CONTRIBUTE, &ph_t);
+        if (ph >= 0 && threadIdx.x == 0) ((app_u64*)p.phases)[ph * JACOBI_PHASES + JACOBI_PH_ITERS] += 1;
     }
     if (fail == 0 && !stopped && b == 0 && pending) {
         double norm = 0.0;
