@@ -159,10 +159,6 @@ __device__ __forceinline__ void sssp_arc(const sssp_params& p, app_u64 u, app_u6
     ((unsigned*)p.list)[(app_u64)o * block + k] = v;
 }
 
-/** st[SSSP_ST_BIG]: count << SSSP_BIG_SHIFT | arcs of the round's big list. */
-#define SSSP_BIG_SHIFT 38
-#define SSSP_BIG_ARCS_MASK ((1ull << SSSP_BIG_SHIFT) - 1ull)
-
 /** Relax the F near vertices of round r, one warp per vertex (warp gw of
  *  nw), each arc through sssp_arc; a vertex of more than SSSP_BIG_DEGREE
  *  arcs goes into the round's big list instead (sssp_relax_big's, after a
@@ -181,12 +177,7 @@ __device__ void sssp_relax(const sssp_params& p, app_u64 r, app_u64 seq, app_u64
         if (end - beg > SSSP_BIG_DEGREE) {
             if (lane == 0) {
                 atomicAdd(&st[SSSP_ST_RELAX], end - beg);
-                /* One atomic gives the entry and its first arc in the list. */
-                const app_u64 old = atomicAdd(&st[SSSP_ST_BIG], (1ull << SSSP_BIG_SHIFT) | (end - beg));
-                const app_u64 j = old >> SSSP_BIG_SHIFT;
-                app_u64* big = (app_u64*)p.big;
-                big[j] = old & SSSP_BIG_ARCS_MASK;
-                big[(app_u64)p.big_cap + j] = ul;
+                app_big_push(&st[SSSP_ST_BIG], (app_u64*)p.big, (app_u64)p.big_cap, ul, end - beg);
             }
             continue;
         }
@@ -197,34 +188,16 @@ __device__ void sssp_relax(const sssp_params& p, app_u64 r, app_u64 seq, app_u64
     }
 }
 
-/** The round's big list (see sssp_relax), after a grid barrier: its arcs,
- *  concatenated, in chunks of SSSP_BIG_CHUNK per warp (warp gw of nw). */
+/** The round's big list (see sssp_relax), after a grid barrier: its arcs
+ *  through sssp_arc, in chunks of SSSP_BIG_CHUNK per warp (warp gw of nw). */
 __device__ void sssp_relax_big(const sssp_params& p, app_u64 seq, app_u64 gw, app_u64 nw)
 {
-    const app_u64 packed = app_ld_relaxed_gpu(&sssp_st(p)[SSSP_ST_BIG]);
-    const app_u64 count = packed >> SSSP_BIG_SHIFT, total = packed & SSSP_BIG_ARCS_MASK;
-    const app_u64* off = (const app_u64*)p.big;
-    const app_u64* ids = off + (app_u64)p.big_cap;
-    const app_u64* rows = (const app_u64*)p.rows;
     const app_u64 lo = (app_u64)p.lo, idb = (app_u64)p.idb;
-    const unsigned lane = threadIdx.x & 31u, s32 = (unsigned)seq;
-    for (app_u64 c = gw * SSSP_BIG_CHUNK; c < total; c += nw * SSSP_BIG_CHUNK) {
-        /* The entry holding arc c: the last j with off[j] <= c (written by
-         * other blocks before the barrier: read through L2). */
-        app_u64 j = 0, hi = count;
-        while (hi - j > 1) {
-            const app_u64 mid = (j + hi) / 2;
-            if (__ldcg(&off[mid]) <= c) j = mid;
-            else hi = mid;
-        }
-        const app_u64 stop = c + SSSP_BIG_CHUNK < total ? c + SSSP_BIG_CHUNK : total;
-        for (app_u64 q = c + lane; q < stop; q += 32) {
-            while (j + 1 < count && __ldcg(&off[j + 1]) <= q) ++j;
-            const app_u64 ul = __ldcg(&ids[j]);
-            const app_u64 du = __ldcg(&((const app_u64*)p.known)[ul]) >> idb;
-            sssp_arc(p, lo + ul, du, rows[ul] + (q - __ldcg(&off[j])), s32);
-        }
-    }
+    app_big_walk(&sssp_st(p)[SSSP_ST_BIG], (const app_u64*)p.big, (app_u64)p.big_cap, (const app_u64*)p.rows,
+                 SSSP_BIG_CHUNK, gw, nw, [&](app_u64 ul, app_u64 a) {
+                     const app_u64 du = __ldcg(&((const app_u64*)p.known)[ul]) >> idb;
+                     sssp_arc(p, lo + ul, du, a, (unsigned)seq);
+                 });
 }
 
 /** Write the pairs [v, best[v]] of every destination's list into its send
@@ -427,7 +400,7 @@ extern "C" __global__ void __launch_bounds__(SSSP_THREADS) sssp_persistent(cpnet
         if (lead) sssp_header(p, F, cpnet_globaltimer_ns() - bucket_t0);
         sssp_relax(p, r, seq, F, t >> 5, nt >> 5);
         if ((fail = app_grid_sync(&h, ctl, ++gen, seq)) != 0) break;
-        if (app_ld_relaxed_gpu(&st[SSSP_ST_BIG]) != 0) {
+        if (app_big_any(&st[SSSP_ST_BIG])) {
             sssp_relax_big(p, seq, t >> 5, nt >> 5);
             if ((fail = app_grid_sync(&h, ctl, ++gen, seq)) != 0) break;
         }
