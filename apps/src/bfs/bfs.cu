@@ -70,6 +70,23 @@ __device__ __forceinline__ app_u64 bfs_ld_msg(const app_u64* p) { return __ldcg(
 
 __device__ __forceinline__ app_u64* bfs_st(const bfs_params& p) { return (app_u64*)p.state; }
 
+/** atomicAdd(ctr, 1) for each calling lane, as one atomic per distinct
+ *  counter among the warp's lanes that call it together (warp-aggregated:
+ *  a frontier's claims and sends all go through a few counters, and one
+ *  address takes atomics one after another); returns this lane's old
+ *  value. The lanes of one call agree on the order of their slots. */
+__device__ __forceinline__ app_u64 bfs_inc(app_u64* ctr)
+{
+    const unsigned active = __activemask();
+    const unsigned peers = __match_any_sync(active, (unsigned long long)ctr);
+    const int leader = __ffs(peers) - 1;
+    const unsigned lane = threadIdx.x & 31u;
+    app_u64 base = 0;
+    if ((int)lane == leader) base = atomicAdd(ctr, (app_u64)__popc(peers));
+    base = __shfl_sync(peers, base, leader);
+    return base + (app_u64)__popc(peers & ((1u << lane) - 1u));
+}
+
 /** Level lvl1 and parent u for local vertex vl if nobody claimed it first;
  *  then it joins the next frontier. With `arcs` (hybrid searches) its
  *  degree goes into the next frontier's arc count, st[BFS_ST_ARCS + (lvl1 & 1)]. */
@@ -80,7 +97,7 @@ __device__ __forceinline__ void bfs_claim(const bfs_params& p, unsigned vl, app_
     if (bfs_ld_u32(&level[vl]) != BFS_UNVISITED) return;
     if (atomicCAS(&level[vl], BFS_UNVISITED, lvl1) != BFS_UNVISITED) return;
     ((app_u64*)p.parent)[vl] = u;
-    next[atomicAdd(next_cnt, 1ull)] = vl;
+    next[bfs_inc(next_cnt)] = vl;
     if (arcs) {
         const app_u64* rows = (const app_u64*)p.rows;
         atomicAdd(&bfs_st(p)[BFS_ST_ARCS + (lvl1 & 1u)], rows[vl + 1] - rows[vl]);
@@ -135,7 +152,7 @@ __device__ __forceinline__ void bfs_visit(const bfs_params& p, app_u64 r, app_u6
     const app_u64 bit = 1ull << (v & 63u);
     app_u64* w = &((app_u64*)p.sent)[v >> 6];
     if ((app_ld_relaxed_gpu(w) & bit) != 0 || (atomicOr(w, bit) & bit) != 0) return;
-    const app_u64 k = atomicAdd(&st[BFS_ST_OUT + o], 1ull);
+    const app_u64 k = bfs_inc(&st[BFS_ST_OUT + o]);
     ((app_u64*)p.send)[(app_u64)o * (app_u64)p.slot + 2 + k] = ((app_u64)v << 32) | u;
 }
 
