@@ -70,6 +70,23 @@ __device__ __forceinline__ app_u64 bfs_ld_msg(const app_u64* p) { return __ldcg(
 
 __device__ __forceinline__ app_u64* bfs_st(const bfs_params& p) { return (app_u64*)p.state; }
 
+/** atomicAdd(ctr, 1) for each calling lane, as one atomic per distinct
+ *  counter among the warp's lanes that call it together (warp-aggregated:
+ *  a frontier's claims and sends all go through a few counters, and one
+ *  address takes atomics one after another); returns this lane's old
+ *  value. The lanes of one call agree on the order of their slots. */
+__device__ __forceinline__ app_u64 bfs_inc(app_u64* ctr)
+{
+    const unsigned active = __activemask();
+    const unsigned peers = __match_any_sync(active, (unsigned long long)ctr);
+    const int leader = __ffs(peers) - 1;
+    const unsigned lane = threadIdx.x & 31u;
+    app_u64 base = 0;
+    if ((int)lane == leader) base = atomicAdd(ctr, (app_u64)__popc(peers));
+    base = __shfl_sync(peers, base, leader);
+    return base + (app_u64)__popc(peers & ((1u << lane) - 1u));
+}
+
 /** Level lvl1 and parent u for local vertex vl if nobody claimed it first;
  *  then it joins the next frontier. With `arcs` (hybrid searches) its
  *  degree goes into the next frontier's arc count, st[BFS_ST_ARCS + (lvl1 & 1)]. */
@@ -80,7 +97,7 @@ __device__ __forceinline__ void bfs_claim(const bfs_params& p, unsigned vl, app_
     if (bfs_ld_u32(&level[vl]) != BFS_UNVISITED) return;
     if (atomicCAS(&level[vl], BFS_UNVISITED, lvl1) != BFS_UNVISITED) return;
     ((app_u64*)p.parent)[vl] = u;
-    next[atomicAdd(next_cnt, 1ull)] = vl;
+    next[bfs_inc(next_cnt)] = vl;
     if (arcs) {
         const app_u64* rows = (const app_u64*)p.rows;
         atomicAdd(&bfs_st(p)[BFS_ST_ARCS + (lvl1 & 1u)], rows[vl + 1] - rows[vl]);
@@ -135,13 +152,9 @@ __device__ __forceinline__ void bfs_visit(const bfs_params& p, app_u64 r, app_u6
     const app_u64 bit = 1ull << (v & 63u);
     app_u64* w = &((app_u64*)p.sent)[v >> 6];
     if ((app_ld_relaxed_gpu(w) & bit) != 0 || (atomicOr(w, bit) & bit) != 0) return;
-    const app_u64 k = atomicAdd(&st[BFS_ST_OUT + o], 1ull);
+    const app_u64 k = bfs_inc(&st[BFS_ST_OUT + o]);
     ((app_u64*)p.send)[(app_u64)o * (app_u64)p.slot + 2 + k] = ((app_u64)v << 32) | u;
 }
-
-/** st[BFS_ST_BIG]: count << BFS_BIG_SHIFT | arcs of the round's big list. */
-#define BFS_BIG_SHIFT 38
-#define BFS_BIG_ARCS_MASK ((1ull << BFS_BIG_SHIFT) - 1ull)
 
 /** Round r's expansion of its F frontier vertices, one warp per vertex
  *  (warp gw of nw), each arc through bfs_visit; a vertex of more than
@@ -159,49 +172,21 @@ __device__ void bfs_expand(const bfs_params& p, app_u64 r, app_u64 F, app_u64 gw
         const app_u64 u = lo + ul;
         const app_u64 begin = rows[ul], end = rows[ul + 1];
         if (end - begin > BFS_BIG_DEGREE) {
-            if (lane == 0) {
-                /* One atomic gives the entry and its first arc in the list. */
-                const app_u64 old = atomicAdd(&bfs_st(p)[BFS_ST_BIG], (1ull << BFS_BIG_SHIFT) | (end - begin));
-                const app_u64 j = old >> BFS_BIG_SHIFT;
-                app_u64* big = (app_u64*)p.big;
-                big[j] = old & BFS_BIG_ARCS_MASK;
-                big[(app_u64)p.big_cap + j] = ul;
-            }
+            if (lane == 0) app_big_push(&bfs_st(p)[BFS_ST_BIG], (app_u64*)p.big, (app_u64)p.big_cap, ul, end - begin);
             continue;
         }
         for (app_u64 a = begin + lane; a < end; a += 32) bfs_visit(p, r, u, cols[a], arcs);
     }
 }
 
-/** The round's big list (see bfs_expand), after a grid barrier: its arcs,
- *  concatenated, in chunks of BFS_BIG_CHUNK per warp (warp gw of nw). Every
- *  thread of the grid calls it; the list is empty in most rounds. */
+/** The round's big list (see bfs_expand), after a grid barrier: its arcs
+ *  through bfs_visit, in chunks of BFS_BIG_CHUNK per warp (warp gw of nw).
+ *  Every thread of the grid calls it; the list is empty in most rounds. */
 __device__ void bfs_expand_big(const bfs_params& p, app_u64 r, app_u64 gw, app_u64 nw, bool arcs)
 {
-    const app_u64 packed = app_ld_relaxed_gpu(&bfs_st(p)[BFS_ST_BIG]);
-    const app_u64 count = packed >> BFS_BIG_SHIFT, total = packed & BFS_BIG_ARCS_MASK;
-    const app_u64* off = (const app_u64*)p.big;
-    const app_u64* ids = off + (app_u64)p.big_cap;
-    const app_u64* rows = (const app_u64*)p.rows;
     const unsigned* cols = (const unsigned*)p.cols;
-    const unsigned lane = threadIdx.x & 31u;
-    for (app_u64 c = gw * BFS_BIG_CHUNK; c < total; c += nw * BFS_BIG_CHUNK) {
-        /* The entry holding arc c: the last j with off[j] <= c (off[0] = 0;
-         * the offsets grow with j: one atomic assigned both). Written by
-         * other blocks before the barrier: read through L2. */
-        app_u64 j = 0, hi = count;
-        while (hi - j > 1) {
-            const app_u64 mid = (j + hi) / 2;
-            if (__ldcg(&off[mid]) <= c) j = mid;
-            else hi = mid;
-        }
-        const app_u64 stop = c + BFS_BIG_CHUNK < total ? c + BFS_BIG_CHUNK : total;
-        for (app_u64 q = c + lane; q < stop; q += 32) {
-            while (j + 1 < count && __ldcg(&off[j + 1]) <= q) ++j;
-            const app_u64 ul = __ldcg(&ids[j]);
-            bfs_visit(p, r, (app_u64)p.lo + ul, cols[rows[ul] + (q - __ldcg(&off[j]))], arcs);
-        }
-    }
+    app_big_walk(&bfs_st(p)[BFS_ST_BIG], (const app_u64*)p.big, (app_u64)p.big_cap, (const app_u64*)p.rows,
+                 BFS_BIG_CHUNK, gw, nw, [&](app_u64 ul, app_u64 a) { bfs_visit(p, r, (app_u64)p.lo + ul, cols[a], arcs); });
 }
 
 /** Block-collective: send this round's message (seq, frontier size F) to
@@ -266,16 +251,6 @@ __device__ __forceinline__ app_i64 bfs_senders(const bfs_params& p)
     return p.n_pes < (app_i64)gridDim.x ? p.n_pes : (app_i64)gridDim.x;
 }
 
-/** After bfs_expand (every block): a grid barrier, then whether the round
- *  has a big list, the same answer in every block. `*fail` is the barrier's
- *  result (no list then). */
-__device__ __forceinline__ bool bfs_grid_sync_if_big(const cpnet_handle_t* h, const bfs_params& p, app_u64* gen,
-                                                     app_u64 seq, int* fail)
-{
-    if ((*fail = app_grid_sync(h, (app_u64*)p.ctl, ++*gen, seq)) != 0) return false;
-    return app_ld_relaxed_gpu(&bfs_st(p)[BFS_ST_BIG]) != 0;
-}
-
 /* ---------------------------------------------------------------- intra */
 
 /**
@@ -305,7 +280,7 @@ extern "C" __global__ void __launch_bounds__(BFS_THREADS) bfs_persistent(cpnet_h
         const app_u64 F = app_ld_relaxed_gpu(&st[r & 1ull]);
         bfs_expand(p, r, F, t >> 5, nt >> 5, false);
         if ((fail = app_grid_sync(&h, ctl, ++gen, seq)) != 0) break;
-        if (app_ld_relaxed_gpu(&st[BFS_ST_BIG]) != 0) {
+        if (app_big_any(&st[BFS_ST_BIG])) {
             bfs_expand_big(p, r, t >> 5, nt >> 5, false);
             if ((fail = app_grid_sync(&h, ctl, ++gen, seq)) != 0) break;
         }
@@ -478,8 +453,8 @@ extern "C" __global__ void __launch_bounds__(BFS_THREADS) bfs_persistent_hybrid(
         ++seq;
         if (!bottom_up) {
             bfs_expand(p, r, F, t >> 5, nt >> 5, true);
-            if (bfs_grid_sync_if_big(&h, p, &gen, seq, &fail)) bfs_expand_big(p, r, t >> 5, nt >> 5, true);
-            if (fail != 0) break;
+            if ((fail = app_grid_sync(&h, ctl, ++gen, seq)) != 0) break;
+            if (app_big_any(&st[BFS_ST_BIG])) bfs_expand_big(p, r, t >> 5, nt >> 5, true);
         } else {
             app_u64* bits = bfs_my_bitmap(p);
             for (app_u64 i = t; i < words; i += nt) bits[i] = 0;

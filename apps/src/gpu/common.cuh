@@ -225,3 +225,58 @@ __device__ __noinline__ double app_block_sum(double v)
     __syncthreads();
     return v;
 }
+
+/* -------------------------------------------- a round's big vertices (graphs) */
+
+/* bfs and sssp hand a frontier vertex of many arcs to the whole grid: a
+ * warp appends it to the round's big list (app_big_push), and after a grid
+ * barrier every warp takes equal chunks of the list's arcs (app_big_walk).
+ * The list is a packed word, count << APP_BIG_SHIFT | arcs so far, and
+ * u64 [2][cap]: each entry's first arc in the list, then its local id. */
+#define APP_BIG_SHIFT 38
+#define APP_BIG_ARCS_MASK ((1ull << APP_BIG_SHIFT) - 1ull)
+
+/** Append local vertex `ul` of `deg` arcs (one thread): one atomic on the
+ *  packed word gives the entry and its first arc in the list, so the
+ *  offsets grow with the entries. */
+__device__ __forceinline__ void app_big_push(app_u64* packed, app_u64* big, app_u64 cap, app_u64 ul, app_u64 deg)
+{
+    const app_u64 old = atomicAdd(packed, (1ull << APP_BIG_SHIFT) | deg);
+    const app_u64 j = old >> APP_BIG_SHIFT;
+    big[j] = old & APP_BIG_ARCS_MASK;
+    big[cap + j] = ul;
+}
+
+/** After a grid barrier: whether the round has a big list (the same
+ *  answer in every block, nobody writes the word until the next barrier). */
+__device__ __forceinline__ bool app_big_any(const app_u64* packed) { return app_ld_relaxed_gpu(packed) != 0; }
+
+/** Every arc of the list (after a grid barrier), in chunks of `chunk` per
+ *  warp (warp gw of nw): visit(ul, a) for arc index `a` of local vertex
+ *  `ul` in the CSR `rows`. The list was written by other blocks before the
+ *  barrier: read through L2. */
+template <typename V>
+__device__ __forceinline__ void app_big_walk(const app_u64* packed, const app_u64* big, app_u64 cap,
+                                             const app_u64* rows, app_u64 chunk, app_u64 gw, app_u64 nw, V&& visit)
+{
+    const app_u64 word = app_ld_relaxed_gpu(packed);
+    const app_u64 count = word >> APP_BIG_SHIFT, total = word & APP_BIG_ARCS_MASK;
+    const app_u64* off = big;
+    const app_u64* ids = big + cap;
+    const unsigned lane = threadIdx.x & 31u;
+    for (app_u64 c = gw * chunk; c < total; c += nw * chunk) {
+        /* The entry holding arc c: the last j with off[j] <= c (off[0] = 0). */
+        app_u64 j = 0, hi = count;
+        while (hi - j > 1) {
+            const app_u64 mid = (j + hi) / 2;
+            if (__ldcg(&off[mid]) <= c) j = mid;
+            else hi = mid;
+        }
+        const app_u64 stop = c + chunk < total ? c + chunk : total;
+        for (app_u64 q = c + lane; q < stop; q += 32) {
+            while (j + 1 < count && __ldcg(&off[j + 1]) <= q) ++j;
+            const app_u64 ul = __ldcg(&ids[j]);
+            visit(ul, rows[ul] + (q - __ldcg(&off[j])));
+        }
+    }
+}

@@ -23,7 +23,11 @@
 //! 1. **Relax** (one warp per near vertex): a local target by `atomicMin`
 //!    on its word; a remote target by `atomicMin` on `best[v]` and, if that
 //!    improved it and `v` is not queued yet this round, into its owner's
-//!    list.
+//!    list. A near vertex of more than [`crate::bfs::gpu::BIG_DEGREE`]
+//!    arcs goes into the round's big list instead, whose arcs every warp of
+//!    the grid then shares in equal chunks after a grid barrier (bfs's
+//!    remedy for a Kronecker graph's hubs, which held one warp while the
+//!    GPU waited).
 //! 2. **Exchange**: each destination's pairs `[v, best[v]]` into its send
 //!    slot, then one `cpnet_putmem_signal_nbi` per destination (signal SET
 //!    to the round's `seq`) and a wait for every source's. The header
@@ -70,7 +74,8 @@
 //!
 //! The same phases as separate launches (ComP-Net's baseline, as bfs's):
 //! `sssp_init_k`, then per round `sssp_relax_k` (block 0 composes the
-//! header, with the host's time in the bucket), `sssp_fill_k`,
+//! header, with the host's time in the bucket), `sssp_relax_big_k`,
+//! `sssp_fill_k`,
 //! `sssp_exchange_k` (one block: the puts, the waits, the sums of the
 //! headers into the state block), `sssp_apply_k`; the host synchronizes
 //! the stream, reads the sums and decides as the persistent kernel does
@@ -132,8 +137,10 @@ mod st {
     pub const SUMS: usize = 16;
     /// Inter-kernel: 1 if the last exchange failed.
     pub const XFAIL: usize = 21;
+    /// The round's big list (`sssp.cu`): its entries << 38 | its arcs.
+    pub const BIG: usize = 22;
     /// Queued vertices per destination (one word per PE from here).
-    pub const OUT: usize = 22;
+    pub const OUT: usize = 23;
 }
 
 /// The kernel's source with every `#define` it needs.
@@ -151,7 +158,10 @@ pub fn source() -> String {
         ("SSSP_ST_HDR", st::HDR.to_string()),
         ("SSSP_ST_SUMS", st::SUMS.to_string()),
         ("SSSP_ST_XFAIL", st::XFAIL.to_string()),
+        ("SSSP_ST_BIG", st::BIG.to_string()),
         ("SSSP_ST_OUT", st::OUT.to_string()),
+        ("SSSP_BIG_DEGREE", format!("{}ull", crate::bfs::gpu::BIG_DEGREE)),
+        ("SSSP_BIG_CHUNK", "512ull".to_string()),
         ("SSSP_MAX_ROUNDS", format!("{MAX_ROUNDS}ull")),
         ("SSSP_RANGE", format!("{RANGE}ull")),
         ("SSSP_OP_ROUND", format!("{}ull", op::SSSP_ROUND)),
@@ -180,6 +190,8 @@ struct SsspParams {
     send: u64,
     recv: u64,
     sig: u64,
+    big: u64,
+    big_cap: i64,
     n: i64,
     nl: i64,
     lo: i64,
@@ -221,6 +233,7 @@ struct Kernels {
     persistent: CudaFunction,
     init: CudaFunction,
     relax: CudaFunction,
+    relax_big: CudaFunction,
     fill: CudaFunction,
     exchange: CudaFunction,
     apply: CudaFunction,
@@ -237,7 +250,7 @@ struct GpuSssp<'a> {
     nl: usize,
     seq0: u64,
     // Device buffers the parameters point into (held for the kernel).
-    _u64s: [CudaSlice<u64>; 3],
+    _u64s: [CudaSlice<u64>; 4],
     _u32s: [CudaSlice<u32>; 7],
     state: CudaSlice<u64>,
     hist: CudaSlice<u64>,
@@ -321,6 +334,7 @@ impl GpuSssp<'_> {
             p.round = r;
             p.bucket_ns = bucket_t0.elapsed().as_nanos().min(i64::MAX as u128) as i64;
             self.launch_phase(&self.k.relax, "sssp_relax_k", self.blocks, &p)?;
+            self.launch_phase(&self.k.relax_big, "sssp_relax_big_k", self.blocks, &p)?;
             self.launch_phase(&self.k.fill, "sssp_fill_k", self.blocks, &p)?;
             let mut b = s.launch_builder(&self.k.exchange);
             b.arg(&hnd).arg(&p);
@@ -382,6 +396,7 @@ pub fn run(args: &Args, input: &Input) -> Result<bool> {
         persistent: load("sssp_persistent")?,
         init: load("sssp_init_k")?,
         relax: load("sssp_relax_k")?,
+        relax_big: load("sssp_relax_big_k")?,
         fill: load("sssp_fill_k")?,
         exchange: load("sssp_exchange_k")?,
         apply: load("sssp_apply_k")?,
@@ -463,6 +478,10 @@ fn upload<'a>(
     let near = s.alloc_zeros::<u32>(2 * nl.max(1))?;
     let best = s.alloc_zeros::<u64>(part.n as usize)?;
     let mark = s.alloc_zeros::<u32>(part.n as usize)?;
+    // A vertex is near at most once per round: a round's big list holds at
+    // most every local vertex above the threshold.
+    let big_cap = (0..nl).filter(|&i| csr.degree(i) > crate::bfs::gpu::BIG_DEGREE).count().max(1);
+    let big = s.alloc_zeros::<u64>(2 * big_cap)?;
     let list = s.alloc_zeros::<u32>((p * part.block.max(1)) as usize)?;
     let state = s.alloc_zeros::<u64>(st::OUT + p as usize)?;
     let hist = s.alloc_zeros::<u64>(HIST)?;
@@ -493,6 +512,8 @@ fn upload<'a>(
         send: pe.dev_ptr(send),
         recv: pe.dev_ptr(recv),
         sig: pe.dev_ptr(sig),
+        big: dptr(pe, &big),
+        big_cap: big_cap as i64,
         n: part.n as i64,
         nl: nl as i64,
         lo: part.lo(me) as i64,
@@ -515,7 +536,7 @@ fn upload<'a>(
         params,
         nl,
         seq0: 0,
-        _u64s: [rows, known, best],
+        _u64s: [rows, known, best, big],
         _u32s: [cols, wts, far, stamp, near, mark, list],
         state,
         hist,
@@ -548,6 +569,6 @@ mod tests {
         let part = Partition::new(1 << 20, 3);
         assert_eq!(slot_words(&part), 6 + 2 * part.block);
         assert!(heap_bytes(&part) >= part.block * 8 + 3 * 3 * slot_words(&part) * 8 + 3 * 8);
-        const { assert!(st::BUCKETS < st::HDR && st::HDR + 5 <= st::SUMS && st::SUMS + 5 <= st::XFAIL && st::XFAIL < st::OUT) };
+        const { assert!(st::BUCKETS < st::HDR && st::HDR + 5 <= st::SUMS && st::SUMS + 5 <= st::XFAIL && st::XFAIL < st::BIG && st::BIG < st::OUT) };
     }
 }

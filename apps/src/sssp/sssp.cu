@@ -20,6 +20,14 @@
  * seq = seq0 + r + 1. A message to PE d, in d's receive slot (seq & 1,
  * sender): the header [near, far, far min, settled, bucket ns, pairs k]
  * then k pairs [v, word]; the signal (SET seq) follows its data.
+ *
+ * Big vertices (as bfs.cu's): a near vertex of more than SSSP_BIG_DEGREE
+ * arcs is not relaxed by one warp; it goes into the round's big list
+ * (st[SSSP_ST_BIG] packs the count and the arcs so far, so each entry gets
+ * its offset from the same atomic), whose arcs every warp of the grid
+ * shares in chunks after a grid barrier (sssp_relax_big; inter-kernel: a
+ * launch of its own). A Kronecker hub (321,192 arcs at SCALE 22) otherwise
+ * holds one warp for some 10,000 steps while the GPU waits.
  */
 
 /** Header words of a message. */
@@ -46,6 +54,8 @@ struct sssp_params {
     app_u64 send;    /* heap: u64 [n_pes][slot] outgoing message per destination */
     app_u64 recv;    /* heap: u64 [2][n_pes][slot] message per (seq parity, source) */
     app_u64 sig;     /* heap: u64 [n_pes] signal per source (last seq) */
+    app_u64 big;     /* device: u64 [2][big_cap]: a round's big near vertices: arc offset, then local id */
+    app_i64 big_cap; /* local vertices of more than SSSP_BIG_DEGREE arcs (at least 1) */
     app_i64 n, nl, lo, block, slot, n_pes, me, root;
     app_i64 seq0;    /* this search's signals are seq0 + round + 1 */
     app_i64 idb;     /* bits of a vertex id in a word */
@@ -117,52 +127,77 @@ __device__ void sssp_init(const sssp_params& p, app_u64 t, app_u64 nt)
         st[SSSP_ST_SETTLED] = mine ? 1 : 0;
         st[SSSP_ST_RELAX] = 0;
         st[SSSP_ST_OVERFLOW] = 0;
+        st[SSSP_ST_BIG] = 0;
         for (app_i64 d = 0; d < p.n_pes; ++d) st[SSSP_ST_OUT + d] = 0;
     }
 }
 
+/** Relax arc `a` (target v) of near vertex u at distance du in round seq:
+ *  a local target by atomicMin on its word, a remote one into the cache
+ *  `best` and, the first time this round, its owner's list. */
+__device__ __forceinline__ void sssp_arc(const sssp_params& p, app_u64 u, app_u64 du, app_u64 a, unsigned s32)
+{
+    const app_u64 lo = (app_u64)p.lo, idb = (app_u64)p.idb;
+    const unsigned v = ((const unsigned*)p.cols)[a];
+    const app_u64 nd = du + ((const unsigned*)p.wts)[a];
+    app_u64* st = sssp_st(p);
+    if (nd > (app_u64)p.dmax) {
+        st[SSSP_ST_OVERFLOW] = 1;
+        return;
+    }
+    const app_u64 cand = (nd << idb) | u;
+    const unsigned block = (unsigned)p.block;
+    const unsigned o = v / block;
+    if (o == (unsigned)p.me) {
+        atomicMin(&((app_u64*)p.dist)[v - lo], cand);
+        return;
+    }
+    app_u64* best = (app_u64*)p.best;
+    if (__ldcg(&best[v]) <= cand || atomicMin(&best[v], cand) <= cand) return;
+    if (atomicExch(&((unsigned*)p.mark)[v], s32) == s32) return;
+    const app_u64 k = atomicAdd(&st[SSSP_ST_OUT + o], 1ull);
+    ((unsigned*)p.list)[(app_u64)o * block + k] = v;
+}
+
 /** Relax the F near vertices of round r, one warp per vertex (warp gw of
- *  nw): a local target by atomicMin on its word, a remote one into the
- *  cache `best` and, the first time this round, its owner's list. */
+ *  nw), each arc through sssp_arc; a vertex of more than SSSP_BIG_DEGREE
+ *  arcs goes into the round's big list instead (sssp_relax_big's, after a
+ *  grid barrier). */
 __device__ void sssp_relax(const sssp_params& p, app_u64 r, app_u64 seq, app_u64 F, app_u64 gw, app_u64 nw)
 {
     const unsigned lane = threadIdx.x & 31u;
     const app_u64 nl = (app_u64)p.nl, lo = (app_u64)p.lo, idb = (app_u64)p.idb;
     const unsigned* cur = (const unsigned*)p.near + (r & 1ull) * nl;
     const app_u64* rows = (const app_u64*)p.rows;
-    const unsigned* cols = (const unsigned*)p.cols;
-    const unsigned* wts = (const unsigned*)p.wts;
-    app_u64* dist = (app_u64*)p.dist;
-    app_u64* best = (app_u64*)p.best;
-    unsigned* mark = (unsigned*)p.mark;
-    unsigned* list = (unsigned*)p.list;
     app_u64* st = sssp_st(p);
-    const unsigned block = (unsigned)p.block, me = (unsigned)p.me, s32 = (unsigned)seq;
+    const unsigned s32 = (unsigned)seq;
     for (app_u64 i = gw; i < F; i += nw) {
         const unsigned ul = __ldcg(&cur[i]);
+        const app_u64 beg = rows[ul], end = rows[ul + 1];
+        if (end - beg > SSSP_BIG_DEGREE) {
+            if (lane == 0) {
+                atomicAdd(&st[SSSP_ST_RELAX], end - beg);
+                app_big_push(&st[SSSP_ST_BIG], (app_u64*)p.big, (app_u64)p.big_cap, ul, end - beg);
+            }
+            continue;
+        }
         const app_u64 u = lo + ul;
         const app_u64 du = __ldcg(&((const app_u64*)p.known)[ul]) >> idb;
-        const app_u64 beg = rows[ul], end = rows[ul + 1];
         if (lane == 0) atomicAdd(&st[SSSP_ST_RELAX], end - beg);
-        for (app_u64 a = beg + lane; a < end; a += 32) {
-            const unsigned v = cols[a];
-            const app_u64 nd = du + wts[a];
-            if (nd > (app_u64)p.dmax) {
-                st[SSSP_ST_OVERFLOW] = 1;
-                continue;
-            }
-            const app_u64 cand = (nd << idb) | u;
-            const unsigned o = v / block;
-            if (o == me) {
-                atomicMin(&dist[v - lo], cand);
-                continue;
-            }
-            if (__ldcg(&best[v]) <= cand || atomicMin(&best[v], cand) <= cand) continue;
-            if (atomicExch(&mark[v], s32) == s32) continue;
-            const app_u64 k = atomicAdd(&st[SSSP_ST_OUT + o], 1ull);
-            list[(app_u64)o * block + k] = v;
-        }
+        for (app_u64 a = beg + lane; a < end; a += 32) sssp_arc(p, u, du, a, s32);
     }
+}
+
+/** The round's big list (see sssp_relax), after a grid barrier: its arcs
+ *  through sssp_arc, in chunks of SSSP_BIG_CHUNK per warp (warp gw of nw). */
+__device__ void sssp_relax_big(const sssp_params& p, app_u64 seq, app_u64 gw, app_u64 nw)
+{
+    const app_u64 lo = (app_u64)p.lo, idb = (app_u64)p.idb;
+    app_big_walk(&sssp_st(p)[SSSP_ST_BIG], (const app_u64*)p.big, (app_u64)p.big_cap, (const app_u64*)p.rows,
+                 SSSP_BIG_CHUNK, gw, nw, [&](app_u64 ul, app_u64 a) {
+                     const app_u64 du = __ldcg(&((const app_u64*)p.known)[ul]) >> idb;
+                     sssp_arc(p, lo + ul, du, a, (unsigned)seq);
+                 });
 }
 
 /** Write the pairs [v, best[v]] of every destination's list into its send
@@ -365,9 +400,16 @@ extern "C" __global__ void __launch_bounds__(SSSP_THREADS) sssp_persistent(cpnet
         if (lead) sssp_header(p, F, cpnet_globaltimer_ns() - bucket_t0);
         sssp_relax(p, r, seq, F, t >> 5, nt >> 5);
         if ((fail = app_grid_sync(&h, ctl, ++gen, seq)) != 0) break;
-        /* Every block read F before the barrier: the counter is free for
-         * round r + 1's scan. */
-        if (lead) st[r & 1ull] = 0;
+        if (app_big_any(&st[SSSP_ST_BIG])) {
+            sssp_relax_big(p, seq, t >> 5, nt >> 5);
+            if ((fail = app_grid_sync(&h, ctl, ++gen, seq)) != 0) break;
+        }
+        /* Every block read F and the big list before the barrier: the
+         * counter is free for round r + 1's scan, the list for its relaxation. */
+        if (lead) {
+            st[r & 1ull] = 0;
+            st[SSSP_ST_BIG] = 0;
+        }
         sssp_fill(p, t, nt);
         if ((fail = app_grid_sync(&h, ctl, ++gen, seq)) != 0) break;
         const app_u64* hdr = &st[SSSP_ST_HDR];
@@ -432,11 +474,21 @@ extern "C" __global__ void __launch_bounds__(SSSP_THREADS) sssp_relax_k(sssp_par
     sssp_relax(p, r, seq, F, sssp_t() >> 5, sssp_nt() >> 5);
 }
 
-/** The pairs into the send slots; the near counter read by the relaxation
- *  is free again (for this round's scan). */
+/** The round's big list (sssp_relax_big), launched after sssp_relax_k. */
+extern "C" __global__ void __launch_bounds__(SSSP_THREADS) sssp_relax_big_k(sssp_params p)
+{
+    sssp_relax_big(p, (app_u64)p.seq0 + (app_u64)p.round + 1, sssp_t() >> 5, sssp_nt() >> 5);
+}
+
+/** The pairs into the send slots; the near counter and the big list read
+ *  by the relaxation are free again (for this round's scan and the next
+ *  round's relaxation). */
 extern "C" __global__ void __launch_bounds__(SSSP_THREADS) sssp_fill_k(sssp_params p)
 {
-    if (blockIdx.x == 0 && threadIdx.x == 0) sssp_st(p)[(app_u64)p.round & 1ull] = 0;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        sssp_st(p)[(app_u64)p.round & 1ull] = 0;
+        sssp_st(p)[SSSP_ST_BIG] = 0;
+    }
     sssp_fill(p, sssp_t(), sssp_nt());
 }
 
