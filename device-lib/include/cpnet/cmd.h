@@ -502,7 +502,7 @@ typedef struct cpnet_status {
  *                               sender j at data_off + (b * size + j) * chunk
  *   +data_off + 2*size*chunk   2 LL buffers, the same shape (LL buffer b is
  *                               buffer 2 + b): a reduction round of at most
- *                               chunk / 2 bytes between two GPU work-groups
+ *                               team_ll_max bytes (team.cuh) between two GPU work-groups
  *                               whose PEs map each other's heap travels as
  *                               8-byte words {4 data bytes, epoch's low 32
  *                               bits} (cpnet/team.cuh); only such rounds
