@@ -149,7 +149,8 @@ pub struct TeamDesc {
     pub my_idx: i32,
     /// Heap offset of the team's scratch.
     pub scratch: u64,
-    /// Bytes per sender per data buffer (a multiple of [`CPNET_TEAM_CHUNK_ALIGN`]).
+    /// Bytes per sender per data buffer, and per LL buffer (a multiple of
+    /// [`CPNET_TEAM_CHUNK_ALIGN`]).
     pub chunk: u32,
     /// Offset of the data area in the scratch.
     pub data_off: u32,
@@ -157,16 +158,17 @@ pub struct TeamDesc {
 
 impl TeamDesc {
     /// The layout of a team of `size` PEs (`start`, `stride`) in `scratch_bytes`
-    /// of scratch at heap offset `scratch`, as seen by world PE `me`; `None`
-    /// when the scratch leaves less than [`CPNET_TEAM_CHUNK_ALIGN`] bytes per
-    /// sender and buffer.
+    /// of scratch at heap offset `scratch`, as seen by world PE `me` (`cmd.h`
+    /// "Teams": two data buffers, then two LL buffers, each `size` slots of
+    /// `chunk` bytes); `None` when the scratch leaves less than
+    /// [`CPNET_TEAM_CHUNK_ALIGN`] bytes per sender and buffer.
     pub fn new(start: i32, stride: i32, size: i32, me: i32, scratch: u64, scratch_bytes: u64) -> Option<TeamDesc> {
         if size <= 0 || stride <= 0 {
             return None;
         }
         let align = CPNET_TEAM_CHUNK_ALIGN as u64;
         let data_off = (CPNET_TEAM_SCR_SIG as u64 + 8 * size as u64).next_multiple_of(align);
-        let chunk = scratch_bytes.checked_sub(data_off)? / (2 * size as u64) / align * align;
+        let chunk = scratch_bytes.checked_sub(data_off)? / (4 * size as u64) / align * align;
         if chunk == 0 {
             return None;
         }
@@ -203,6 +205,18 @@ impl TeamDesc {
     /// Heap offset of data buffer `buf` (0 or 1), sender slot `j`.
     pub fn data(&self, buf: u64, j: i32) -> u64 {
         self.scratch + self.data_off as u64 + (buf * self.size as u64 + j as u64) * self.chunk as u64
+    }
+
+    /// Heap offset of LL buffer `buf` (0 or 1), sender slot `j`: past the
+    /// data buffers (only GPU work-groups between peer-mapped PEs use them,
+    /// `cpnet/team.cuh`).
+    pub fn ll(&self, buf: u64, j: i32) -> u64 {
+        self.data(2 + buf, j)
+    }
+
+    /// Bytes of the scratch this layout uses (through the last LL slot).
+    pub fn scratch_used(&self) -> u64 {
+        self.data_off as u64 + 4 * self.size as u64 * self.chunk as u64
     }
 }
 
@@ -725,6 +739,23 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn team_data_and_ll_buffers_do_not_overlap_and_fit_the_scratch() {
+        for (size, bytes) in [(1, 4096u64), (2, 128 << 10), (3, 128 << 10), (7, 1 << 20), (64, 128 << 10)] {
+            let d = TeamDesc::new(0, 1, size, 0, 1 << 20, bytes).expect("a layout");
+            let chunk = u64::from(d.chunk);
+            assert!(chunk >= (CPNET_TEAM_CHUNK_ALIGN as u64) && chunk % (CPNET_TEAM_CHUNK_ALIGN as u64) == 0);
+            assert!(u64::from(d.data_off) >= CPNET_TEAM_SCR_SIG as u64 + 8 * size as u64, "data after the signals");
+            // The four buffers in order, each `size` slots of `chunk` bytes.
+            assert_eq!(d.data(1, 0), d.data(0, size - 1) + chunk);
+            assert_eq!(d.ll(0, 0), d.data(1, size - 1) + chunk, "LL buffers right after the data buffers");
+            assert_eq!(d.ll(1, 0), d.ll(0, size - 1) + chunk);
+            assert_eq!(d.ll(1, size - 1) + chunk, d.scratch + d.scratch_used());
+            assert!(d.scratch_used() <= bytes, "size {size}: {} of {bytes} bytes", d.scratch_used());
+        }
+        assert!(TeamDesc::new(0, 1, 64, 0, 0, 4096).is_none(), "too small a scratch for 64 PEs");
+    }
 
     #[test]
     fn agent_ll_words_carry_the_record_halves_and_the_tag() {

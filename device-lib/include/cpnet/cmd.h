@@ -500,9 +500,17 @@ typedef struct cpnet_status {
  *                               set to the epoch (or chunk epoch) after it
  *   +data_off              2 buffers x size senders x chunk bytes: buffer b,
  *                               sender j at data_off + (b * size + j) * chunk
+ *   +data_off + 2*size*chunk   2 LL buffers, the same shape (LL buffer b is
+ *                               buffer 2 + b): a reduction round of at most
+ *                               team_ll_max bytes (team.cuh) between two GPU work-groups
+ *                               whose PEs map each other's heap travels as
+ *                               8-byte words {4 data bytes, epoch's low 32
+ *                               bits} (cpnet/team.cuh); only such rounds
+ *                               write them, so a word of an older epoch is
+ *                               never taken for the current one
  *
  * Only all-to-all rounds (every member sends to and waits for every other)
- * use the data buffers, so a member that writes buffer r % 2 of a peer in
+ * use the data and LL buffers (round r: buffer r % 2 of either kind), so a member that writes buffer r % 2 of a peer in
  * round r has seen that peer's data of round r - 1, sent after the peer
  * finished reading round r - 2's: no buffer is overwritten while read.
  *

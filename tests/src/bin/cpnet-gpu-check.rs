@@ -1004,7 +1004,7 @@ fn coll_bench(pe: &GpuPe, threads: u32, iters: u32) -> Result<()> {
     let me = pe.my_pe();
     let k = build(pe, "coll-bench", "coll_bench", gpu_coll::COLL)?;
     let h = pe.handle();
-    let sizes: Vec<u64> = vec![8, 64, 512, 1024, 4096, 8192];
+    let sizes: Vec<u64> = vec![8, 64, 512, 1024, 2048, 4096, 8192];
     let sz = pe.shmalloc(8 * sizes.len() as u64)?;
     let src = pe.shmalloc(8192)?;
     let dst = pe.shmalloc(8192)?;
