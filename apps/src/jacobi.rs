@@ -433,21 +433,16 @@ mod sync_block {
     pub const BOT_SIG: u64 = 64;
     /// Norm contribution counters, one per round parity (own cache lines).
     pub const NORM_CNT: u64 = 128;
-    /// This PE's contribution, staged in the heap (two parities).
+    /// This PE's contribution, staged in the heap (two parities). The GPU
+    /// variants' norm goes through the library's reduce instead, with its
+    /// source here and its destination 8 bytes on (jacobi.cu, jacobi_norm).
     pub const NORM_SRC: u64 = 256;
-    /// `[parity][pe]` contributions of every PE, f64.
+    /// `[parity][pe]` contributions of every PE, f64 (CPU variant).
     pub const NORM_SLOTS: u64 = 320;
-
-    /// `[parity][pe]` u64 signal words after the slots (GPU variants): PE
-    /// `pe`'s contribution of round `r` is in when its word is `r / 2 + 1`
-    /// (SET signals: no atomic executor on the norm's path).
-    pub fn norm_sig(n: usize) -> u64 {
-        NORM_SLOTS + 16 * n as u64
-    }
 
     /// Bytes of the block for `n` PEs.
     pub fn bytes(n: usize) -> u64 {
-        norm_sig(n) + 16 * n as u64
+        NORM_SLOTS + 16 * n as u64
     }
 }
 

@@ -6,23 +6,27 @@
 //! # `-variant intra-kernel`
 //!
 //! One persistent kernel (`jacobi_persistent`, a cooperative launch of as
-//! many blocks as fit on the GPU at once, or `-wgs`) runs the whole loop.
-//! With three or more blocks, block 0 owns row 1 alone and the last block
-//! row `chunk` alone: each waits for its halo signal of the previous
-//! iteration, computes its row and pushes it to the neighbour PE with
-//! `cpnet_putmem_signal_nbi` (SET signal = iteration + 1), while the other
-//! blocks compute the interior without ever waiting on the network. A grid
-//! barrier (the kernel's own, on a device counter) closes each iteration.
-//! The L2 norm is reduced across PEs from inside the kernel, one iteration
-//! behind, exactly as the CPU variant does it (every PE's partial into a
-//! slot of every PE, put-with-signal ADD on a per-parity counter).
+//! many band blocks as fit on the GPU beside one more, or `-wgs` of them)
+//! runs the whole loop. With three or more band blocks, block 0 owns row 1
+//! alone and the last band block row `chunk` alone: each waits for its halo
+//! signal of the previous iteration, computes its row and pushes it to the
+//! neighbour PE with `cpnet_putmem_signal_nbi` (SET signal = iteration +
+//! 1), while the other blocks compute the interior without ever waiting on
+//! the network. A grid barrier (the kernel's own, on a device counter)
+//! closes each iteration. The extra block, the norm block, owns no rows: it
+//! takes the L2 norm of the previous check iteration while the band blocks
+//! compute the next one, through the library's reduce to all
+//! (`cpnet_double_sum_reduce` on `CPNET_TEAM_WORLD`, issue 22), so a norm
+//! decides one iteration after its own, as in the CPU variant. The CPU
+//! variant keeps its own exchange (every PE's partial into a slot of every
+//! PE, put-with-signal ADD on a per-parity counter).
 //!
 //! # `-variant inter-kernel`
 //!
 //! Two launches per iteration on the PE's stream: `jacobi_step` (the
 //! stencil, no communication) then `jacobi_comm`, a three-block kernel that
 //! pushes both boundary rows, waits for both halos, and on check
-//! iterations reduces the norm across PEs. A GPU PE's heap is reachable
+//! iterations reduces the norm across PEs (the library's reduce, as above). A GPU PE's heap is reachable
 //! only by its GPU (and the proxy), not by CPU work-groups, so the paper's
 //! "host-issued" communication between kernels is this short kernel,
 //! synchronized with the compute kernels at kernel boundaries. The host
@@ -81,15 +85,16 @@ mod jctl {
 /// The `-phases` timers of `jacobi_persistent`, in index order
 /// (`JACOBI_PH_<NAME>`), with the names the report prints; the last one
 /// counts iterations. Each timed block has [`PHASE_STRIDE`] words.
-const PHASES: [(&str, &str); 7] = [
+const PHASES: [(&str, &str); 6] = [
     ("HALO", "halo wait"),
     ("ROWS", "boundary rows + puts"),
     ("BAND", "band"),
-    ("COLLECT", "norm collect"),
+    ("NORM", "norm (sum + reduce)"),
     ("SYNC", "grid barrier"),
-    ("CONTRIBUTE", "norm contribute"),
     ("ITERS", "iterations"),
 ];
+/// The blocks `-phases` times, in slot order.
+const PHASE_BLOCKS: [&str; 3] = ["block 0", "last band block", "norm block"];
 /// Words per timed block in the `-phases` buffer (`JACOBI_PHASES`).
 const PHASE_STRIDE: usize = 8;
 const _: () = assert!(PHASES.len() <= PHASE_STRIDE);
@@ -100,8 +105,7 @@ pub fn source() -> String {
     let defines = [
         ("SYNC_TOP_SIG", format!("{}ull", sync_block::TOP_SIG)),
         ("SYNC_BOT_SIG", format!("{}ull", sync_block::BOT_SIG)),
-        ("SYNC_NORM_CNT", format!("{}ull", sync_block::NORM_CNT)),
-        ("SYNC_NORM_SLOTS", format!("{}ull", sync_block::NORM_SLOTS)),
+        ("SYNC_NORM_SRC", format!("{}ull", sync_block::NORM_SRC)),
         ("JACOBI_CTL_ITERS", jctl::ITERS.to_string()),
         ("JACOBI_CTL_STOP", jctl::STOP.to_string()),
         ("JACOBI_CTL_NNORMS", jctl::NNORMS.to_string()),
@@ -141,7 +145,6 @@ struct JacobiParams {
     csv: i64,
     solo: i64,
     iter: i64,
-    round: i64,
     blocks: i64,
     max_norms: i64,
     phases: u64,
@@ -207,18 +210,21 @@ struct Kernels {
     max_blocks: u32,
 }
 
-/// The blocks a persistent kernel uses for `rows` rows: `-wgs`, or all that
-/// fit, capped at `rows`.
+/// The band blocks a persistent kernel uses for `rows` rows (it launches
+/// one more, the norm block): `-wgs`, or all that fit beside the norm block,
+/// capped at `rows`.
 fn blocks_for(args: &Args, k: &Kernels, rows: usize) -> anyhow::Result<usize> {
+    // The persistent kernel runs its band blocks and one norm block, all
+    // resident at once.
+    let fit = k.max_blocks.saturating_sub(1).max(1);
     if let Some(w) = args.wgs {
         ensure!(
-            w <= k.max_blocks,
-            "-wgs {w}: at most {} blocks of {THREADS} threads fit on this GPU at once, and the persistent \
-             kernel needs all of its blocks resident",
-            k.max_blocks
+            w <= fit,
+            "-wgs {w}: at most {fit} band blocks of {THREADS} threads fit on this GPU beside the norm block, and \
+             the persistent kernel needs all of its blocks resident",
         );
     }
-    Ok((args.wgs.unwrap_or(k.max_blocks) as usize).clamp(1, rows))
+    Ok((args.wgs.unwrap_or(fit) as usize).clamp(1, rows))
 }
 
 /// The norm list of a run.
@@ -284,8 +290,8 @@ fn run_solo(
     // sizes the kernel indexes (grids ny × nx, partials 2 × blocks, norms
     // 2 × max_norms, row_start blocks + 1, the control block); they outlive
     // the kernel (synchronized in check_launch below). Cooperative: the
-    // grid barrier needs every block resident (blocks <= max_blocks).
-    unsafe { b.launch_cooperative(launch_cfg(blocks)) }
+    // grid barrier needs every block resident (blocks + 1 <= max_blocks).
+    unsafe { b.launch_cooperative(launch_cfg(blocks + 1)) }
         .context("launch jacobi_persistent (single GPU)")?;
     let words = check_launch(pe, &ctl_buf, "jacobi_persistent (single GPU)", "iteration")?;
     let secs = t.elapsed().as_secs_f64();
@@ -310,18 +316,18 @@ fn run_solo(
     Ok((sol, grid))
 }
 
-/// The zeroed `-phases` timers (two timed blocks), or `None` without
+/// The zeroed `-phases` timers (three timed blocks), or `None` without
 /// `-phases`.
 fn phase_buffer(pe: &GpuPe, args: &Args) -> anyhow::Result<Option<CudaSlice<u64>>> {
-    Ok(if args.phases { Some(pe.stream().alloc_zeros::<u64>(2 * PHASE_STRIDE)?) } else { None })
+    Ok(if args.phases { Some(pe.stream().alloc_zeros::<u64>(PHASE_BLOCKS.len() * PHASE_STRIDE)?) } else { None })
 }
 
-/// Print the `-phases` means of block 0 and the last block, µs per
-/// iteration (one line each, from this PE).
+/// Print the `-phases` means of block 0, the last band block and the norm
+/// block, µs per iteration (one line each, from this PE).
 fn print_phases(pe: &GpuPe, who: &str, buf: &CudaSlice<u64>) -> anyhow::Result<()> {
     let w = pe.stream().clone_dtoh(buf).context("cuMemcpyDtoH (phases)")?;
     let iters_at = PHASES.len() - 1;
-    for (slot, block) in [(0, "block 0"), (1, "last block")] {
+    for (slot, block) in PHASE_BLOCKS.iter().enumerate() {
         let words = &w[slot * PHASE_STRIDE..(slot + 1) * PHASE_STRIDE];
         let iters = words[iters_at];
         if iters == 0 {
@@ -417,7 +423,6 @@ fn setup(pe: &GpuPe, args: &Args, k: &Kernels) -> anyhow::Result<Chunk> {
         // every SM (seen: 16384^2 on 1 H200 timed out on its first halo).
         solo: i64::from(n == 1),
         iter: 0,
-        round: 0,
         blocks: blocks as i64,
         max_norms: max_norms as i64,
         phases: phases.as_ref().map_or(0, |b| dptr(pe, b)),
@@ -450,8 +455,8 @@ fn run_intra(pe: &GpuPe, k: &Kernels, c: &Chunk) -> anyhow::Result<Solution> {
     // jacobi_params); every pointer in the parameters is a live allocation
     // of the size the kernel indexes (the symmetric grids and sync block in
     // the heap, the buffers held by `c`), alive until check_launch below
-    // synchronized. Cooperative: every block resident (blocks <= max_blocks).
-    unsafe { b.launch_cooperative(launch_cfg(c.blocks)) }.context("launch jacobi_persistent")?;
+    // synchronized. Cooperative: every block resident (blocks + 1 <= max_blocks).
+    unsafe { b.launch_cooperative(launch_cfg(c.blocks + 1)) }.context("launch jacobi_persistent")?;
     let words = check_launch(pe, &c.ctl, "jacobi_persistent", "iteration")?;
     pe.barrier_all()?;
     let secs = t.elapsed().as_secs_f64();
@@ -491,9 +496,6 @@ fn run_inter(pe: &GpuPe, args: &Args, k: &Kernels, c: &Chunk) -> anyhow::Result<
         // jacobi_params); its three blocks wait on nothing of each other;
         // the buffers live as above.
         unsafe { b.launch(launch_cfg(3)) }.context("launch jacobi_comm")?;
-        if args.is_check(it) {
-            p.round += 1;
-        }
         if it >= 1 && args.is_check(it - 1) {
             let w = check_launch(pe, &c.ctl, "jacobi_step/jacobi_comm", "iteration")?;
             // The last record is iteration it's when it checks too.
@@ -593,7 +595,7 @@ pub fn run(args: &Args) -> anyhow::Result<bool> {
     let single = if me == 0 && !args.skip_single {
         if say {
             println!(
-                "Single GPU jacobi relaxation ({} blocks of {THREADS} threads): {} iterations on {} x {} mesh with norm check every {} iterations",
+                "Single GPU jacobi relaxation ({} band blocks and a norm block of {THREADS} threads): {} iterations on {} x {} mesh with norm check every {} iterations",
                 blocks_for(args, &k, args.ny - 2)?,
                 args.niter,
                 args.ny,

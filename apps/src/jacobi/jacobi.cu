@@ -40,10 +40,9 @@ struct jacobi_params {
     app_i64 csv;         /* ... and every 100th unless csv */
     app_i64 solo;        /* 1: one GPU alone, periodic halos copied locally, no cpnet */
     app_i64 iter;        /* jacobi_step / jacobi_comm: the iteration */
-    app_i64 round;       /* jacobi_comm: the norm round (check iterations before this one) */
     app_i64 blocks;      /* jacobi_comm: blocks of jacobi_step (partials to sum) */
     app_i64 max_norms;   /* capacity of norms */
-    app_u64 phases;      /* 0, or app_u64[2 * JACOBI_PHASES]: -phases timers of block 0 and the last block (ns) */
+    app_u64 phases;      /* 0, or app_u64[3 * JACOBI_PHASES]: -phases timers of block 0, the last band block and the norm block (ns) */
 };
 
 /** -phases: thread 0 of a timed block adds the time since *t to phase k and
@@ -203,111 +202,93 @@ __device__ __forceinline__ void jacobi_record_norm_leader(const jacobi_params& p
     ctl[JACOBI_CTL_LAST_NORM] = (app_u64)__double_as_longlong(norm);
 }
 
-/** The norm signal words [parity][pe], after the slots. */
-__device__ __forceinline__ app_u64* jacobi_norm_sig(const jacobi_params& p, app_u64 n, app_u64 par, app_u64 pe)
+/**
+ * The norm of one check iteration (collective over the block): the sum of
+ * the `count` block partials at `parts` (each thread a strided share, then
+ * app_block_sum's fixed tree: the same bits for the same grid), and with
+ * more than one PE the library's reduce to all over CPNET_TEAM_WORLD
+ * (cpnet_double_sum_reduce, OpenSHMEM 1.5 §9.9.12; its LL path between
+ * peer-mapped GPUs, the queue otherwise) through the symmetric words
+ * SYNC_NORM_SRC / + 8, so every PE gets the same bits. `*norm` (thread 0)
+ * is the square root. Returns 0, or nonzero on failure (recorded).
+ */
+__device__ __noinline__ int jacobi_norm(cpnet_ctx_t* ctx, const jacobi_params& p, const double* parts,
+                                        app_u64 count, bool solo, app_i64 it, double* norm)
 {
-    return (app_u64*)(p.sync + SYNC_NORM_SLOTS + 16 * n) + par * n + pe;
-}
-
-/** Put this PE's partial sum `local` (valid in thread 0) into slot
- *  [round % 2][my_pe] of every PE, with signal [round % 2][my_pe] SET to
- *  round / 2 + 1 there (collective over the block; 8 bytes travel inline,
- *  from shared memory). SET, not ADD: an ADD signal runs through the
- *  target's AMO executor (two more copy rounds per contribution). */
-__device__ __forceinline__ void jacobi_contribute(cpnet_ctx_t* ctx, const jacobi_params& p, double* shared_val,
-                                                  double local, app_u64 round)
-{
-    const app_u64 par = round & 1;
-    const int me = cpnet_my_pe(ctx), n = cpnet_n_pes(ctx);
-    if (threadIdx.x == 0) *shared_val = local;
-    double* slot = (double*)(p.sync + SYNC_NORM_SLOTS + 8 * (par * (app_u64)n + (app_u64)me));
-    app_u64* sig = jacobi_norm_sig(p, (app_u64)n, par, (app_u64)me);
-    /* The collective call's entry barrier orders the shared store before the
-     * leader reads the inline payload. */
-    for (int q = 0; q < n; ++q)
-        cpnet_putmem_signal_nbi(ctx, slot, shared_val, 8, (uint64_t*)sig, round / 2 + 1, CPNET_SIGNAL_SET, q);
-}
-
-/** Wait until every PE contributed to `round`, then the norm (thread 0: the
- *  slots summed in PE order, the same bits on every PE). Returns 0, or
- *  nonzero on failure (recorded). Collective over the block. */
-__device__ __forceinline__ int jacobi_collect(const cpnet_handle_t* h, const jacobi_params& p, app_u64 round,
-                                              app_i64 it, double* norm)
-{
-    const app_u64 par = round & 1;
-    const app_u64 n = (app_u64)h->n_pes;
-    for (app_u64 q = 0; q < n; ++q) {
-        const int r = app_wait_ge(h, (app_u64*)p.ctl, jacobi_norm_sig(p, n, par, q), round / 2 + 1, APP_OP_NORM,
-                                  (app_u64)it);
-        if (r != 0) return r;
+    double v = 0.0;
+    for (app_u64 k = threadIdx.x; k < count; k += blockDim.x) v += __ldcg(parts + k);
+    double s = app_block_sum(v);
+    if (!solo) {
+        double* src = (double*)jacobi_word(p.sync, SYNC_NORM_SRC);
+        if (threadIdx.x == 0) *src = s;
+        /* The reduce's threads read `src`: thread 0's store first. */
+        __syncthreads();
+        const int e = cpnet_double_sum_reduce(ctx, CPNET_TEAM_WORLD, src + 1, src, 1);
+        if (e != CPNET_E_OK) {
+            if (threadIdx.x == 0)
+                app_fail_leader((app_u64*)p.ctl, e, APP_OP_NORM, (app_u64)it, cpnet_my_pe(ctx), ~0ull, 0, 0);
+            return e;
+        }
+        s = src[1]; /* the reduce ends with a block barrier after its fold */
     }
-    if (threadIdx.x == 0) {
-        const double* slots = (const double*)(p.sync + SYNC_NORM_SLOTS) + par * n;
-        double s = 0.0;
-        for (app_u64 q = 0; q < n; ++q) s += __ldcg(slots + q);
-        *norm = sqrt(s);
-    }
+    if (threadIdx.x == 0) *norm = sqrt(s);
     return 0;
-}
-
-/** Thread 0: the sum of `count` block partials, in block order. */
-__device__ __forceinline__ double jacobi_sum_partials(const double* partials, app_u64 count)
-{
-    double s = 0.0;
-    for (app_u64 k = 0; k < count; ++k) s += __ldcg(partials + k);
-    return s;
 }
 
 /**
  * -variant intra-kernel (and the single-GPU run with p.solo): the whole
- * iteration loop in one cooperative launch, gridDim.x co-resident blocks of
- * JACOBI_THREADS threads; block b owns rows [row_start[b], row_start[b+1]).
+ * iteration loop in one cooperative launch of gridDim.x co-resident blocks
+ * of JACOBI_THREADS threads: band blocks b < gridDim.x - 1 own rows
+ * [row_start[b], row_start[b+1]); the last block, the norm block, owns none.
  * Per iteration it (reading grid it % 2, writing grid (it + 1) % 2):
  *
  *  1. The block owning row 1 waits for the top halo of iteration it - 1
  *     (TOP_SIG >= it, SET by the PE above), computes row 1 and pushes it with
  *     putmem_signal_nbi into the bottom halo of the PE above (its BOT_SIG :=
  *     it + 1). The block owning row `chunk` does the same downwards. With
- *     three or more blocks these two own nothing else: every other block
- *     computes its band meanwhile, never waiting on the network.
- *  2. Check iterations: each block's sum of squared updates goes to
+ *     three or more band blocks these two own nothing else: every other
+ *     block computes its band meanwhile, never waiting on the network.
+ *  2. Check iterations: each band block's sum of squared updates goes to
  *     partials[it % 2][b].
- *  3. Block 0 collects the norm contributed one iteration earlier (round r:
- *     every PE's slot, in PE order) and sets JACOBI_CTL_STOP when it is at
- *     most JACOBI_TOL.
- *  4. Grid barrier; everyone stops after it when JACOBI_CTL_STOP is set.
- *  5. Check iterations: block 0 sums partials[it % 2] and contributes it to
- *     every PE (round r + 1), to be collected in the next iteration.
+ *  3. Meanwhile the norm block computes the norm of the previous check
+ *     iteration (jacobi_norm: its partials, then the library's reduce to all
+ *     across PEs) and sets JACOBI_CTL_STOP when it is at most JACOBI_TOL.
+ *     No band block waits for it, the boundary blocks included.
+ *  4. Grid barrier; everyone stops after it when JACOBI_CTL_STOP is set (so
+ *     a norm decides one iteration after its own, as in the CPU variant).
  *
  * Why nothing races is the CPU variant's argument (jacobi.rs, "Why nothing
- * races"), with the grid barrier for the team barrier; the put sources need
- * no per-iteration quiet here: row 1 of grid B, pushed at iteration it, is
- * rewritten at it + 2 only after this block saw TOP_SIG >= it + 2, which the
- * PE above raised after it waited for BOT_SIG >= it + 1, i.e. after our put
- * of iteration it was delivered (put-with-signal: data first). The same
- * holds downwards. The context's final quiet (ctx_destroy) surfaces any
- * error of a non-blocking put.
+ * races"), with the grid barrier for the team barrier; partials[it % 2] are
+ * read by the norm block during iteration it + 1, while the band blocks
+ * write the other parity, and rewritten at it + 2, after the barrier that
+ * ends it + 1. The put sources need no per-iteration quiet: row 1 of grid
+ * B, pushed at iteration it, is rewritten at it + 2 only after this block
+ * saw TOP_SIG >= it + 2, which the PE above raised after it waited for
+ * BOT_SIG >= it + 1, i.e. after our put of iteration it was delivered
+ * (put-with-signal: data first). The same holds downwards. The context's
+ * final quiet (ctx_destroy) surfaces any error of a non-blocking put.
  */
 extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(cpnet_handle_t h, jacobi_params p)
 {
     __shared__ cpnet_ctx_t ctx;
-    __shared__ double norm_src;
     app_u64* ctl = (app_u64*)p.ctl;
     float* grid[2] = {(float*)p.a0, (float*)p.a1};
     double* partials = (double*)p.partials;
     const app_u64* rows = (const app_u64*)p.row_start;
-    const app_u64 b = blockIdx.x, nb = gridDim.x;
-    const app_i64 r0 = (app_i64)rows[b], r1 = (app_i64)rows[b + 1];
+    const app_u64 b = blockIdx.x, nc = gridDim.x - 1; /* nc band blocks, then the norm block */
+    const bool norm_blk = b == nc;
     const app_i64 nx = p.nx, chunk = p.chunk;
+    const app_i64 r0 = norm_blk ? chunk + 1 : (app_i64)rows[b], r1 = norm_blk ? chunk + 1 : (app_i64)rows[b + 1];
     const bool solo = p.solo != 0;
-    const bool owns_top = r0 == 1;               /* always block 0 */
-    const bool owns_bottom = r1 == chunk + 1;
-    const bool comm = !solo && (owns_top || owns_bottom);
+    const bool owns_top = !norm_blk && r0 == 1; /* always block 0 */
+    const bool owns_bottom = !norm_blk && r1 == chunk + 1;
+    const bool comm = !solo && (owns_top || owns_bottom || norm_blk);
     const app_u64 row_bytes = (app_u64)nx * sizeof(float);
     app_u64* top_sig = solo ? nullptr : jacobi_word(p.sync, SYNC_TOP_SIG);
     app_u64* bot_sig = solo ? nullptr : jacobi_word(p.sync, SYNC_BOT_SIG);
-    /* -phases: block 0 times into slot 0, the last block into slot 1. */
-    const int ph = p.phases == 0 ? -1 : (b == 0 ? 0 : (b == nb - 1 ? 1 : -1));
+    /* -phases: block 0 times into slot 0, the last band block into slot 1,
+     * the norm block into slot 2. */
+    const int ph = p.phases == 0 ? -1 : (norm_blk ? 2 : (b == 0 ? 0 : (b == nc - 1 ? 1 : -1)));
     unsigned long long ph_t = ph >= 0 ? cpnet_globaltimer_ns() : 0;
 
     if (comm) {
@@ -317,11 +298,8 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
             return;
         }
     }
-    app_u64 round = 0;        /* norm rounds contributed so far */
-    bool pending = false;     /* a contribution not collected yet ... */
-    app_i64 pending_at = 0;   /* ... of this iteration */
-    app_u64 pending_round = 0;
-    double solo_sum = 0.0;    /* solo: the pending sum (thread 0) */
+    bool pending = false;     /* norm block: a check iteration whose norm is not taken yet ... */
+    app_i64 pending_at = 0;   /* ... this one */
     bool stopped = false;
     int fail = 0;
     app_i64 it = 0;
@@ -369,30 +347,28 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
                 jacobi_copy_row(dst, nx, chunk, 0);
             jacobi_phase(p, ph, JACOBI_PH_ROWS, &ph_t);
         }
-        /* The rest of the band: rows 1 and chunk, if done above, are at its
-         * ends (block 0 starts at row 1, the last block ends at row chunk). */
-        partial += jacobi_rows(p, src, dst, r0 + ((r0 == 1 && done_top) ? 1 : 0),
-                               r1 - ((r1 == chunk + 1 && done_bottom) ? 1 : 0), check);
-        if (check) {
-            const double s = app_block_sum(partial);
-            if (threadIdx.x == 0) partials[(it & 1) * nb + b] = s;
-        }
-        jacobi_phase(p, ph, JACOBI_PH_BAND, &ph_t);
-        if (b == 0 && pending) {
-            double norm = 0.0;
-            if (solo) {
-                norm = sqrt(solo_sum);
-            } else {
-                fail = jacobi_collect(&h, p, pending_round, it, &norm);
-                if (fail != 0) break;
+        if (!norm_blk) {
+            /* The rest of the band: rows 1 and chunk, if done above, are at
+             * its ends (block 0 starts at row 1, the last band block ends at
+             * row chunk). */
+            partial += jacobi_rows(p, src, dst, r0 + ((r0 == 1 && done_top) ? 1 : 0),
+                                   r1 - ((r1 == chunk + 1 && done_bottom) ? 1 : 0), check);
+            if (check) {
+                const double s = app_block_sum(partial);
+                if (threadIdx.x == 0) partials[(it & 1) * nc + b] = s;
             }
+            jacobi_phase(p, ph, JACOBI_PH_BAND, &ph_t);
+        } else if (pending) {
+            double norm = 0.0;
+            fail = jacobi_norm(&ctx, p, partials + (pending_at & 1) * nc, nc, solo, pending_at, &norm);
+            if (fail != 0) break;
             if (threadIdx.x == 0) {
                 jacobi_record_norm_leader(p, pending_at, norm);
                 if (norm <= JACOBI_TOL) app_st_relaxed_gpu(&ctl[JACOBI_CTL_STOP], (app_u64)it + 1);
             }
             pending = false;
+            jacobi_phase(p, ph, JACOBI_PH_NORM, &ph_t);
         }
-        jacobi_phase(p, ph, JACOBI_PH_COLLECT, &ph_t);
         fail = app_grid_sync(&h, ctl, (app_u64)it + 1, (app_u64)it);
         if (fail != 0) break;
         jacobi_phase(p, ph, JACOBI_PH_SYNC, &ph_t);
@@ -401,26 +377,15 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
             ++it;
             break;
         }
-        if (b == 0 && check) {
-            const double local = threadIdx.x == 0 ? jacobi_sum_partials(partials + (it & 1) * nb, nb) : 0.0;
-            if (solo)
-                solo_sum = local;
-            else
-                jacobi_contribute(&ctx, p, &norm_src, local, round);
+        if (norm_blk && check) {
             pending = true;
             pending_at = it;
-            pending_round = round;
-            ++round;
         }
-        jacobi_phase(p, ph, JACOBI_PH_CONTRIBUTE, &ph_t);
         if (ph >= 0 && threadIdx.x == 0) ((app_u64*)p.phases)[ph * JACOBI_PHASES + JACOBI_PH_ITERS] += 1;
     }
-    if (fail == 0 && !stopped && b == 0 && pending) {
+    if (fail == 0 && !stopped && norm_blk && pending) {
         double norm = 0.0;
-        if (solo)
-            norm = sqrt(solo_sum);
-        else
-            fail = jacobi_collect(&h, p, pending_round, it, &norm);
+        fail = jacobi_norm(&ctx, p, partials + (pending_at & 1) * nc, nc, solo, pending_at, &norm);
         if (fail == 0 && threadIdx.x == 0) jacobi_record_norm_leader(p, pending_at, norm);
     }
     if (comm && fail == 0) {
@@ -467,9 +432,9 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_step(jacobi_
  *           then wait for this PE's top halo (TOP_SIG >= it + 1);
  *  block 1: row chunk into the top halo of the PE below, then wait for the
  *           bottom halo;
- *  block 2: check iterations only: sum the step kernel's partials, contribute
- *           them to every PE (round p.round), wait for every PE's, and record
- *           the norm (the host reads it after the kernel).
+ *  block 2: check iterations only: the norm (jacobi_norm: the step
+ *           kernel's partials, then the library's reduce to all across PEs),
+ *           recorded for the host to read after the kernel.
  *
  * When it ends, both halos of grid (it + 1) % 2 hold the neighbours' rows of
  * iteration it and every put is complete (ctx_destroy quiets). A neighbour
@@ -480,7 +445,6 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_step(jacobi_
 extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_comm(cpnet_handle_t h, jacobi_params p)
 {
     __shared__ cpnet_ctx_t ctx;
-    __shared__ double norm_src;
     app_u64* ctl = (app_u64*)p.ctl;
     const app_i64 it = p.iter;
     float* dst = (float*)((it & 1) ? p.a0 : p.a1);
@@ -506,11 +470,8 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_comm(cpnet_h
                                 CPNET_SIGNAL_SET, (int)p.bottom_pe);
         fail = app_wait_ge(&h, ctl, bot_sig, (app_u64)it + 1, APP_OP_BOTTOM_HALO, (app_u64)it);
     } else {
-        const double local =
-            threadIdx.x == 0 ? jacobi_sum_partials((const double*)p.partials, (app_u64)p.blocks) : 0.0;
-        jacobi_contribute(&ctx, p, &norm_src, local, (app_u64)p.round);
         double norm = 0.0;
-        fail = jacobi_collect(&h, p, (app_u64)p.round, it, &norm);
+        fail = jacobi_norm(&ctx, p, (const double*)p.partials, (app_u64)p.blocks, false, it, &norm);
         if (fail == 0 && threadIdx.x == 0) jacobi_record_norm_leader(p, it, norm);
     }
     if (fail == 0) {
