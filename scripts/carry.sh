@@ -12,8 +12,8 @@
 #             scripts/graph-gpu.sh take as BIN=DIR/r
 # DIR/cuda    apps/cuda/jacobi and tests/cuda/{coll,fill,amo,warp}, with
 #             lib/libcpnet.so beside them (rpath $ORIGIN/lib)
-# DIR/tests   the GPU test binaries (apps/tests/graph.rs, tests/tests/gpu_multi_pe.rs,
-#             tests/tests/gpu_daemon.rs),
+# DIR/tests   the GPU test binaries (apps/tests/graph.rs, apps/tests/apps.rs,
+#             tests/tests/gpu_multi_pe.rs, tests/tests/gpu_daemon.rs),
 #             stripped; they find the programs they run through the paths
 #             cargo compiled in (target/release/...), so run them from a
 #             copy of the repository at the same path as here, with
@@ -32,7 +32,7 @@ for b in "${bins[@]}"; do strip -o "$dir/r/$b" "target/release/$b"; done
 cp "$(command -v fi_pingpong)" "$dir/r/" 2>/dev/null || echo "carry: no fi_pingpong here (apt-get install libfabric-bin)" >&2
 
 # The GPU tests' binaries: the newest build of each test target.
-test_bins=$(cargo test --release --no-run -p cpnet-apps --test graph -p cpnet-tests --test gpu_multi_pe --test gpu_daemon --message-format=json 2>/dev/null |
+test_bins=$(cargo test --release --no-run -p cpnet-apps --test graph --test apps -p cpnet-tests --test gpu_multi_pe --test gpu_daemon --message-format=json 2>/dev/null |
   python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
