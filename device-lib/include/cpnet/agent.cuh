@@ -38,7 +38,10 @@ namespace cpnet_agent_detail {
  *  widest unit both addresses allow. Loads use the cache-volatile form
  *  (ld.global.cv: fetched again, never served from a stale cached line),
  *  because a host staging buffer is rewritten by the NIC or the CPU between
- *  two uses. */
+ *  two uses. In the 16-byte case each thread has four loads in flight
+ *  before it stores (256 threads: 16 KiB per PCIe round trip from host
+ *  staging, where one load at a time took a round trip per 4 KiB: a 16 KiB
+ *  halo landed in ~3 µs at best, session 14). */
 __device__ __forceinline__ void block_copy_cv(uint8_t* dst, const uint8_t* src, uint64_t n)
 {
     const uint64_t t = threadIdx.x, nt = blockDim.x;
@@ -47,7 +50,16 @@ __device__ __forceinline__ void block_copy_cv(uint8_t* dst, const uint8_t* src, 
         const uint64_t w = n / 16;
         uint4* d = (uint4*)dst;
         const uint4* s = (const uint4*)src;
-        for (uint64_t i = t; i < w; i += nt) d[i] = __ldcv(s + i);
+        uint64_t i = t;
+        for (; i + 3 * nt < w; i += 4 * nt) {
+            const uint4 v0 = __ldcv(s + i), v1 = __ldcv(s + i + nt), v2 = __ldcv(s + i + 2 * nt),
+                        v3 = __ldcv(s + i + 3 * nt);
+            d[i] = v0;
+            d[i + nt] = v1;
+            d[i + 2 * nt] = v2;
+            d[i + 3 * nt] = v3;
+        }
+        for (; i < w; i += nt) d[i] = __ldcv(s + i);
         for (uint64_t i = w * 16 + t; i < n; i += nt) dst[i] = (uint8_t)__ldcv((const unsigned char*)src + i);
     } else if ((a & 7) == 0) {
         const uint64_t w = n / 8;
