@@ -45,15 +45,37 @@ struct jacobi_params {
     app_u64 phases;      /* 0, or app_u64[3 * JACOBI_PHASES]: -phases timers of block 0, the last band block and the norm block (ns) */
 };
 
-/** -phases: thread 0 of a timed block adds the time since *t to phase k and
- *  moves *t on; nothing when slot < 0 (untimed block, or -phases off). */
-__device__ __forceinline__ void jacobi_phase(const jacobi_params& p, int slot, int k, unsigned long long* t)
-{
-    if (slot < 0 || threadIdx.x != 0) return;
-    const unsigned long long now = cpnet_globaltimer_ns();
-    ((app_u64*)p.phases)[slot * JACOBI_PHASES + k] += now - *t;
-    *t = now;
-}
+/** -phases: the timers of one timed block, kept in thread 0's registers
+ *  (a global read-modify-write per mark would add its latency to the
+ *  phases it times) and written out once at the end. */
+struct jacobi_timers {
+    int slot;                              /* < 0: untimed block, or -phases off */
+    unsigned long long t;                  /* the last mark */
+    unsigned long long acc[JACOBI_PHASES]; /* ns per phase; JACOBI_PH_ITERS counts */
+
+    __device__ __forceinline__ explicit jacobi_timers(int s) : slot(s), t(0)
+    {
+        for (int k = 0; k < JACOBI_PHASES; ++k) acc[k] = 0;
+        if (slot >= 0 && threadIdx.x == 0) t = cpnet_globaltimer_ns();
+    }
+    /** Thread 0: the time since the last mark goes to phase k. */
+    __device__ __forceinline__ void mark(int k)
+    {
+        if (slot < 0 || threadIdx.x != 0) return;
+        const unsigned long long now = cpnet_globaltimer_ns();
+        acc[k] += now - t;
+        t = now;
+    }
+    __device__ __forceinline__ void count(int k)
+    {
+        if (slot >= 0 && threadIdx.x == 0) acc[k] += 1;
+    }
+    __device__ __forceinline__ void flush(const jacobi_params& p) const
+    {
+        if (slot < 0 || threadIdx.x != 0) return;
+        for (int k = 0; k < JACOBI_PHASES; ++k) ((app_u64*)p.phases)[slot * JACOBI_PHASES + k] = acc[k];
+    }
+};
 
 __device__ __forceinline__ bool jacobi_is_check(const jacobi_params& p, app_i64 it)
 {
@@ -288,8 +310,7 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
     app_u64* bot_sig = solo ? nullptr : jacobi_word(p.sync, SYNC_BOT_SIG);
     /* -phases: block 0 times into slot 0, the last band block into slot 1,
      * the norm block into slot 2. */
-    const int ph = p.phases == 0 ? -1 : (norm_blk ? 2 : (b == 0 ? 0 : (b == nc - 1 ? 1 : -1)));
-    unsigned long long ph_t = ph >= 0 ? cpnet_globaltimer_ns() : 0;
+    jacobi_timers ph(p.phases == 0 ? -1 : (norm_blk ? 2 : (b == 0 ? 0 : (b == nc - 1 ? 1 : -1))));
 
     if (comm) {
         const int e = cpnet_ctx_create(&h, &ctx);
@@ -316,7 +337,7 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
                     fail = app_wait_ge(&h, ctl, bot_sig, (app_u64)it, APP_OP_BOTTOM_HALO, (app_u64)it);
                 if (fail != 0) break;
             }
-            jacobi_phase(p, ph, JACOBI_PH_HALO, &ph_t);
+            ph.mark(JACOBI_PH_HALO);
             partial += jacobi_rows(p, src, dst, 1, 2, check);
             done_top = true;
             done_bottom = chunk == 1;
@@ -330,14 +351,14 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
                 jacobi_copy_row(dst, nx, 1, chunk + 1);
                 if (chunk == 1) jacobi_copy_row(dst, nx, 1, 0);
             }
-            jacobi_phase(p, ph, JACOBI_PH_ROWS, &ph_t);
+            ph.mark(JACOBI_PH_ROWS);
         }
         if (owns_bottom && !done_bottom) {
             if (!solo) {
                 fail = app_wait_ge(&h, ctl, bot_sig, (app_u64)it, APP_OP_BOTTOM_HALO, (app_u64)it);
                 if (fail != 0) break;
             }
-            jacobi_phase(p, ph, JACOBI_PH_HALO, &ph_t);
+            ph.mark(JACOBI_PH_HALO);
             partial += jacobi_rows(p, src, dst, chunk, chunk + 1, check);
             done_bottom = true;
             if (!solo)
@@ -345,7 +366,7 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
                                         (uint64_t)it + 1, CPNET_SIGNAL_SET, (int)p.bottom_pe);
             else
                 jacobi_copy_row(dst, nx, chunk, 0);
-            jacobi_phase(p, ph, JACOBI_PH_ROWS, &ph_t);
+            ph.mark(JACOBI_PH_ROWS);
         }
         if (!norm_blk) {
             /* The rest of the band: rows 1 and chunk, if done above, are at
@@ -357,7 +378,7 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
                 const double s = app_block_sum(partial);
                 if (threadIdx.x == 0) partials[(it & 1) * nc + b] = s;
             }
-            jacobi_phase(p, ph, JACOBI_PH_BAND, &ph_t);
+            ph.mark(JACOBI_PH_BAND);
         } else if (pending) {
             double norm = 0.0;
             fail = jacobi_norm(&ctx, p, partials + (pending_at & 1) * nc, nc, solo, pending_at, &norm);
@@ -367,11 +388,11 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
                 if (norm <= JACOBI_TOL) app_st_relaxed_gpu(&ctl[JACOBI_CTL_STOP], (app_u64)it + 1);
             }
             pending = false;
-            jacobi_phase(p, ph, JACOBI_PH_NORM, &ph_t);
+            ph.mark(JACOBI_PH_NORM);
         }
         fail = app_grid_sync(&h, ctl, (app_u64)it + 1, (app_u64)it);
         if (fail != 0) break;
-        jacobi_phase(p, ph, JACOBI_PH_SYNC, &ph_t);
+        ph.mark(JACOBI_PH_SYNC);
         if (app_ld_relaxed_gpu(&ctl[JACOBI_CTL_STOP]) != 0) {
             stopped = true;
             ++it;
@@ -381,7 +402,7 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
             pending = true;
             pending_at = it;
         }
-        if (ph >= 0 && threadIdx.x == 0) ((app_u64*)p.phases)[ph * JACOBI_PHASES + JACOBI_PH_ITERS] += 1;
+        ph.count(JACOBI_PH_ITERS);
     }
     if (fail == 0 && !stopped && norm_blk && pending) {
         double norm = 0.0;
@@ -395,6 +416,7 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
             if (threadIdx.x == 0) app_fail_leader(ctl, e, APP_OP_QUIET, (app_u64)it, h.my_pe, ~0ull, 0, 0);
         }
     }
+    ph.flush(p);
     if (b == 0 && threadIdx.x == 0 && fail == 0) ctl[JACOBI_CTL_ITERS] = (app_u64)it;
 }
 
