@@ -45,18 +45,20 @@ struct jacobi_params {
     app_u64 phases;      /* 0, or app_u64[3 * JACOBI_PHASES]: -phases timers of block 0, the last band block and the norm block (ns) */
 };
 
-/** -phases: the timers of one timed block, kept in thread 0's registers
- *  (a global read-modify-write per mark would add its latency to the
- *  phases it times) and written out once at the end. */
+/** -phases: the timers of one timed block, in shared memory written by
+ *  thread 0 (a global read-modify-write per mark would add its latency to
+ *  the phases it times; registers held across the loop made the stencil
+ *  spill) and copied out once at the end. */
 struct jacobi_timers {
-    int slot;                              /* < 0: untimed block, or -phases off */
-    unsigned long long t;                  /* the last mark */
-    unsigned long long acc[JACOBI_PHASES]; /* ns per phase; JACOBI_PH_ITERS counts */
+    int slot;                /* < 0: untimed block, or -phases off */
+    unsigned long long t;    /* the last mark */
+    unsigned long long* acc; /* shared: ns per phase; JACOBI_PH_ITERS counts */
 
-    __device__ __forceinline__ explicit jacobi_timers(int s) : slot(s), t(0)
+    __device__ __forceinline__ jacobi_timers(int s, unsigned long long* shared_acc) : slot(s), t(0), acc(shared_acc)
     {
+        if (slot < 0 || threadIdx.x != 0) return;
         for (int k = 0; k < JACOBI_PHASES; ++k) acc[k] = 0;
-        if (slot >= 0 && threadIdx.x == 0) t = cpnet_globaltimer_ns();
+        t = cpnet_globaltimer_ns();
     }
     /** Thread 0: the time since the last mark goes to phase k. */
     __device__ __forceinline__ void mark(int k)
@@ -77,9 +79,26 @@ struct jacobi_timers {
     }
 };
 
+__device__ __forceinline__ bool jacobi_is_check(app_i64 nccheck, app_i64 csv, app_i64 it)
+{
+    return it % nccheck == 0 || (csv == 0 && it % 100 == 0);
+}
 __device__ __forceinline__ bool jacobi_is_check(const jacobi_params& p, app_i64 it)
 {
-    return it % p.nccheck == 0 || (p.csv == 0 && it % 100 == 0);
+    return jacobi_is_check(p.nccheck, p.csv, it);
+}
+
+/** The fields of jacobi_params the norm needs, passed by value to the norm
+ *  block's loop: a reference to the kernel's parameters would make the
+ *  kernel copy them all to local memory (and the stencil spill more). */
+struct jacobi_norm_args {
+    app_u64 ctl, partials, norms, sync;
+    app_i64 niter, nccheck, csv, max_norms, solo;
+};
+
+__device__ __forceinline__ jacobi_norm_args jacobi_norm_args_of(const jacobi_params& p)
+{
+    return jacobi_norm_args{p.ctl, p.partials, p.norms, p.sync, p.niter, p.nccheck, p.csv, p.max_norms, p.solo};
 }
 
 /** V consecutive floats of one thread (V = 4: one 16-byte access). */
@@ -210,7 +229,7 @@ __device__ __forceinline__ app_u64* jacobi_word(app_u64 sync, app_u64 byte_off)
 
 /** Block 0 of the norm, thread 0: append (iteration, norm) to the list; the
  *  last one also goes to JACOBI_CTL_LAST_NORM(_ITER) for the inter-kernel host. */
-__device__ __forceinline__ void jacobi_record_norm_leader(const jacobi_params& p, app_i64 at, double norm)
+__device__ __forceinline__ void jacobi_record_norm_leader(const jacobi_norm_args& p, app_i64 at, double norm)
 {
     app_u64* ctl = (app_u64*)p.ctl;
     app_u64* norms = (app_u64*)p.norms;
@@ -234,7 +253,7 @@ __device__ __forceinline__ void jacobi_record_norm_leader(const jacobi_params& p
  * SYNC_NORM_SRC / + 8, so every PE gets the same bits. `*norm` (thread 0)
  * is the square root. Returns 0, or nonzero on failure (recorded).
  */
-__device__ __noinline__ int jacobi_norm(cpnet_ctx_t* ctx, const jacobi_params& p, const double* parts,
+__device__ __noinline__ int jacobi_norm(cpnet_ctx_t* ctx, const jacobi_norm_args& p, const double* parts,
                                         app_u64 count, bool solo, app_i64 it, double* norm)
 {
     double v = 0.0;
@@ -290,38 +309,28 @@ __device__ __noinline__ int jacobi_norm(cpnet_ctx_t* ctx, const jacobi_params& p
  * (put-with-signal: data first). The same holds downwards. The context's
  * final quiet (ctx_destroy) surfaces any error of a non-blocking put.
  */
-extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(cpnet_handle_t h, jacobi_params p)
+/** jacobi_persistent's band blocks (b < nc): the halos, the stencil and the
+ *  partials, then the grid barrier, every iteration. Returns the first
+ *  failure (recorded) or 0; `*it_out` = iterations run. Not inlined, and
+ *  apart from the norm block's loop, so the stencil's registers are
+ *  allocated without the reduce's call (together they spilled: session
+ *  17, ptxas -v). */
+__device__ __forceinline__ int jacobi_band_loop(cpnet_handle_t* h, const jacobi_params& p, cpnet_ctx_t* ctx,
+                                             jacobi_timers& ph, app_i64* it_out)
 {
-    __shared__ cpnet_ctx_t ctx;
     app_u64* ctl = (app_u64*)p.ctl;
     float* grid[2] = {(float*)p.a0, (float*)p.a1};
     double* partials = (double*)p.partials;
     const app_u64* rows = (const app_u64*)p.row_start;
-    const app_u64 b = blockIdx.x, nc = gridDim.x - 1; /* nc band blocks, then the norm block */
-    const bool norm_blk = b == nc;
+    const app_u64 b = blockIdx.x, nc = gridDim.x - 1;
     const app_i64 nx = p.nx, chunk = p.chunk;
-    const app_i64 r0 = norm_blk ? chunk + 1 : (app_i64)rows[b], r1 = norm_blk ? chunk + 1 : (app_i64)rows[b + 1];
+    const app_i64 r0 = (app_i64)rows[b], r1 = (app_i64)rows[b + 1];
     const bool solo = p.solo != 0;
-    const bool owns_top = !norm_blk && r0 == 1; /* always block 0 */
-    const bool owns_bottom = !norm_blk && r1 == chunk + 1;
-    const bool comm = !solo && (owns_top || owns_bottom || norm_blk);
+    const bool owns_top = r0 == 1; /* always block 0 */
+    const bool owns_bottom = r1 == chunk + 1;
     const app_u64 row_bytes = (app_u64)nx * sizeof(float);
     app_u64* top_sig = solo ? nullptr : jacobi_word(p.sync, SYNC_TOP_SIG);
     app_u64* bot_sig = solo ? nullptr : jacobi_word(p.sync, SYNC_BOT_SIG);
-    /* -phases: block 0 times into slot 0, the last band block into slot 1,
-     * the norm block into slot 2. */
-    jacobi_timers ph(p.phases == 0 ? -1 : (norm_blk ? 2 : (b == 0 ? 0 : (b == nc - 1 ? 1 : -1))));
-
-    if (comm) {
-        const int e = cpnet_ctx_create(&h, &ctx);
-        if (e != CPNET_E_OK) {
-            if (threadIdx.x == 0) app_fail_leader(ctl, e, APP_OP_CTX_CREATE, 0, h.my_pe, ~0ull, 0, 0);
-            return;
-        }
-    }
-    bool pending = false;     /* norm block: a check iteration whose norm is not taken yet ... */
-    app_i64 pending_at = 0;   /* ... this one */
-    bool stopped = false;
     int fail = 0;
     app_i64 it = 0;
     for (; it < p.niter; ++it) {
@@ -332,9 +341,9 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
         bool done_top = false, done_bottom = false;
         if (owns_top) {
             if (!solo) {
-                fail = app_wait_ge(&h, ctl, top_sig, (app_u64)it, APP_OP_TOP_HALO, (app_u64)it);
+                fail = app_wait_ge(h, ctl, top_sig, (app_u64)it, APP_OP_TOP_HALO, (app_u64)it);
                 if (fail == 0 && chunk == 1)
-                    fail = app_wait_ge(&h, ctl, bot_sig, (app_u64)it, APP_OP_BOTTOM_HALO, (app_u64)it);
+                    fail = app_wait_ge(h, ctl, bot_sig, (app_u64)it, APP_OP_BOTTOM_HALO, (app_u64)it);
                 if (fail != 0) break;
             }
             ph.mark(JACOBI_PH_HALO);
@@ -342,10 +351,10 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
             done_top = true;
             done_bottom = chunk == 1;
             if (!solo) {
-                cpnet_putmem_signal_nbi(&ctx, dst + p.top_pe_halo * nx, dst + nx, row_bytes, (uint64_t*)bot_sig,
+                cpnet_putmem_signal_nbi(ctx, dst + p.top_pe_halo * nx, dst + nx, row_bytes, (uint64_t*)bot_sig,
                                         (uint64_t)it + 1, CPNET_SIGNAL_SET, (int)p.top_pe);
                 if (chunk == 1)
-                    cpnet_putmem_signal_nbi(&ctx, dst, dst + nx, row_bytes, (uint64_t*)top_sig, (uint64_t)it + 1,
+                    cpnet_putmem_signal_nbi(ctx, dst, dst + nx, row_bytes, (uint64_t*)top_sig, (uint64_t)it + 1,
                                             CPNET_SIGNAL_SET, (int)p.bottom_pe);
             } else {
                 jacobi_copy_row(dst, nx, 1, chunk + 1);
@@ -355,34 +364,59 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
         }
         if (owns_bottom && !done_bottom) {
             if (!solo) {
-                fail = app_wait_ge(&h, ctl, bot_sig, (app_u64)it, APP_OP_BOTTOM_HALO, (app_u64)it);
+                fail = app_wait_ge(h, ctl, bot_sig, (app_u64)it, APP_OP_BOTTOM_HALO, (app_u64)it);
                 if (fail != 0) break;
             }
             ph.mark(JACOBI_PH_HALO);
             partial += jacobi_rows(p, src, dst, chunk, chunk + 1, check);
             done_bottom = true;
             if (!solo)
-                cpnet_putmem_signal_nbi(&ctx, dst, dst + chunk * nx, row_bytes, (uint64_t*)top_sig,
+                cpnet_putmem_signal_nbi(ctx, dst, dst + chunk * nx, row_bytes, (uint64_t*)top_sig,
                                         (uint64_t)it + 1, CPNET_SIGNAL_SET, (int)p.bottom_pe);
             else
                 jacobi_copy_row(dst, nx, chunk, 0);
             ph.mark(JACOBI_PH_ROWS);
         }
-        if (!norm_blk) {
-            /* The rest of the band: rows 1 and chunk, if done above, are at
-             * its ends (block 0 starts at row 1, the last band block ends at
-             * row chunk). */
-            partial += jacobi_rows(p, src, dst, r0 + ((r0 == 1 && done_top) ? 1 : 0),
-                                   r1 - ((r1 == chunk + 1 && done_bottom) ? 1 : 0), check);
-            if (check) {
-                const double s = app_block_sum(partial);
-                if (threadIdx.x == 0) partials[(it & 1) * nc + b] = s;
-            }
-            ph.mark(JACOBI_PH_BAND);
-        } else if (pending) {
+        /* The rest of the band: rows 1 and chunk, if done above, are at its
+         * ends (block 0 starts at row 1, the last band block ends at row
+         * chunk). */
+        partial += jacobi_rows(p, src, dst, r0 + ((r0 == 1 && done_top) ? 1 : 0),
+                               r1 - ((r1 == chunk + 1 && done_bottom) ? 1 : 0), check);
+        if (check) {
+            const double s = app_block_sum(partial);
+            if (threadIdx.x == 0) partials[(it & 1) * nc + b] = s;
+        }
+        ph.mark(JACOBI_PH_BAND);
+        fail = app_grid_sync(h, ctl, (app_u64)it + 1, (app_u64)it);
+        if (fail != 0) break;
+        ph.mark(JACOBI_PH_SYNC);
+        ph.count(JACOBI_PH_ITERS);
+        if (app_ld_relaxed_gpu(&ctl[JACOBI_CTL_STOP]) != 0) {
+            ++it;
+            break;
+        }
+    }
+    *it_out = it;
+    return fail;
+}
+
+/** jacobi_persistent's norm block (b == nc): the norm of the previous check
+ *  iteration while the band blocks compute, then the same grid barriers. */
+__device__ __noinline__ int jacobi_norm_loop(cpnet_handle_t* h, const jacobi_norm_args p, cpnet_ctx_t* ctx,
+                                             jacobi_timers& ph)
+{
+    app_u64* ctl = (app_u64*)p.ctl;
+    const double* partials = (const double*)p.partials;
+    const app_u64 nc = gridDim.x - 1;
+    const bool solo = p.solo != 0;
+    bool pending = false;   /* a check iteration whose norm is not taken yet ... */
+    app_i64 pending_at = 0; /* ... this one */
+    int fail = 0;
+    for (app_i64 it = 0; it < p.niter; ++it) {
+        if (pending) {
             double norm = 0.0;
-            fail = jacobi_norm(&ctx, p, partials + (pending_at & 1) * nc, nc, solo, pending_at, &norm);
-            if (fail != 0) break;
+            fail = jacobi_norm(ctx, p, partials + (pending_at & 1) * nc, nc, solo, pending_at, &norm);
+            if (fail != 0) return fail;
             if (threadIdx.x == 0) {
                 jacobi_record_norm_leader(p, pending_at, norm);
                 if (norm <= JACOBI_TOL) app_st_relaxed_gpu(&ctl[JACOBI_CTL_STOP], (app_u64)it + 1);
@@ -390,25 +424,48 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(c
             pending = false;
             ph.mark(JACOBI_PH_NORM);
         }
-        fail = app_grid_sync(&h, ctl, (app_u64)it + 1, (app_u64)it);
-        if (fail != 0) break;
+        fail = app_grid_sync(h, ctl, (app_u64)it + 1, (app_u64)it);
+        if (fail != 0) return fail;
         ph.mark(JACOBI_PH_SYNC);
-        if (app_ld_relaxed_gpu(&ctl[JACOBI_CTL_STOP]) != 0) {
-            stopped = true;
-            ++it;
-            break;
-        }
-        if (norm_blk && check) {
+        ph.count(JACOBI_PH_ITERS);
+        if (app_ld_relaxed_gpu(&ctl[JACOBI_CTL_STOP]) != 0) return 0;
+        if (jacobi_is_check(p.nccheck, p.csv, it)) {
             pending = true;
             pending_at = it;
         }
-        ph.count(JACOBI_PH_ITERS);
     }
-    if (fail == 0 && !stopped && norm_blk && pending) {
+    if (pending) {
         double norm = 0.0;
-        fail = jacobi_norm(&ctx, p, partials + (pending_at & 1) * nc, nc, solo, pending_at, &norm);
+        fail = jacobi_norm(ctx, p, partials + (pending_at & 1) * nc, nc, solo, pending_at, &norm);
         if (fail == 0 && threadIdx.x == 0) jacobi_record_norm_leader(p, pending_at, norm);
     }
+    return fail;
+}
+
+extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(cpnet_handle_t h, jacobi_params p)
+{
+    __shared__ cpnet_ctx_t ctx;
+    __shared__ unsigned long long ph_acc[JACOBI_PHASES];
+    app_u64* ctl = (app_u64*)p.ctl;
+    const app_u64 b = blockIdx.x, nc = gridDim.x - 1; /* nc band blocks, then the norm block */
+    const bool norm_blk = b == nc;
+    const app_u64* rows = (const app_u64*)p.row_start;
+    const bool solo = p.solo != 0;
+    const bool comm =
+        !solo && (norm_blk || (app_i64)rows[b] == 1 || (app_i64)rows[b + 1] == p.chunk + 1);
+    /* -phases: block 0 times into slot 0, the last band block into slot 1,
+     * the norm block into slot 2. */
+    jacobi_timers ph(p.phases == 0 ? -1 : (norm_blk ? 2 : (b == 0 ? 0 : (b == nc - 1 ? 1 : -1))), ph_acc);
+
+    if (comm) {
+        const int e = cpnet_ctx_create(&h, &ctx);
+        if (e != CPNET_E_OK) {
+            if (threadIdx.x == 0) app_fail_leader(ctl, e, APP_OP_CTX_CREATE, 0, h.my_pe, ~0ull, 0, 0);
+            return;
+        }
+    }
+    app_i64 it = 0;
+    int fail = norm_blk ? jacobi_norm_loop(&h, jacobi_norm_args_of(p), &ctx, ph) : jacobi_band_loop(&h, p, &ctx, ph, &it);
     if (comm && fail == 0) {
         const int e = cpnet_ctx_destroy(&ctx);
         if (e != CPNET_E_OK) {
@@ -493,8 +550,9 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_comm(cpnet_h
         fail = app_wait_ge(&h, ctl, bot_sig, (app_u64)it + 1, APP_OP_BOTTOM_HALO, (app_u64)it);
     } else {
         double norm = 0.0;
-        fail = jacobi_norm(&ctx, p, (const double*)p.partials, (app_u64)p.blocks, false, it, &norm);
-        if (fail == 0 && threadIdx.x == 0) jacobi_record_norm_leader(p, it, norm);
+        const jacobi_norm_args na = jacobi_norm_args_of(p);
+        fail = jacobi_norm(&ctx, na, (const double*)p.partials, (app_u64)p.blocks, false, it, &norm);
+        if (fail == 0 && threadIdx.x == 0) jacobi_record_norm_leader(na, it, norm);
     }
     if (fail == 0) {
         const int d = cpnet_ctx_destroy(&ctx);
