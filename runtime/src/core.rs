@@ -204,6 +204,13 @@ impl PeCore {
         self.boot().allgather(data).map_err(|cause| Error::Bootstrap { pe: self.my_pe(), cause })
     }
 
+    /// The provider and bind address init chose for this PE's transport
+    /// (the same choice, from the same inputs), for the PE kinds'
+    /// `fabric_config`.
+    pub(crate) fn fabric_config(&self) -> cpnet_proxy::transport::FabricConfig {
+        crate::startup::default_fabric(&self.launch, &self.tuning, self.boot.as_ref().and_then(Bootstrap::local_ip))
+    }
+
     pub(crate) fn command_errors(&self) -> Vec<CommandError> {
         self.proxies.command_errors()
     }

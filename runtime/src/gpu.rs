@@ -701,8 +701,7 @@ impl GpuPe {
     /// beside cpnet's, such as the raw libfabric floors of
     /// `cpnet-gpu-p2p --pingpong`. Local.
     pub fn fabric_config(&self) -> FabricConfig {
-        // The same choice init made, from the same inputs.
-        startup::default_fabric(&self.core.launch, &self.core.tuning, self.core.boot.as_ref().and_then(Bootstrap::local_ip))
+        self.core.fabric_config()
     }
 
     /// Which PEs this PE reaches by CUDA IPC peer copies (same host,

@@ -54,7 +54,7 @@ use crate::env::{JobKey, Launch, ProxyMode, Tuning};
 use crate::host_backend::HostBackend;
 use crate::proxy_link::ProxyLink;
 use crate::proxy_threads::Proxies;
-use crate::startup::{self, PeKind, default_fabric};
+use crate::startup::{self, PeKind};
 use crate::team::{self, Team, TeamHost, Teams};
 use crate::transport_map::{self, Route};
 
@@ -170,8 +170,7 @@ impl Pe {
     /// their own endpoint beside cpnet's, such as `cpnet-bench`'s raw
     /// libfabric floor. Local.
     pub fn fabric_config(&self) -> FabricConfig {
-        // The same choice init made, from the same inputs.
-        default_fabric(&self.core.launch, &self.core.tuning, self.core.boot.as_ref().and_then(Bootstrap::local_ip))
+        self.core.fabric_config()
     }
 
     /// This PE's symmetric heap, for host reads and writes of local
