@@ -113,6 +113,27 @@ pub struct Floor {
     pub write_dc_rate: f64,
 }
 
+/// A fresh fabric, domain, completion queue, address vector and endpoint
+/// of `info`, what both floors open before registering their buffers.
+struct Opened {
+    domain: std::rc::Rc<Domain>,
+    cq: std::rc::Rc<CompletionQueue>,
+    av: std::rc::Rc<AddressVector>,
+    ep: std::rc::Rc<Endpoint>,
+}
+
+impl Opened {
+    /// `what` prefixes the errors ("floor", "message floor").
+    fn new(info: &Info, what: &str) -> Result<Opened> {
+        let fabric = Fabric::open(info).with_context(|| format!("{what}: fi_fabric"))?;
+        let domain = Domain::open(&fabric).with_context(|| format!("{what}: fi_domain"))?;
+        let cq = CompletionQueue::open(&domain, 4096).with_context(|| format!("{what}: fi_cq_open"))?;
+        let av = AddressVector::open(&domain, 8).with_context(|| format!("{what}: fi_av_open"))?;
+        let ep = Endpoint::open(&domain, &cq, &av).with_context(|| format!("{what}: endpoint"))?;
+        Ok(Opened { domain, cq, av, ep })
+    }
+}
+
 /// The registered buffer: written by the fabric behind Rust's back, so only
 /// touched through atomics.
 struct Buf {
@@ -154,11 +175,7 @@ struct Side {
 impl Side {
     fn open(cfg: &FabricConfig) -> Result<Side> {
         let info = fabric_info(cfg).context("floor: fi_getinfo")?;
-        let fabric = Fabric::open(&info).context("floor: fi_fabric")?;
-        let domain = Domain::open(&fabric).context("floor: fi_domain")?;
-        let cq = CompletionQueue::open(&domain, 4096).context("floor: fi_cq_open")?;
-        let av = AddressVector::open(&domain, 8).context("floor: fi_av_open")?;
-        let ep = Endpoint::open(&domain, &cq, &av).context("floor: endpoint")?;
+        let Opened { domain, cq, av, ep } = Opened::new(&info, "floor")?;
         let buf = Buf::new();
         // SAFETY: the buffer outlives the region (field order) and is only
         // accessed through atomics.
@@ -410,11 +427,7 @@ impl MsgSide {
             "message floor: provider {} offers no FI_MSG",
             info.provider_name()
         );
-        let fabric = Fabric::open(&info).context("message floor: fi_fabric")?;
-        let domain = Domain::open(&fabric).context("message floor: fi_domain")?;
-        let cq = CompletionQueue::open(&domain, 4096).context("message floor: fi_cq_open")?;
-        let av = AddressVector::open(&domain, 8).context("message floor: fi_av_open")?;
-        let ep = Endpoint::open(&domain, &cq, &av).context("message floor: endpoint")?;
+        let Opened { domain, cq, av, ep } = Opened::new(&info, "message floor")?;
         let max = max.next_multiple_of(8).max(8);
         let buf: Box<[AtomicU64]> = (0..(RECVS + 1) * max / 8).map(|_| AtomicU64::new(0)).collect();
         // SAFETY: the buffer outlives the region (field order); nothing here

@@ -324,13 +324,12 @@ fn pingpong(pe: &GpuPe, cli: &P2pArgs, sizes: &[u64]) -> Result<()> {
         println!("{:>12} {:>12} {:>12} {:>16} {:>16}", "size_B", "one_way_us", "exchange_us", "floor_one_way_us", "floor_exchange_us");
     }
     for (k, &size) in sizes.iter().enumerate() {
-        let mut row = [0.0f64; 2];
-        for (j, exchange) in [0i32, 1].into_iter().enumerate() {
-            row[j] = pingpong_run(pe, &func, cli, (buf, src, sig), size, exchange)?;
-        }
+        // Ping-pong first, then the exchange, on every PE alike (collective).
+        let one_way = pingpong_run(pe, &func, cli, (buf, src, sig), size, 0)?;
+        let round = pingpong_run(pe, &func, cli, (buf, src, sig), size, 1)?;
         if me == 0 {
             let (fo, fe) = floor.as_ref().map_or((f64::NAN, f64::NAN), |f| (f[k].one_way_us, f[k].exchange_us));
-            println!("{size:>12} {:>12.2} {:>12.2} {fo:>16.2} {fe:>16.2}", row[0], row[1]);
+            println!("{size:>12} {one_way:>12.2} {round:>12.2} {fo:>16.2} {fe:>16.2}");
         }
     }
     Ok(())
@@ -348,35 +347,33 @@ fn pingpong_run(
 ) -> Result<f64> {
     let me = pe.my_pe();
     let mut out = 0.0;
-    {
-        if me < 2 {
-            pe.write_heap(sig, &[0u8; 8])?;
-        }
-        pe.barrier_all()?;
-        if me < 2 {
-            let stream = pe.stream();
-            let times = stream.alloc_zeros::<u64>(1)?;
-            let status = stream.clone_htod(&[-1i32])?;
-            let (h, b_, s_, g_) = (pe.handle(), pe.dev_ptr(buf), pe.dev_ptr(src), pe.dev_ptr(sig));
-            let (warmup, iters) = (20u32, cli.iters);
-            let mut b = stream.launch_builder(func);
-            b.arg(&h).arg(&b_).arg(&s_).arg(&g_).arg(&size).arg(&iters).arg(&warmup).arg(&exchange).arg(&times).arg(&status);
-            let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (cli.threads, 1, 1), shared_mem_bytes: 0 };
-            // SAFETY: the arguments match `pingpong` (handle by value, three
-            // device pointers into this PE's heap: `size` bytes twice and
-            // one u64, u64, two u32, i32, the times and status buffers of
-            // one element); the kernel has ended when synchronize returns.
-            unsafe { b.launch(cfg) }.context("launch pingpong")?;
-            pe.synchronize()?;
-            let st = stream.clone_dtoh(&status)?;
-            let what = if exchange != 0 { "exchange" } else { "ping-pong" };
-            ensure!(st[0] == 0, "{what} of {size} bytes failed on PE {me}: CPNET_E_* {}", st[0]);
-            let t = stream.clone_dtoh(&times)?[0];
-            let per = if exchange != 0 { f64::from(iters) } else { 2.0 * f64::from(iters) };
-            out = t as f64 / 1e3 / per;
-        }
-        pe.barrier_all()?;
+    if me < 2 {
+        pe.write_heap(sig, &[0u8; 8])?;
     }
+    pe.barrier_all()?;
+    if me < 2 {
+        let stream = pe.stream();
+        let times = stream.alloc_zeros::<u64>(1)?;
+        let status = stream.clone_htod(&[-1i32])?;
+        let (h, b_, s_, g_) = (pe.handle(), pe.dev_ptr(buf), pe.dev_ptr(src), pe.dev_ptr(sig));
+        let (warmup, iters) = (20u32, cli.iters);
+        let mut b = stream.launch_builder(func);
+        b.arg(&h).arg(&b_).arg(&s_).arg(&g_).arg(&size).arg(&iters).arg(&warmup).arg(&exchange).arg(&times).arg(&status);
+        let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (cli.threads, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: the arguments match `pingpong` (handle by value, three
+        // device pointers into this PE's heap: `size` bytes twice and
+        // one u64, u64, two u32, i32, the times and status buffers of
+        // one element); the kernel has ended when synchronize returns.
+        unsafe { b.launch(cfg) }.context("launch pingpong")?;
+        pe.synchronize()?;
+        let st = stream.clone_dtoh(&status)?;
+        let what = if exchange != 0 { "exchange" } else { "ping-pong" };
+        ensure!(st[0] == 0, "{what} of {size} bytes failed on PE {me}: CPNET_E_* {}", st[0]);
+        let t = stream.clone_dtoh(&times)?[0];
+        let per = if exchange != 0 { f64::from(iters) } else { 2.0 * f64::from(iters) };
+        out = t as f64 / 1e3 / per;
+    }
+    pe.barrier_all()?;
     Ok(out)
 }
 

@@ -88,8 +88,8 @@ fn main() -> Result<()> {
     let words = pe.shmalloc(64 * 64)?;
     pe.heap().write_bytes(buf, &vec![0x5a; max as usize])?;
     let floor = if cli.floor_iters > 0 { floor::measure(&pe, cli.floor_iters, cli.floor_msgs)? } else { None };
-    let msg_floor =
-        if cli.floor_iters > 0 { floor::messages(&pe, &[8, 4096, 16384], (cli.floor_iters / 5).max(1))? } else { None };
+    let msg_rounds = (cli.floor_iters / 5).max(1);
+    let msg_floor = if cli.floor_iters > 0 { floor::messages(&pe, &[8, 4096, 16384], msg_rounds)? } else { None };
     pe.barrier_all()?;
     if me == 0 {
         println!(
@@ -109,7 +109,7 @@ fn main() -> Result<()> {
                 m.size,
                 m.one_way_us,
                 m.exchange_us,
-                (cli.floor_iters / 5).max(1)
+                msg_rounds
             );
         }
         if cli.csv {

@@ -101,7 +101,7 @@ const _: () = assert!(PHASES.len() <= PHASE_STRIDE);
 
 /// The kernels' source with every `#define` they need.
 pub fn source() -> String {
-    let phases = PHASES.iter().enumerate().map(|(k, (name, _))| (format!("JACOBI_PH_{name}"), k.to_string()));
+    let phase_names: Vec<String> = PHASES.iter().map(|(name, _)| format!("JACOBI_PH_{name}")).collect();
     let defines = [
         ("SYNC_TOP_SIG", format!("{}ull", sync_block::TOP_SIG)),
         ("SYNC_BOT_SIG", format!("{}ull", sync_block::BOT_SIG)),
@@ -118,9 +118,8 @@ pub fn source() -> String {
         ("JACOBI_THREADS", THREADS.to_string()),
         ("JACOBI_PHASES", PHASE_STRIDE.to_string()),
     ];
-    let phases: Vec<(String, String)> = phases.collect();
     let defines: Vec<(&str, String)> =
-        defines.into_iter().chain(phases.iter().map(|(k, v)| (k.as_str(), v.clone()))).collect();
+        defines.into_iter().chain(phase_names.iter().enumerate().map(|(k, n)| (n.as_str(), k.to_string()))).collect();
     kernel_source(&defines, include_str!("jacobi.cu"))
 }
 
