@@ -246,20 +246,20 @@ __device__ __forceinline__ void jacobi_record_norm_leader(const jacobi_norm_args
 /**
  * The norm of one check iteration (collective over the block): the sum of
  * the `count` block partials at `parts` (each thread a strided share, then
- * app_block_sum's fixed tree: the same bits for the same grid), and with
- * more than one PE the library's reduce to all over CPNET_TEAM_WORLD
+ * app_block_sum's fixed tree: the same bits for the same grid), and unless
+ * p.solo (one PE) the library's reduce to all over CPNET_TEAM_WORLD
  * (cpnet_double_sum_reduce, OpenSHMEM 1.5 §9.9.12; its LL path between
  * peer-mapped GPUs, the queue otherwise) through the symmetric words
  * SYNC_NORM_SRC / + 8, so every PE gets the same bits. `*norm` (thread 0)
  * is the square root. Returns 0, or nonzero on failure (recorded).
  */
 __device__ __noinline__ int jacobi_norm(cpnet_ctx_t* ctx, const jacobi_norm_args& p, const double* parts,
-                                        app_u64 count, bool solo, app_i64 it, double* norm)
+                                        app_u64 count, app_i64 it, double* norm)
 {
     double v = 0.0;
     for (app_u64 k = threadIdx.x; k < count; k += blockDim.x) v += __ldcg(parts + k);
     double s = app_block_sum(v);
-    if (!solo) {
+    if (p.solo == 0) {
         double* src = (double*)jacobi_word(p.sync, SYNC_NORM_SRC);
         if (threadIdx.x == 0) *src = s;
         /* The reduce's threads read `src`: thread 0's store first. */
@@ -408,14 +408,13 @@ __device__ __noinline__ int jacobi_norm_loop(cpnet_handle_t* h, const jacobi_nor
     app_u64* ctl = (app_u64*)p.ctl;
     const double* partials = (const double*)p.partials;
     const app_u64 nc = gridDim.x - 1;
-    const bool solo = p.solo != 0;
     bool pending = false;   /* a check iteration whose norm is not taken yet ... */
     app_i64 pending_at = 0; /* ... this one */
     int fail = 0;
     for (app_i64 it = 0; it < p.niter; ++it) {
         if (pending) {
             double norm = 0.0;
-            fail = jacobi_norm(ctx, p, partials + (pending_at & 1) * nc, nc, solo, pending_at, &norm);
+            fail = jacobi_norm(ctx, p, partials + (pending_at & 1) * nc, nc, pending_at, &norm);
             if (fail != 0) return fail;
             if (threadIdx.x == 0) {
                 jacobi_record_norm_leader(p, pending_at, norm);
@@ -436,7 +435,7 @@ __device__ __noinline__ int jacobi_norm_loop(cpnet_handle_t* h, const jacobi_nor
     }
     if (pending) {
         double norm = 0.0;
-        fail = jacobi_norm(ctx, p, partials + (pending_at & 1) * nc, nc, solo, pending_at, &norm);
+        fail = jacobi_norm(ctx, p, partials + (pending_at & 1) * nc, nc, pending_at, &norm);
         if (fail == 0 && threadIdx.x == 0) jacobi_record_norm_leader(p, pending_at, norm);
     }
     return fail;
@@ -551,7 +550,7 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_comm(cpnet_h
     } else {
         double norm = 0.0;
         const jacobi_norm_args na = jacobi_norm_args_of(p);
-        fail = jacobi_norm(&ctx, na, (const double*)p.partials, (app_u64)p.blocks, false, it, &norm);
+        fail = jacobi_norm(&ctx, na, (const double*)p.partials, (app_u64)p.blocks, it, &norm);
         if (fail == 0 && threadIdx.x == 0) jacobi_record_norm_leader(na, it, norm);
     }
     if (fail == 0) {

@@ -423,7 +423,7 @@ __device__ __forceinline__ int team_quiet_leader(cpnet_ctx_t* ctx)
  *  orders what precedes it in causality order, bar.sync included). A member
  *  leaves only after it acquired a chain of such releases from every other
  *  member, so it sees their stores, as do PEs it tells later. A separate
- *  fence (per thread, or the leader's) measured 0.6-0.7 µs more per barrier
+ *  fence (per thread, or the leader's) measured 0.5-0.6 µs more per barrier
  *  on two H200s (session 17). A team of one sends nothing: its leader
  *  fences instead. */
 __device__ __forceinline__ int team_sync_rounds(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, bool quiet)
