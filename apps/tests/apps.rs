@@ -545,3 +545,49 @@ fn providers_report_what_libfabric_grants() {
     );
     assert!(text.contains("## cxi\nrma: no ("), "{text}");
 }
+
+// ----------------------------------------------------------- cpnet-bench
+
+const BENCH: &str = env!("CARGO_BIN_EXE_cpnet-bench");
+
+/// The number after the word `key` in `line`.
+fn number_after(line: &str, key: &str) -> f64 {
+    let mut words = line.split_whitespace();
+    words
+        .position(|w| w == key)
+        .and_then(|_| words.next())
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {key:?} in: {line}"))
+}
+
+/// `cpnet-bench` prints the provider's own floors beside cpnet's rows (the
+/// raw write ping-pong, and the message ping-pong and two-way exchange at 8
+/// B, 4 KiB and 16 KiB, `cpnet_apps::floor`), each a positive time, over
+/// both providers.
+#[test]
+fn bench_prints_the_providers_floors() {
+    for provider in [SHM, TCP] {
+        let out = ok(
+            2,
+            provider,
+            BENCH,
+            &["--max", "64", "--iters", "50", "--rate-msgs", "2000", "--rate-wgs", "1", "--floor-iters", "100", "--floor-msgs", "2000"],
+        );
+        let write = out
+            .lines()
+            .find(|l| l.starts_with("# floor: raw libfabric") && l.contains("8 B write ping-pong"))
+            .unwrap_or_else(|| panic!("no write ping-pong floor over {provider}:\n{out}"));
+        assert!(number_after(write, "one-way") > 0.0, "{write}");
+        for size in [8, 4096, 16384] {
+            let at = format!("# floor: raw libfabric fi_send/fi_recv {size} B:");
+            let line = out
+                .lines()
+                .find(|l| l.starts_with(&at))
+                .unwrap_or_else(|| panic!("no message floor at {size} B over {provider}:\n{out}"));
+            for key in ["one-way", "exchange"] {
+                let us = number_after(line, key);
+                assert!(us.is_finite() && us > 0.0, "{key} of {us} us: {line}");
+            }
+        }
+    }
+}
