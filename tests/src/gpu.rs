@@ -1014,6 +1014,7 @@ pub const KERNELS: &[(&str, &str, &str)] = &[
     ("bad-input", "bad_input", BAD_INPUT),
     ("stuck-wait", "stuck", STUCK_WAIT),
     ("collectives", "coll", crate::gpu_coll::COLL),
+    ("coll-bench", "coll_bench", crate::gpu_coll::COLL_BENCH),
 ];
 
 /// Whether this machine can run GPU PEs: `Ok(device count)`, or why not
@@ -1111,7 +1112,10 @@ mod tests {
     #[test]
     fn every_kernel_uses_the_prelude_macros_consistently() {
         for (name, func, k) in KERNELS {
-            assert!(k.contains(&format!("__global__ void {func}(")), "{name}");
+            // `extern "C" __global__ void [__launch_bounds__(N)] func(cpnet_handle_t h, ...`
+            let at = k.find(&format!(" {func}(cpnet_handle_t h")).unwrap_or_else(|| panic!("{name}: no {func}(cpnet_handle_t h"));
+            let line = k[..at].rsplit('\n').next().unwrap_or_default();
+            assert!(line.contains("__global__ void"), "{name}: {line}");
             assert!(k.contains("BEGIN(h, logs);"), "{name}");
             assert!(k.contains("END();"), "{name}");
         }

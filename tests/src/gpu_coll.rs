@@ -354,8 +354,8 @@ pub fn compare(case: &Case, got: &[u8], want: &[u8]) -> Option<String> {
     Some(format!("{} of {} elements differ: {}", bad.len(), got.len() / es, first.join(", ")))
 }
 
-/// The device side: `coll` runs the cases on `team`, then the bad-input
-/// calls; `coll_bench` times barrier, sync and float sum reductions.
+/// The device side of the check: `coll` runs the cases on `team`, then the
+/// bad-input calls.
 pub const COLL: &str = r#"
 /* A case (8 u64): kind, type code, op, n, src heap offset, dst heap offset, root, unused. */
 __device__ __noinline__ int red_(cpnet_ctx_t* c, int t, unsigned tc, unsigned op, void* d, const void* s, u64 n)
@@ -483,8 +483,17 @@ extern "C" __global__ void coll(cpnet_handle_t h, int team, const u64* cases, un
     END();
 }
 
+"#;
+
+/// The device side of the benchmarks (`coll_bench`: barrier, sync and float
+/// sum reductions; `a2a_bench`: alltoall), apart from [`COLL`] so that they
+/// compile in seconds (the check's 44 reductions take most of a minute).
+pub const COLL_BENCH: &str = r#"
 /* out[0..]: ns per call, averaged over iters: barrier, sync, then float sum reduce of each size of sizes[0..nsizes). */
-extern "C" __global__ void coll_bench(cpnet_handle_t h, int team, unsigned iters, const u64* sizes, unsigned nsizes,
+#ifndef COLL_BENCH_THREADS
+#define COLL_BENCH_THREADS 1024
+#endif
+extern "C" __global__ void __launch_bounds__(COLL_BENCH_THREADS) coll_bench(cpnet_handle_t h, int team, unsigned iters, const u64* sizes, unsigned nsizes,
                                       float* src, float* dst, u64* out, u64* logs)
 {
     BEGIN(h, logs);

@@ -79,6 +79,12 @@
  *    PE); a CPU work-group is never peer-mapped, so it never sees LL words.
  *    Every round sends at least one word, so each still tells every member
  *    the sender got this far.
+ *  - reduce, short rounds (GPU only): a reduction that fits one LL round of
+ *    at most CPNET_TEAM_SMALL_MAX_BYTES, on a team whose other members are
+ *    all peer-mapped, runs that round on the block's first warps only (one
+ *    word per thread, their own barrier between the steps) inside one entry
+ *    and one exit block barrier: the same words, epochs and buffers, so
+ *    members on either form pair up.
  *
  * PATHS: every put goes where cpnet_putmem_signal_nbi sends it: the block's
  * own stores into a peer's heap where cpnet_ptr reaches it (p2p, signal
@@ -280,23 +286,28 @@ __device__ __forceinline__ int team_fail(cpnet_ctx_t* ctx, int e)
 }
 
 /** The team's next epoch (SEQ + 1, stored back) and, with `round`, its next
- *  data buffer (ROUND % 2, ROUND + 1 stored back), in one collective step:
- *  returns epoch << 1 | buffer to every thread. Relaxed: only this PE's
- *  work-groups write the words, one at a time (team.rs's team_epoch). */
+ *  data buffer (ROUND % 2, ROUND + 1 stored back): epoch << 1 | buffer.
+ *  team_next_leader on one thread; team_next as one collective step that
+ *  returns it to every thread. Relaxed: only this PE's work-groups write the
+ *  words, one at a time (team.rs's team_epoch). */
+__device__ __forceinline__ uint64_t team_next_leader(const cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, bool round)
+{
+    uint64_t* seq = team_word(ctx, d, CPNET_TEAM_SCR_SEQ);
+    const uint64_t e = cpnet_ld_relaxed_sys_u64(seq) + 1;
+    cpnet_st_relaxed_sys_u64(seq, e);
+    uint64_t buf = 0;
+    if (round) {
+        uint64_t* rw = team_word(ctx, d, CPNET_TEAM_SCR_ROUND);
+        const uint64_t r = cpnet_ld_relaxed_sys_u64(rw);
+        cpnet_st_relaxed_sys_u64(rw, r + 1);
+        buf = r % 2;
+    }
+    return e << 1 | buf;
+}
 __device__ __forceinline__ uint64_t team_next(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, bool round)
 {
     collective(ctx, [&]() -> int {
-        uint64_t* seq = team_word(ctx, d, CPNET_TEAM_SCR_SEQ);
-        const uint64_t e = cpnet_ld_relaxed_sys_u64(seq) + 1;
-        cpnet_st_relaxed_sys_u64(seq, e);
-        uint64_t buf = 0;
-        if (round) {
-            uint64_t* rw = team_word(ctx, d, CPNET_TEAM_SCR_ROUND);
-            const uint64_t r = cpnet_ld_relaxed_sys_u64(rw);
-            cpnet_st_relaxed_sys_u64(rw, r + 1);
-            buf = r % 2;
-        }
-        ctx->val = e << 1 | buf;
+        ctx->val = team_next_leader(ctx, d, round);
         return CPNET_E_OK;
     });
     return ctx->val;
@@ -764,6 +775,192 @@ __device__ __forceinline__ void team_fold_ll(const cpnet_ctx_t* ctx, const cpnet
     }
 }
 
+/** Largest reduction (bytes per member) that takes the short path
+ *  (team_reduce_small) where every other member is peer-mapped: one LL
+ *  round (so at most team_ll_max too) on the block's first warps, one LL
+ *  word per thread, in two block barriers (entry and exit) and two barriers
+ *  of those warps, against seven block barriers for the block's LL round
+ *  (team_next, p2p_enter, the LL wait's pair, the quiet), whose cost grows
+ *  with the block: at 1024 threads an 8-byte reduce took 8.2 us on the
+ *  block's round against 4.0 on the first warp (two H200s, session 18). 0
+ *  turns it off. */
+#ifndef CPNET_TEAM_SMALL_MAX_BYTES
+#define CPNET_TEAM_SMALL_MAX_BYTES 1024ull
+#endif
+
+/** Threads of a short round of `words` LL words: one word each, in whole
+ *  warps from thread rank 0 (warps are formed from linear thread ranks), at
+ *  most the block's whole warps (a word then takes several turns); the
+ *  whole block when it has fewer than 32 threads. The same in every thread. */
+__device__ __forceinline__ uint32_t team_small_threads(uint64_t words)
+{
+    const uint32_t nt = blockDim.x * blockDim.y * blockDim.z;
+    if (nt < 32) return nt;
+    const uint64_t want = (words + 31) / 32 * 32;
+    const uint32_t whole = nt / 32 * 32;
+    return want < whole ? (uint32_t)want : whole;
+}
+
+/** Barrier of the first `p` threads (team_small_threads), ordering their
+ *  memory accesses as __syncthreads does: their warp's __syncwarp for one
+ *  warp or less, else named barrier 1 for p threads (barrier 0 is
+ *  __syncthreads'; the block's other threads wait at the collective's exit
+ *  barrier meanwhile, so no other use of barrier 1 can run in this block). */
+__device__ __forceinline__ void team_small_sync(uint32_t p)
+{
+    if (p <= 32) __syncwarp(p == 32 ? 0xffffffffu : (1u << p) - 1u);
+    else asm volatile("bar.sync 1, %0;" ::"r"(p) : "memory");
+}
+
+/** Every member but this PE is peer-mapped: a round is LL words only (the
+ *  same answer on every member, the peer table being symmetric). */
+__device__ __forceinline__ bool team_all_p2p(const cpnet_ctx_t* ctx, const cpnet_team_desc_t& d)
+{
+    for (int j = 0; j < d.size; ++j)
+        if (j != d.my_idx && team_p2p(ctx, d, j) == 0) return false;
+    return true;
+}
+
+/** Data word w of an LL round: bytes 4w..4w+3 of `source` (`bytes` long),
+ *  zero past its end; one 4-byte load where aligned. */
+__device__ __forceinline__ uint32_t team_src_word(const void* source, uint64_t bytes, uint64_t w)
+{
+    const uint8_t* s = (const uint8_t*)source;
+    const uint64_t b = 4 * w;
+    if (((uint64_t)s & 3) == 0 && b + 4 <= bytes) return *(const uint32_t*)(s + b);
+    uint32_t v = 0;
+    for (uint64_t k = 0; k < 4; ++k)
+        if (b + k < bytes) v |= (uint32_t)s[b + k] << (8 * k);
+    return v;
+}
+
+/**
+ * The untyped part of a short reduction round (team_reduce_small), up to
+ * the fold. Collective over the block: an entry block barrier (the block's
+ * writes of `source` come first), then on the first `p` threads only
+ * (team_small_threads of the round's words, `*p` in every thread): thread 0
+ * takes the epoch and buffer (`*buf`) and, after a cpnet_fence with commands
+ * queued, waits for them (p2p_enter's part); the threads pack the `bytes` of
+ * `source` into LL words for every other member (all peer-mapped), one word
+ * each, then poll those members' words of this epoch. Returns, the same in
+ * each of the p threads: CPNET_E_OK, the fence's failure, or the wait's
+ * (abort code, CPNET_E_TIMEOUT reported as team_ll_wait does); the other
+ * threads get CPNET_E_OK and nothing else. Not inlined and not typed: every
+ * reduction shares it.
+ */
+__device__ __noinline__ inline int team_small_round(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, const void* source,
+                                                    uint64_t bytes, uint64_t* buf, uint32_t* p)
+{
+    __shared__ int small_err;
+    __shared__ uint64_t small_eb;
+    const uint64_t words = team_ll_words(bytes);
+    const uint32_t np = team_small_threads(words);
+    *p = np;
+    __syncthreads();
+    const uint32_t t = thread_rank();
+    if (t >= np) return CPNET_E_OK;
+    if (t == 0) {
+        int r = CPNET_E_OK;
+        uint64_t eb = team_next_leader(ctx, d, true);
+        if (ctx->fence_idx != 0) {
+            cpnet_cmd_t c = {};
+            c.opcode = CPNET_OP_FENCE;
+            r = wait_completed(ctx, ctx->fence_idx, c);
+            ctx->fence_idx = 0;
+        }
+        small_err = r;
+        small_eb = eb;
+    }
+    /* Thread 0's writes (small_err, small_eb, the epoch words) before the
+     * others read them. */
+    team_small_sync(np);
+    const uint64_t eb = small_eb;
+    *buf = eb & 1;
+    int r = *(volatile int*)&small_err;
+    if (r != CPNET_E_OK) return r;
+    const uint64_t e = eb >> 1;
+    const uint64_t to_off = heap_offset(ctx, team_ll(ctx, d, *buf, d.my_idx));
+    for (int k = 1; k < d.size; ++k) {
+        const int j = (d.my_idx + k) % d.size;
+        uint64_t* const to = (uint64_t*)(team_p2p(ctx, d, j) + to_off);
+        for (uint64_t w = t; w < words; w += np)
+            cpnet_st_relaxed_sys_u64(to + w, team_ll_word(team_src_word(source, bytes, w), e));
+    }
+    const uint32_t flag = (uint32_t)e;
+    for (int j = 0; j < d.size; ++j) {
+        if (j == d.my_idx) continue;
+        const uint64_t* slot = team_ll(ctx, d, *buf, j);
+        int x = CPNET_E_OK;
+        for (uint64_t w = t; w < words && x == CPNET_E_OK; w += np) {
+            spin sp(CPNET_TEAM_BACKOFF_MAX_NS);
+            for (;;) {
+                /* Relaxed, system scope: the word is its own flag
+                 * (team_ll_wait). */
+                const uint64_t v = cpnet_ld_relaxed_sys_u64(slot + w);
+                if ((uint32_t)(v >> 32) == flag) break;
+                x = *(volatile int*)&small_err;
+                if (x == CPNET_E_OK) x = sp.pause(ctx);
+                if (x != CPNET_E_OK) {
+                    if (atomicCAS(&small_err, CPNET_E_OK, x) == CPNET_E_OK && x == CPNET_E_TIMEOUT)
+                        report_dev_error(ctx, x, team_world_pe(d, j), heap_offset(ctx, slot + w), flag, v >> 32,
+                                         CPNET_CMP_EQ);
+                    break;
+                }
+            }
+        }
+    }
+    /* Every thread's polls and small_err before the fold reads the words
+     * (as team_ll_wait's barrier), and the threads agree on the outcome. */
+    team_small_sync(np);
+    return *(volatile int*)&small_err;
+}
+
+/** The end of a short reduction (collective over the block): the leader
+ *  records a failure `r` or, on success, quiets (only the queue's part: LL
+ *  words need no fence); then a block barrier, after which dest and the
+ *  result are visible to every thread and `source` may be rewritten.
+ *  Returns the result to every thread. */
+__device__ __noinline__ inline int team_small_finish(cpnet_ctx_t* ctx, int r)
+{
+    if (is_leader()) {
+        note_error(ctx, r);
+        if (r == CPNET_E_OK) r = team_quiet_leader(ctx);
+        ctx->ret = r;
+    }
+    __syncthreads();
+    return ctx->ret;
+}
+
+/**
+ * A reduction of n elements (n * sizeof(T) <= CPNET_TEAM_SMALL_MAX_BYTES and
+ * team_ll_max(d)) over a team whose other members are all peer-mapped, on
+ * the block's first warps (collective over the block): team_small_round,
+ * the fold on its threads (team_fold_ll's order, this PE's own part read
+ * from `source`, so nothing is copied into its slot), team_small_finish.
+ * The protocol, epochs, buffers and words are those of
+ * team_reduce_round_ll, so a member on this path pairs with one on the
+ * block's: the choice depends only on n, the chunk and the symmetric peer
+ * table. `dest` may equal `source`: each element is read and written by one
+ * thread, after every LL word went out.
+ */
+template <typename T, int OP>
+__device__ __forceinline__ int team_reduce_small(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, T* dest,
+                                                 const T* source, uint64_t n)
+{
+    uint64_t buf = 0;
+    uint32_t np = 0;
+    const int r = team_small_round(ctx, d, source, n * sizeof(T), &buf, &np);
+    if (r == CPNET_E_OK && thread_rank() < np) {
+        for (uint64_t i = thread_rank(); i < n; i += np) {
+            T acc = d.my_idx == 0 ? source[i] : team_ll_elem<T>(ctx, d, buf, 0, i);
+            for (int j = 1; j < d.size; ++j)
+                acc = combiner<T, OP>::apply(acc, j == d.my_idx ? source[i] : team_ll_elem<T>(ctx, d, buf, j, i));
+            dest[i] = acc;
+        }
+    }
+    return team_small_finish(ctx, r);
+}
+
 /** One round of a reduction up to the fold (team.rs reduce): take the
  *  epoch and the buffer (returned in `*buf`), copy `bytes` of `source` into
  *  this PE's slot, put the slot into the same slot of every other member
@@ -797,6 +994,11 @@ __device__ __forceinline__ int team_reduce(cpnet_ctx_t* ctx, cpnet_team_t team, 
     cpnet_team_desc_t d;
     const int bad = team_get(ctx, team, &d);
     if (bad != CPNET_E_OK) return team_fail(ctx, bad);
+    /* The same choice on every member: the same size and chunk, a symmetric
+     * peer table. */
+    if (nreduce <= CPNET_TEAM_SMALL_MAX_BYTES / sizeof(T) && nreduce * sizeof(T) <= team_ll_max(d) &&
+        team_all_p2p(ctx, d))
+        return team_reduce_small<T, OP>(ctx, d, dest, source, nreduce);
     const uint64_t per_round = d.chunk / sizeof(T);
     uint64_t done = 0;
     /* One round even for nreduce == 0: every member takes the same epochs. */

@@ -87,11 +87,16 @@ enum Scenario {
     Collectives,
     /// Device team collectives' latency on CPNET_TEAM_WORLD, averaged over
     /// `iters` calls inside one kernel: barrier, sync, and float sum
-    /// reduce-to-all of 8 B to 8 KiB. One block per PE; PE 0 prints.
+    /// reduce-to-all of 8 B to 8 KiB. One block per PE (built with
+    /// `__launch_bounds__` of `--threads`, so up to 1024 fit); PE 0 prints.
     CollBench {
         /// Calls per measurement.
         #[arg(long, default_value_t = 2000)]
         iters: u32,
+        /// Build with CPNET_TEAM_SMALL_MAX_BYTES set to this (bytes; 0: no
+        /// reduction takes the short path), for a side-by-side run.
+        #[arg(long)]
+        small_max: Option<u64>,
     },
     /// Device alltoall latency on CPNET_TEAM_WORLD (cpnet_alltoallmem, one
     /// block per PE): 1 KiB to `max` bytes per pair, x4, against NCCL's
@@ -151,7 +156,7 @@ fn main() -> ExitCode {
         Scenario::BadInput => bad_input(&pe, wgs, threads),
         Scenario::StuckWait => stuck_wait(&pe, threads),
         Scenario::Collectives => collectives(&pe, threads),
-        Scenario::CollBench { iters } => coll_bench(&pe, threads, iters),
+        Scenario::CollBench { iters, small_max } => coll_bench(&pe, threads, iters, small_max),
         Scenario::A2aBench { iters, max } => a2a_bench(&pe, threads, iters, max),
         Scenario::OnStream => cpnet_tests::gpu_on_stream::on_stream(&pe),
     };
@@ -956,7 +961,7 @@ fn a2a_bench(pe: &GpuPe, threads: u32, iters: u64, max: u64) -> Result<()> {
     let sizes: Vec<u64> = std::iter::successors(Some(1024u64), |s| Some(s * 4)).take_while(|&s| s <= max.max(1024)).collect();
     let counts: Vec<u64> = sizes.iter().map(|&s| if s <= 1 << 20 { iters } else { (iters * (1 << 20) / s).max(5) }).collect();
     let span = n * sizes.last().copied().unwrap_or(1024);
-    let k = build(pe, "a2a-bench", "a2a_bench", gpu_coll::COLL)?;
+    let k = build(pe, "a2a-bench", "a2a_bench", gpu_coll::COLL_BENCH)?;
     let need = 2 * span;
     let alloc = |what: &str, bytes: u64| {
         pe.shmalloc(bytes).with_context(|| format!("a2a-bench {what}: {bytes} bytes (both buffers need {need}: raise CPNET_HEAP_SIZE)"))
@@ -977,7 +982,7 @@ fn a2a_bench(pe: &GpuPe, threads: u32, iters: u64, max: u64) -> Result<()> {
     let h = pe.handle();
     let mut b = pe.stream().launch_builder(&k.func);
     b.arg(&h).arg(&team).arg(&p_sz).arg(&p_it).arg(&nsizes).arg(&p_src).arg(&p_dst).arg(&p_out).arg(&p_logs);
-    // SAFETY: the arguments match `a2a_bench` in cpnet_tests::gpu_coll::COLL;
+    // SAFETY: the arguments match `a2a_bench` in cpnet_tests::gpu_coll::COLL_BENCH;
     // src and dst hold n_pes x the largest size; one block per PE;
     // synchronized below.
     unsafe { b.launch(grid(1, threads)) }.context("launch a2a_bench")?;
@@ -999,10 +1004,18 @@ fn a2a_bench(pe: &GpuPe, threads: u32, iters: u64, max: u64) -> Result<()> {
 }
 
 /// Barrier, sync and float sum reduce latency on CPNET_TEAM_WORLD.
-fn coll_bench(pe: &GpuPe, threads: u32, iters: u32) -> Result<()> {
+fn coll_bench(pe: &GpuPe, threads: u32, iters: u32, small_max: Option<u64>) -> Result<()> {
     use cpnet_tests::gpu_coll;
     let me = pe.my_pe();
-    let k = build(pe, "coll-bench", "coll_bench", gpu_coll::COLL)?;
+    let mut defines = format!("#define COLL_BENCH_THREADS {threads}\n");
+    if let Some(w) = small_max {
+        defines += &format!("#define CPNET_TEAM_SMALL_MAX_BYTES {w}ull\n");
+    }
+    // Before the prelude: team.cuh reads CPNET_TEAM_SMALL_MAX_BYTES when included.
+    let src = format!("{defines}{}", gpu::source(gpu_coll::COLL_BENCH));
+    let module = pe.build_module("coll-bench.cu", &src)?;
+    let func = module.load_function("coll_bench").context("load kernel coll_bench")?;
+    let k = Kernel { src, func };
     let h = pe.handle();
     let sizes: Vec<u64> = vec![8, 64, 512, 1024, 2048, 4096, 8192];
     let sz = pe.shmalloc(8 * sizes.len() as u64)?;
@@ -1017,7 +1030,7 @@ fn coll_bench(pe: &GpuPe, threads: u32, iters: u32) -> Result<()> {
     let team = pe.team_world().id();
     let mut b = pe.stream().launch_builder(&k.func);
     b.arg(&h).arg(&team).arg(&iters).arg(&p_sz).arg(&nsizes).arg(&p_src).arg(&p_dst).arg(&p_out).arg(&p_logs);
-    // SAFETY: the arguments match `coll_bench` in cpnet_tests::gpu_coll::COLL;
+    // SAFETY: the arguments match `coll_bench` in cpnet_tests::gpu_coll::COLL_BENCH;
     // one block per PE; synchronized below.
     unsafe { b.launch(grid(1, threads)) }.context("launch coll_bench")?;
     pe.synchronize()?;
@@ -1026,7 +1039,11 @@ fn coll_bench(pe: &GpuPe, threads: u32, iters: u32) -> Result<()> {
     let ns = read_u64s(pe, out, 2 + sizes.len())?;
     if me == 0 {
         let path = if h.0.peers != 0 { "p2p stores" } else { "queue (network path)" };
-        println!("coll-bench: {} PEs, team world, 1 block x {threads} threads, {iters} calls each, {path}", pe.n_pes());
+        let small = small_max.map_or_else(|| "default".to_string(), |w| format!("{w} B"));
+        println!(
+            "coll-bench: {} PEs, team world, 1 block x {threads} threads, {iters} calls each, {path}, short reductions up to {small}",
+            pe.n_pes()
+        );
         println!("coll-bench: {:>10} {:>8} {:>10}", "op", "bytes", "time(us)");
         println!("coll-bench: {:>10} {:>8} {:>10.2}", "barrier", 0, ns[0] as f64 / 1e3);
         println!("coll-bench: {:>10} {:>8} {:>10.2}", "sync", 0, ns[1] as f64 / 1e3);
