@@ -352,6 +352,8 @@ impl StagedEndpoint {
             clock: StageClock::default(),
             recv_at: vec![None; self.layout.n_recv],
             op_at: vec![None; MAX_OPS],
+            big_sent_at: vec![None; self.layout.n_big],
+            small_sent_at: vec![None; SMALL_BUFS],
             ops: vec![OpSlot::default(); MAX_OPS],
             free_ops: (0..MAX_OPS as u32).rev().collect(),
             free_big: (0..self.layout.n_big as u32).rev().collect(),
@@ -476,11 +478,40 @@ struct StageClock {
     post: (u64, u64, u64),
     /// A remote op: submitted, to its last answer.
     answer: (u64, u64, u64),
+    /// A received PUT of at most 8 bytes (inline) / a larger one: its
+    /// sender's `fi_send`, to its receive completion read here (CLOCK_MONOTONIC
+    /// of one host: both PEs on one machine; meaningless across hosts).
+    req_wire_small: (u64, u64, u64),
+    req_wire_big: (u64, u64, u64),
+    /// A received ACK: the target's `fi_send`, to its completion read here.
+    ack_wire: (u64, u64, u64),
+    /// A header-only / a larger message of ours: `fi_send`, to its send
+    /// completion read here.
+    send_small: (u64, u64, u64),
+    send_big: (u64, u64, u64),
+}
+
+/// CLOCK_MONOTONIC in ns: the send stamps of the timing report, comparable
+/// between processes of one host.
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec we own; CLOCK_MONOTONIC
+    // always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 impl StageClock {
     fn add(acc: &mut (u64, u64, u64), since: std::time::Instant) {
-        let ns = since.elapsed().as_nanos() as u64;
+        Self::add_ns(acc, since.elapsed().as_nanos() as u64);
+    }
+    /// A span from a peer's send stamp (`mono_ns`) to now; 0: not stamped.
+    fn add_wire(acc: &mut (u64, u64, u64), sent: u64) {
+        if sent != 0 {
+            Self::add_ns(acc, mono_ns().saturating_sub(sent));
+        }
+    }
+    fn add_ns(acc: &mut (u64, u64, u64), ns: u64) {
         acc.0 += 1;
         acc.1 += ns;
         acc.2 = if acc.0 == 1 { ns } else { acc.2.min(ns) };
@@ -498,6 +529,9 @@ pub struct StagedTransport {
     clock: StageClock,
     recv_at: Vec<Option<std::time::Instant>>,
     op_at: Vec<Option<std::time::Instant>>,
+    /// `fi_send` of each big / small send buffer in flight (timing only).
+    big_sent_at: Vec<Option<std::time::Instant>>,
+    small_sent_at: Vec<Option<std::time::Instant>>,
     ops: Vec<OpSlot>,
     free_ops: Vec<u32>,
     free_big: Vec<u32>,
@@ -572,6 +606,15 @@ impl Drop for StagedTransport {
                 StageClock::show(c.answer),
                 launches,
                 refused
+            );
+            tracing::debug!(
+                "PE {}: staged transport, sender's fi_send to receive completion read (one host's clock): put <= 8 B: {}; larger put: {}; ACK: {}; own fi_send to its send completion: header-only {}; larger {}",
+                self.inner.my_pe,
+                StageClock::show(c.req_wire_small),
+                StageClock::show(c.req_wire_big),
+                StageClock::show(c.ack_wire),
+                StageClock::show(c.send_small),
+                StageClock::show(c.send_big)
             );
         }
     }
@@ -666,6 +709,23 @@ impl StagedTransport {
             CTX_SEND_BIG => self.big_ptr((ctx & CTX_MASK) as u32),
             _ => self.small_ptr((ctx & CTX_MASK) as u32),
         };
+        if self.timing {
+            let i = (ctx & CTX_MASK) as usize;
+            let at = if ctx & !CTX_MASK == CTX_SEND_BIG { &mut self.big_sent_at[i] } else { &mut self.small_sent_at[i] };
+            *at = Some(std::time::Instant::now());
+            // The send stamp of the timing report: a PUT's `cond`, an ACK's
+            // `value` (fields those kinds do not use otherwise).
+            let at = match Self::read_hdr(ptr).kind {
+                K_PUT => Some(std::mem::offset_of!(Hdr, cond)),
+                K_ACK => Some(std::mem::offset_of!(Hdr, value)),
+                _ => None,
+            };
+            if let Some(off) = at {
+                // SAFETY: inside the 64-byte header of a buffer we own until
+                // its completion (not posted yet).
+                unsafe { ptr.add(off).cast::<u64>().write_unaligned(mono_ns()) };
+            }
+        }
         let buf = LocalBuf { ptr, desc: self.inner.mr.desc() };
         // SAFETY: the buffer is inside the registered staging memory and ours
         // until its completion; the peer came from our AV.
@@ -921,10 +981,16 @@ impl StagedTransport {
                 match ctx & !CTX_MASK {
                     CTX_RECV => self.on_recv(i, done)?,
                     CTX_SEND_BIG => {
+                        if let Some(t) = self.big_sent_at[i as usize].take() {
+                            StageClock::add(&mut self.clock.send_big, t);
+                        }
                         self.big_owner[i as usize] = None;
                         self.free_big.push(i);
                     }
                     CTX_SEND_SMALL => {
+                        if let Some(t) = self.small_sent_at[i as usize].take() {
+                            StageClock::add(&mut self.clock.send_small, t);
+                        }
                         self.small_owner[i as usize] = None;
                         self.free_small.push(i);
                     }

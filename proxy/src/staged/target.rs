@@ -20,6 +20,10 @@ impl StagedTransport {
             K_PUT => {
                 let pe = h.src_pe;
                 self.recv_at[r as usize] = self.timing.then(std::time::Instant::now);
+                if self.timing {
+                    let acc = if h.flags & F_INLINE != 0 { &mut self.clock.req_wire_small } else { &mut self.clock.req_wire_big };
+                    StageClock::add_wire(acc, h.cond);
+                }
                 let sig_ok = h.flags & F_SIGNAL == 0 || (in_heap(h.sig, 8) && h.sig.is_multiple_of(8));
                 let len_ok = if h.flags & F_INLINE != 0 { h.size <= 8 } else { h.size <= self.inner.cfg.chunk as u64 };
                 if !in_heap(h.dst, h.size) || !sig_ok || !len_ok {
@@ -106,6 +110,9 @@ impl StagedTransport {
             }
             K_ACK | K_AMO_REPLY => {
                 self.repost(r);
+                if self.timing && h.kind == K_ACK {
+                    StageClock::add_wire(&mut self.clock.ack_wire, h.value);
+                }
                 self.credits[h.src_pe as usize] += 1;
                 self.watch.answered(h.src_pe);
                 if let Some(i) = self.op_of(h.tag) {
