@@ -316,6 +316,22 @@ __device__ __forceinline__ void block_copy(void* dst, const void* src, uint64_t 
 }
 
 /**
+ * p2p_enter's leader part: wait until the commands a cpnet_fence ordered
+ * before the next peer-to-peer access (ctx->fence_idx) are complete, then
+ * forget the fence. Returns CPNET_E_OK (also when there was none) or the
+ * wait's failure; the caller records it.
+ */
+__device__ __forceinline__ int fence_wait_leader(cpnet_ctx_t* ctx)
+{
+    if (ctx->fence_idx == 0) return CPNET_E_OK;
+    cpnet_cmd_t c = {};
+    c.opcode = CPNET_OP_FENCE;
+    const int e = wait_completed(ctx, ctx->fence_idx, c);
+    ctx->fence_idx = 0;
+    return e;
+}
+
+/**
  * Start a peer-to-peer access (collective). If a cpnet_fence came after
  * queued commands (ctx->fence_idx), first wait until they are complete: the
  * queue cannot order the kernel's own stores, so the fence is kept by
@@ -331,10 +347,7 @@ __device__ __forceinline__ int p2p_enter(cpnet_ctx_t* ctx)
         return CPNET_E_OK;
     }
     return collective(ctx, [&]() -> int {
-        cpnet_cmd_t c = {};
-        c.opcode = CPNET_OP_FENCE;
-        const int e = wait_completed(ctx, ctx->fence_idx, c);
-        ctx->fence_idx = 0;
+        const int e = fence_wait_leader(ctx);
         note_error(ctx, e);
         return e;
     });

@@ -391,15 +391,10 @@ __device__ __forceinline__ int team_signal_leader(cpnet_ctx_t* ctx, uint64_t* wo
     uint8_t* remote = nullptr;
     uint64_t* sig_remote = nullptr;
     if (p2p_put_signal_route(ctx, word, word, 0, word, CPNET_SIGNAL_SET, pe, &remote, &sig_remote)) {
-        if (ctx->fence_idx != 0) {
-            cpnet_cmd_t c = {};
-            c.opcode = CPNET_OP_FENCE;
-            const int r = wait_completed(ctx, ctx->fence_idx, c);
-            ctx->fence_idx = 0;
-            if (r != CPNET_E_OK) {
-                note_error(ctx, r);
-                return r;
-            }
+        const int r = fence_wait_leader(ctx);
+        if (r != CPNET_E_OK) {
+            note_error(ctx, r);
+            return r;
         }
         /* Release, cumulative over the block's stores before the caller's
          * barrier; pairs with the target's acquire in team_wait_leader. */
@@ -638,6 +633,33 @@ __device__ __forceinline__ uint64_t team_ll_max(const cpnet_team_desc_t& d)
 }
 
 /**
+ * Poll LL word `w` of team PE j's slot `slot` until it carries `flag` (the
+ * epoch's low 32 bits), giving up like every team wait: on the abort code
+ * or CPNET_E_TIMEOUT, or at once when another thread already failed
+ * (`*err`, shared by the polling threads). The first failure is stored in
+ * `*err` and, for a timeout, reported with the word's heap offset, the
+ * epoch and the word found. Returns CPNET_E_OK or the failure.
+ */
+__device__ __forceinline__ int team_ll_poll(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, int j, const uint64_t* slot,
+                                            uint64_t w, uint32_t flag, int* err)
+{
+    spin sp(CPNET_TEAM_BACKOFF_MAX_NS);
+    for (;;) {
+        /* Relaxed, system scope: the word is its own flag (no other data
+         * depends on it); a peer's 8-byte store wrote it. */
+        const uint64_t v = cpnet_ld_relaxed_sys_u64(slot + w);
+        if ((uint32_t)(v >> 32) == flag) return CPNET_E_OK;
+        int r = *(volatile int*)err;
+        if (r == CPNET_E_OK) r = sp.pause(ctx);
+        if (r != CPNET_E_OK) {
+            if (atomicCAS(err, CPNET_E_OK, r) == CPNET_E_OK && r == CPNET_E_TIMEOUT)
+                report_dev_error(ctx, r, team_world_pe(d, j), heap_offset(ctx, slot + w), flag, v >> 32, CPNET_CMP_EQ);
+            return r;
+        }
+    }
+}
+
+/**
  * Wait until every LL sender's slot of buffer `buf` holds `words` words of
  * epoch `e` (collective): each thread polls its own words (a word is either
  * old or whole: one 8-byte store wrote it), giving up like every team wait
@@ -655,23 +677,7 @@ __device__ __noinline__ inline int team_ll_wait(cpnet_ctx_t* ctx, const cpnet_te
     for (int j = 0; j < d.size; ++j) {
         if (team_p2p(ctx, d, j) == 0) continue;
         const uint64_t* slot = team_ll(ctx, d, buf, j);
-        for (uint64_t w = thread_rank(); w < words; w += nt) {
-            spin sp(CPNET_TEAM_BACKOFF_MAX_NS);
-            for (;;) {
-                /* Relaxed, system scope: the word is its own flag (no other
-                 * data depends on it); a peer's 8-byte store wrote it. */
-                const uint64_t v = cpnet_ld_relaxed_sys_u64(slot + w);
-                if ((uint32_t)(v >> 32) == flag) break;
-                int r = *(volatile int*)&ll_err;
-                if (r == CPNET_E_OK) r = sp.pause(ctx);
-                if (r != CPNET_E_OK) {
-                    if (atomicCAS(&ll_err, CPNET_E_OK, r) == CPNET_E_OK && r == CPNET_E_TIMEOUT)
-                        report_dev_error(ctx, r, team_world_pe(d, j), heap_offset(ctx, slot + w), flag, v >> 32,
-                                         CPNET_CMP_EQ);
-                    break;
-                }
-            }
-        }
+        for (uint64_t w = thread_rank(); w < words; w += nt) team_ll_poll(ctx, d, j, slot, w, flag, &ll_err);
     }
     __syncthreads();
     const int r = ll_err;
@@ -782,7 +788,7 @@ __device__ __forceinline__ void team_fold_ll(const cpnet_ctx_t* ctx, const cpnet
  *  of those warps, against seven block barriers for the block's LL round
  *  (team_next, p2p_enter, the LL wait's pair, the quiet), whose cost grows
  *  with the block: at 1024 threads an 8-byte reduce took 8.2 us on the
- *  block's round against 4.0 on the first warp (two H200s, session 18). 0
+ *  block's round against 4.1 on the short path (two H200s, session 18). 0
  *  turns it off. */
 #ifndef CPNET_TEAM_SMALL_MAX_BYTES
 #define CPNET_TEAM_SMALL_MAX_BYTES 1024ull
@@ -860,16 +866,8 @@ __device__ __noinline__ inline int team_small_round(cpnet_ctx_t* ctx, const cpne
     const uint32_t t = thread_rank();
     if (t >= np) return CPNET_E_OK;
     if (t == 0) {
-        int r = CPNET_E_OK;
-        uint64_t eb = team_next_leader(ctx, d, true);
-        if (ctx->fence_idx != 0) {
-            cpnet_cmd_t c = {};
-            c.opcode = CPNET_OP_FENCE;
-            r = wait_completed(ctx, ctx->fence_idx, c);
-            ctx->fence_idx = 0;
-        }
-        small_err = r;
-        small_eb = eb;
+        small_eb = team_next_leader(ctx, d, true);
+        small_err = fence_wait_leader(ctx);
     }
     /* Thread 0's writes (small_err, small_eb, the epoch words) before the
      * others read them. */
@@ -891,23 +889,8 @@ __device__ __noinline__ inline int team_small_round(cpnet_ctx_t* ctx, const cpne
         if (j == d.my_idx) continue;
         const uint64_t* slot = team_ll(ctx, d, *buf, j);
         int x = CPNET_E_OK;
-        for (uint64_t w = t; w < words && x == CPNET_E_OK; w += np) {
-            spin sp(CPNET_TEAM_BACKOFF_MAX_NS);
-            for (;;) {
-                /* Relaxed, system scope: the word is its own flag
-                 * (team_ll_wait). */
-                const uint64_t v = cpnet_ld_relaxed_sys_u64(slot + w);
-                if ((uint32_t)(v >> 32) == flag) break;
-                x = *(volatile int*)&small_err;
-                if (x == CPNET_E_OK) x = sp.pause(ctx);
-                if (x != CPNET_E_OK) {
-                    if (atomicCAS(&small_err, CPNET_E_OK, x) == CPNET_E_OK && x == CPNET_E_TIMEOUT)
-                        report_dev_error(ctx, x, team_world_pe(d, j), heap_offset(ctx, slot + w), flag, v >> 32,
-                                         CPNET_CMP_EQ);
-                    break;
-                }
-            }
-        }
+        for (uint64_t w = t; w < words && x == CPNET_E_OK; w += np)
+            x = team_ll_poll(ctx, d, j, slot, w, flag, &small_err);
     }
     /* Every thread's polls and small_err before the fold reads the words
      * (as team_ll_wait's barrier), and the threads agree on the outcome. */

@@ -182,7 +182,13 @@ struct Kernel {
 /// Build scenario `scenario`'s kernel (`func` in `kernel`, see
 /// `cpnet_tests::gpu::KERNELS`).
 fn build(pe: &GpuPe, scenario: &str, func: &str, kernel: &str) -> Result<Kernel> {
-    let src = gpu::source(kernel);
+    build_with(pe, scenario, func, "", kernel)
+}
+
+/// [`build`] with `defines` (`#define` lines) before the prelude, where the
+/// cpnet headers read them when included.
+fn build_with(pe: &GpuPe, scenario: &str, func: &str, defines: &str, kernel: &str) -> Result<Kernel> {
+    let src = format!("{defines}{}", gpu::source(kernel));
     let module = pe.build_module(&format!("{scenario}.cu"), &src)?;
     let func = module.load_function(func).with_context(|| format!("load kernel {func}"))?;
     Ok(Kernel { src, func })
@@ -1011,11 +1017,7 @@ fn coll_bench(pe: &GpuPe, threads: u32, iters: u32, small_max: Option<u64>) -> R
     if let Some(w) = small_max {
         defines += &format!("#define CPNET_TEAM_SMALL_MAX_BYTES {w}ull\n");
     }
-    // Before the prelude: team.cuh reads CPNET_TEAM_SMALL_MAX_BYTES when included.
-    let src = format!("{defines}{}", gpu::source(gpu_coll::COLL_BENCH));
-    let module = pe.build_module("coll-bench.cu", &src)?;
-    let func = module.load_function("coll_bench").context("load kernel coll_bench")?;
-    let k = Kernel { src, func };
+    let k = build_with(pe, "coll-bench", "coll_bench", &defines, gpu_coll::COLL_BENCH)?;
     let h = pe.handle();
     let sizes: Vec<u64> = vec![8, 64, 512, 1024, 2048, 4096, 8192];
     let sz = pe.shmalloc(8 * sizes.len() as u64)?;
