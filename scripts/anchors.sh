@@ -15,12 +15,15 @@
 # (default 540 s), so a hang costs one step, not the batch.
 #
 # What runs, each section headed by `### name`:
-#   floor:  fi_pingpong -e rdm over shm and tcp (one-way = usec/xfer)
+#   floor:  fi_pingpong -e rdm over shm, tcp;ofi_rxm and net (one-way = usec/xfer)
 #   cpnet:  put-with-signal ping-pong (8 B-32 KiB), staged bandwidth,
 #           allreduce 8 B-64 MiB, Jacobi 4096^2 speedup over 1 GPU (64 and
 #           128 WGs), device collectives (coll-bench, a2a-bench), moe; each over the
 #           network path (CPNET_GPU_IPC=0 CPNET_GPU_P2P=0) with shm and
-#           tcp;ofi_rxm, and with peer stores where that is the comparison
+#           over TCP sockets with the provider GPU PEs take between hosts
+#           (GPU_TCP, default net: libfabric 1.17's native TCP endpoint,
+#           docs/runtime.md; GPU_TCP='tcp;ofi_rxm' for rxm), and with peer
+#           stores where that is the comparison
 #   anchor: NCCL allreduce held to host memory (shm's anchor) and to sockets
 #           (tcp's), NCCL over NVLink (peer stores' anchor), NCCL
 #           all_to_all_single (moe's)
@@ -51,7 +54,8 @@ pingpong() { # PROVIDER: fi_pingpong's server and client on this host
 }
 export pp
 NET=(CPNET_GPU_IPC=0 CPNET_GPU_P2P=0)
-TCP=(CPNET_GPU_IPC=0 CPNET_GPU_P2P=0 "CPNET_PROVIDER=tcp;ofi_rxm")
+gpu_tcp=${GPU_TCP:-net}
+TCP=(CPNET_GPU_IPC=0 CPNET_GPU_P2P=0 "CPNET_PROVIDER=$gpu_tcp")
 run=("$B/cpnet-run" -n 2 --)
 sizes=8,64,512,4096,32768,262144,2097152,16777216,67108864
 nccl() { # SCRIPT ARGS...: scripts/nccl_*.py through torch.distributed.run, its rows only
@@ -64,23 +68,24 @@ nccl() { # SCRIPT ARGS...: scripts/nccl_*.py through torch.distributed.run, its 
   echo "# proxy: CPNET_PROXY=${CPNET_PROXY:-unset} (unset: GPU PEs take their GPU's daemon under MPS, i.e. with ONE_GPU=1; in-process otherwise)"
   if [ -x "$pp" ]; then
     step "floor: fi_pingpong shm" -- pingpong shm
-    step "floor: fi_pingpong tcp" -- pingpong tcp
+    step "floor: fi_pingpong tcp;ofi_rxm" -- pingpong 'tcp;ofi_rxm'
+    step "floor: fi_pingpong net" -- pingpong net
   else
     echo "### floor: no fi_pingpong ($pp); FI_PINGPONG names one"
   fi
   step "put_signal ping-pong, network path, shm" "${NET[@]}" -- "${run[@]}" "$B/cpnet-gpu-p2p" --pingpong --min 8 --max 32K --iters 500
-  step "put_signal ping-pong, network path, tcp" "${TCP[@]}" -- "${run[@]}" "$B/cpnet-gpu-p2p" --pingpong --min 8 --max 32K --iters 300
+  step "put_signal ping-pong, network path, tcp ($gpu_tcp)" "${TCP[@]}" -- "${run[@]}" "$B/cpnet-gpu-p2p" --pingpong --min 8 --max 32K --iters 300
   step "put_signal ping-pong, peer stores" -- "${run[@]}" "$B/cpnet-gpu-p2p" --pingpong --min 8 --max 4K --iters 1000
   step "staged bandwidth, shm" "${NET[@]}" -- "${run[@]}" "$B/cpnet-gpu-p2p" --min 256K --max 16M --iters 100 --wgs 4
   for wgs in 64 128; do
     step "Jacobi 4096^2, $wgs WGs, network path, shm" "${NET[@]}" -- "${run[@]}" "$B/jacobi" -variant intra-kernel -nx 4096 -ny 4096 -niter 1000 -wgs $wgs
-    step "Jacobi 4096^2, $wgs WGs, network path, tcp" "${TCP[@]}" -- "${run[@]}" "$B/jacobi" -variant intra-kernel -nx 4096 -ny 4096 -niter 1000 -wgs $wgs
+    step "Jacobi 4096^2, $wgs WGs, network path, tcp ($gpu_tcp)" "${TCP[@]}" -- "${run[@]}" "$B/jacobi" -variant intra-kernel -nx 4096 -ny 4096 -niter 1000 -wgs $wgs
   done
   step "Jacobi 4096^2, 128 WGs, peer stores" -- "${run[@]}" "$B/jacobi" -variant intra-kernel -nx 4096 -ny 4096 -niter 1000
   step "allreduce, network path, shm" "${NET[@]}" -- "${run[@]}" "$B/allreduce" -variant intra-kernel -b 8 -e 64M -f 8 -wgs 16
   step "allreduce, network path, shm, 64 MiB" "${NET[@]}" -- "${run[@]}" "$B/allreduce" -variant intra-kernel -b 64M -e 64M -wgs 16
-  step "allreduce, network path, tcp" "${TCP[@]}" -- "${run[@]}" "$B/allreduce" -variant intra-kernel -b 8 -e 64M -f 8 -wgs 16
-  step "allreduce, network path, tcp, 64 MiB" "${TCP[@]}" -- "${run[@]}" "$B/allreduce" -variant intra-kernel -b 64M -e 64M -wgs 16
+  step "allreduce, network path, tcp ($gpu_tcp)" "${TCP[@]}" -- "${run[@]}" "$B/allreduce" -variant intra-kernel -b 8 -e 64M -f 8 -wgs 16
+  step "allreduce, network path, tcp ($gpu_tcp), 64 MiB" "${TCP[@]}" -- "${run[@]}" "$B/allreduce" -variant intra-kernel -b 64M -e 64M -wgs 16
   if [ "$have_torch" = 1 ]; then
     step "anchor: NCCL allreduce, host memory" NCCL_P2P_DISABLE=1 -- nccl scripts/nccl_allreduce.py $sizes
     step "anchor: NCCL allreduce, sockets" NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo -- nccl scripts/nccl_allreduce.py $sizes

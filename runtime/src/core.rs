@@ -75,6 +75,8 @@ pub(crate) struct PeCore {
     pub(crate) launch: Launch,
     pub(crate) tuning: Tuning,
     pub(crate) provider: String,
+    /// The provider and bind address init chose ([`crate::startup::default_fabric`]).
+    fabric: cpnet_proxy::transport::FabricConfig,
     /// `None` only after finalize has handed it back.
     pub(crate) boot: Option<Bootstrap>,
     alloc: Mutex<SymAlloc>,
@@ -96,7 +98,7 @@ impl PeCore {
     pub(crate) fn start(
         launch: Launch,
         tuning: Tuning,
-        provider: String,
+        fabric: cpnet_proxy::transport::FabricConfig,
         boot: Bootstrap,
         heap_size: u64,
         mut proxies: ProxyLink,
@@ -145,7 +147,8 @@ impl PeCore {
             Ok(teams) => Ok(PeCore {
                 launch,
                 tuning,
-                provider,
+                provider: fabric.provider.clone(),
+                fabric,
                 boot: Some(boot),
                 alloc: Mutex::new(SymAlloc::new(heap_size)),
                 heap_size,
@@ -204,11 +207,10 @@ impl PeCore {
         self.boot().allgather(data).map_err(|cause| Error::Bootstrap { pe: self.my_pe(), cause })
     }
 
-    /// The provider and bind address init chose for this PE's transport
-    /// (the same choice, from the same inputs), for the PE kinds'
-    /// `fabric_config`.
+    /// The provider and bind address init chose for this PE's transport,
+    /// for the PE kinds' `fabric_config`.
     pub(crate) fn fabric_config(&self) -> cpnet_proxy::transport::FabricConfig {
-        crate::startup::default_fabric(&self.launch, &self.tuning, self.boot.as_ref().and_then(Bootstrap::local_ip))
+        self.fabric.clone()
     }
 
     pub(crate) fn command_errors(&self) -> Vec<CommandError> {

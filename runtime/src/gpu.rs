@@ -34,7 +34,7 @@ use crate::env::{Launch, Tuning};
 use crate::core::{PeCore, SHMALLOC_ALIGN};
 use crate::error::{Error, Result};
 pub use crate::error::GpuError;
-use crate::startup::{self, PeKind};
+use crate::startup::{self, PeKind, Traffic};
 use cpnet_proxy::transport::FabricConfig;
 use crate::proxy_link::ProxyLink;
 use crate::proxy_threads::{Backend, Proxies};
@@ -276,6 +276,7 @@ struct GpuParts {
 
 impl PeKind for GpuKind {
     type Parts = GpuParts;
+    const TRAFFIC: Traffic = Traffic::Messages;
 
     fn heap(&mut self, launch: &Launch, tuning: &Tuning, boot: &Bootstrap, heap_size: u64) -> Result<GpuParts> {
         let (cuda, me) = (&self.cuda, launch.pe);
@@ -286,7 +287,7 @@ impl PeKind for GpuKind {
             // now, with the fabric step 4 would use.
             let attach = || -> Result<_> {
                 let (q, fds) = GpuQueues::shared(cuda, tuning.queues, geom, tuning.payload_slot_bytes(), me)?;
-                let fabric = startup::default_fabric(launch, tuning, boot.local_ip());
+                let fabric = startup::default_fabric(launch, tuning, boot.local_ip(), Self::TRAFFIC);
                 let (link, handle) = daemon::attach(cuda, &q, heap_size, launch.n_pes, me, tuning, boot, &fabric, fds)?;
                 Ok((DeviceMem::open_ipc(cuda, &handle, heap_size)?, q, Some(link), Some(handle)))
             };

@@ -54,7 +54,7 @@ use crate::env::{JobKey, Launch, ProxyMode, Tuning};
 use crate::host_backend::HostBackend;
 use crate::proxy_link::ProxyLink;
 use crate::proxy_threads::Proxies;
-use crate::startup::{self, PeKind};
+use crate::startup::{self, PeKind, Traffic};
 use crate::team::{self, Team, TeamHost, Teams};
 use crate::transport_map::{self, Route};
 
@@ -420,6 +420,7 @@ impl TeamHost for Pe {
 
 impl PeKind for CpuKind {
     type Parts = CpuParts;
+    const TRAFFIC: Traffic = Traffic::RmaAtomics;
 
     fn heap(&mut self, launch: &Launch, tuning: &Tuning, _boot: &Bootstrap, heap_size: u64) -> Result<CpuParts> {
         let me = launch.pe;

@@ -30,6 +30,9 @@ use crate::proxy_link::ProxyLink;
 pub(crate) trait PeKind {
     /// The heap and queues: what the PE keeps after start-up.
     type Parts;
+    /// What its transport asks of the provider, which picks the default
+    /// provider between hosts ([`default_fabric`]).
+    const TRAFFIC: Traffic;
     /// Step 3: allocate the symmetric heap (`heap_size` bytes, a multiple of
     /// [`SHMALLOC_ALIGN`]: `CPNET_HEAP_SIZE` and the teams' scratch past it)
     /// and the queues. May exchange through
@@ -65,10 +68,10 @@ pub(crate) fn start<K: PeKind>(launch: Launch, tuning: Tuning, mut kind: K) -> R
     let reserved = tuning.team_scratch * tuning.teams as u64;
     let mut parts = kind.heap(&launch, &tuning, &boot, heap_size + reserved)?;
     // 4. proxy
-    let fabric = default_fabric(&launch, &tuning, boot.local_ip());
+    let fabric = default_fabric(&launch, &tuning, boot.local_ip(), K::TRAFFIC);
     let proxies = kind.proxy(&mut parts, &launch, &tuning, &boot, &fabric)?;
     // 5. connect to every PE, barrier, watchdog
-    let core = PeCore::start(launch, tuning, fabric.provider, boot, heap_size, proxies, K::abort(&parts))?;
+    let core = PeCore::start(launch, tuning, fabric, boot, heap_size, proxies, K::abort(&parts))?;
     Ok((core, parts))
 }
 
@@ -87,8 +90,23 @@ pub(crate) fn init_logging() {
     });
 }
 
+/// What a PE kind's transport needs from the provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Traffic {
+    /// One-sided RMA and atomics on registered host memory (CPU PEs,
+    /// `cpnet_proxy::transport`).
+    RmaAtomics,
+    /// Messages only (GPU PEs' staged transport, `cpnet_proxy::staged`).
+    Messages,
+}
+
 /// The provider and where it binds. The provider: `CPNET_PROVIDER`, else
-/// `shm` when every PE is on this host, `tcp;ofi_rxm` otherwise. Where an IP
+/// `shm` when every PE is on this host; between hosts, for
+/// [`Traffic::Messages`] the native TCP RDM endpoint where this libfabric
+/// has one ([`cpnet_proxy::fabric::native_tcp_rdm`]: `net` in 1.17, 1.6-1.9x
+/// lower latency than rxm), else, and for [`Traffic::RmaAtomics`] (1.17's
+/// `net` has no atomic operations), `tcp;ofi_rxm`. Every PE of a job runs
+/// the same libfabric and kind, so every PE picks the same. Where an IP
 /// provider binds: `CPNET_FABRIC_NODE`; else `rendezvous_ip`, the local
 /// address of this PE's connection to the rendezvous
 /// ([`Bootstrap::local_ip`]), i.e. the interface this host reaches PE 0's
@@ -99,12 +117,20 @@ pub(crate) fn init_logging() {
 /// network namespaces, scripts/twohost.sh). Nor is "every PE on this host"
 /// a safe reason for `127.0.0.1`: it is only assumed where the launcher says
 /// nothing of hosts (PMI without `MPI_LOCAL*`).
-pub(crate) fn default_fabric(launch: &Launch, tuning: &Tuning, rendezvous_ip: Option<std::net::IpAddr>) -> FabricConfig {
+pub(crate) fn default_fabric(
+    launch: &Launch,
+    tuning: &Tuning,
+    rendezvous_ip: Option<std::net::IpAddr>,
+    traffic: Traffic,
+) -> FabricConfig {
     let all_local = launch.local_size == launch.n_pes;
-    let provider = tuning
-        .provider
-        .clone()
-        .unwrap_or_else(|| if all_local { "shm".to_owned() } else { "tcp;ofi_rxm".to_owned() });
+    let provider = tuning.provider.clone().unwrap_or_else(|| {
+        if all_local {
+            "shm".to_owned()
+        } else {
+            between_hosts(traffic, cpnet_proxy::fabric::native_tcp_rdm()).to_owned()
+        }
+    });
     let ip = !provider.starts_with("shm");
     let src_node = tuning
         .fabric_node
@@ -112,6 +138,15 @@ pub(crate) fn default_fabric(launch: &Launch, tuning: &Tuning, rendezvous_ip: Op
         .or_else(|| rendezvous_ip.map(|a| a.to_string()))
         .or_else(|| all_local.then(|| "127.0.0.1".to_owned()));
     FabricConfig { provider, src_node: if ip { src_node } else { None }, reach_timeout: tuning.reach_timeout }
+}
+
+/// The default provider between hosts for `traffic`, `native` being this
+/// libfabric's native TCP RDM provider, if any.
+fn between_hosts(traffic: Traffic, native: Option<&'static str>) -> &'static str {
+    match (traffic, native) {
+        (Traffic::Messages, Some(name)) => name,
+        _ => "tcp;ofi_rxm",
+    }
 }
 
 #[cfg(test)]
@@ -127,25 +162,30 @@ mod tests {
         let two_hosts = Launch { local_pe: 0, local_size: 1, ..one_host.clone() };
         let tcp = Tuning { provider: Some("tcp;ofi_rxm".into()), ..Tuning::default() };
 
-        let f = default_fabric(&one_host, &Tuning::default(), Some(ip));
+        let f = default_fabric(&one_host, &Tuning::default(), Some(ip), Traffic::RmaAtomics);
         assert_eq!((f.provider.as_str(), f.src_node), ("shm", None), "one host: shm, which binds nothing");
-        let f = default_fabric(&one_host, &tcp, Some(lo));
+        let f = default_fabric(&one_host, &tcp, Some(lo), Traffic::RmaAtomics);
         assert_eq!(f.src_node.as_deref(), Some("127.0.0.1"), "cpnet-run over tcp: its rendezvous is on loopback");
-        let f = default_fabric(&one_host, &tcp, None);
+        let f = default_fabric(&one_host, &tcp, None, Traffic::RmaAtomics);
         assert_eq!(f.src_node.as_deref(), Some("127.0.0.1"), "one host, no connection: loopback");
         // PMI without MPI_LOCAL*: "one host" is only assumed; the route decides.
-        let f = default_fabric(&one_host, &tcp, Some(ip));
+        let f = default_fabric(&one_host, &tcp, Some(ip), Traffic::RmaAtomics);
         assert_eq!(f.src_node.as_deref(), Some("10.213.7.2"), "assumed one host over tcp: the route to PE 0");
 
-        let f = default_fabric(&two_hosts, &Tuning::default(), Some(ip));
+        let f = default_fabric(&two_hosts, &Tuning::default(), Some(ip), Traffic::RmaAtomics);
         assert_eq!((f.provider.as_str(), f.src_node.as_deref()), ("tcp;ofi_rxm", Some("10.213.7.2")), "the route to PE 0");
-        let f = default_fabric(&two_hosts, &Tuning::default(), None);
+        let f = default_fabric(&two_hosts, &Tuning::default(), None, Traffic::RmaAtomics);
         assert_eq!(f.src_node, None, "no connection: the provider's choice");
         let node = Tuning { fabric_node: Some("10.9.9.9".into()), ..tcp.clone() };
-        let f = default_fabric(&two_hosts, &node, Some(ip));
+        let f = default_fabric(&two_hosts, &node, Some(ip), Traffic::RmaAtomics);
         assert_eq!(f.src_node.as_deref(), Some("10.9.9.9"), "CPNET_FABRIC_NODE wins");
+        let f = default_fabric(&one_host, &Tuning::default(), Some(ip), Traffic::Messages);
+        assert_eq!(f.provider, "shm", "one host: shm for GPU PEs too");
+        assert_eq!(between_hosts(Traffic::Messages, Some("net")), "net", "GPU PEs between hosts: the native endpoint");
+        assert_eq!(between_hosts(Traffic::Messages, None), "tcp;ofi_rxm", "no native endpoint: rxm");
+        assert_eq!(between_hosts(Traffic::RmaAtomics, Some("net")), "tcp;ofi_rxm", "CPU PEs need atomics: rxm");
         let shm = Tuning { provider: Some("shm".into()), ..Tuning::default() };
-        assert_eq!(default_fabric(&two_hosts, &shm, Some(ip)).src_node, None, "shm binds no address");
+        assert_eq!(default_fabric(&two_hosts, &shm, Some(ip), Traffic::RmaAtomics).src_node, None, "shm binds no address");
     }
 
 }

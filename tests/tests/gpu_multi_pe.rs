@@ -21,6 +21,9 @@ use cpnet_tests::launch::{self, Job};
 
 const SHM: &str = "shm";
 const TCP: &str = "tcp;ofi_rxm";
+/// libfabric 1.17's native TCP RDM endpoint, which GPU PEs take between
+/// hosts (docs/runtime.md).
+const NET_TCP: &str = "net";
 
 /// Whether to run a GPU job: true with a GPU; false (after a loud message)
 /// without one; a panic without one when `CPNET_REQUIRE_GPU=1`.
@@ -85,6 +88,9 @@ gpu_test! {
     order_2_pes_shm: ok(2, SHM, &["order", "--rounds", "100", "--msgs", "300"]);
     order_2_pes_shm_staged: ok_env(2, SHM, &["order", "--rounds", "100", "--msgs", "300"], STAGED);
     order_2_pes_tcp_staged: ok_env(2, TCP, &["order", "--rounds", "40", "--msgs", "100"], STAGED);
+    ops_2_pes_net_staged: ok_env(2, NET_TCP, &["ops"], STAGED);
+    amo_2_pes_net_staged: ok_env(2, NET_TCP, &["--wgs", "2", "amo", "--iters", "20"], STAGED);
+    order_2_pes_net_staged: ok_env(2, NET_TCP, &["order", "--rounds", "40", "--msgs", "100"], STAGED);
     barrier_2_pes_shm: ok(2, SHM, &["barrier", "--rounds", "50"]);
     barrier_2_pes_shm_staged: ok_env(2, SHM, &["barrier", "--rounds", "50"], STAGED);
     bad_input_2_pes_shm: bad_input(SHM);

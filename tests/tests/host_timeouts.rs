@@ -150,3 +150,27 @@ fn a_broken_provider_is_refused_at_init() {
     }
     assert!(j.all.contains("use CPNET_PROVIDER='tcp;ofi_rxm'"), "{}", j.all);
 }
+
+/// libfabric 1.17's native TCP endpoint (`net`), which GPU PEs use between
+/// hosts, has no atomic operations (issue 19, bad input: a provider without
+/// atomics): CPU PEs asked to use it fail at init, naming it and the
+/// provider to use, not at their first AMO. Skips where
+/// this libfabric has no `net` provider.
+#[test]
+fn cpu_pes_refuse_a_provider_without_atomics_at_init() {
+    if cpnet_proxy::fabric::native_tcp_rdm() != Some("net") {
+        eprintln!("skipped: this libfabric has no `net` provider (its native TCP RDM endpoint is libfabric 1.17's)");
+        return;
+    }
+    let j = job(2, "net", &["ops"], &[]);
+    assert!(!j.status.success(), "the job must fail:\n{}", j.all);
+    assert!(j.elapsed < Duration::from_secs(20), "took {:?}:\n{}", j.elapsed, j.all);
+    for pe in 0..2 {
+        assert!(
+            j.all.contains(&format!("init failed: PE {pe}: proxy service thread 0: PE {pe}: provider net has no atomic operations")),
+            "PE {pe}:\n{}",
+            j.all
+        );
+    }
+    assert!(j.all.contains("use CPNET_PROVIDER='tcp;ofi_rxm' for CPU PEs over IP"), "{}", j.all);
+}

@@ -40,8 +40,8 @@ struct Args {
     node: String,
 }
 
-const KNOWN: [&str; 9] =
-    ["shm", "tcp;ofi_rxm", "verbs;ofi_rxm", "efa", "cxi", "psm3", "opx", "udp;ofi_rxd", "sockets"];
+const KNOWN: [&str; 10] =
+    ["shm", "tcp;ofi_rxm", "net", "verbs;ofi_rxm", "efa", "cxi", "psm3", "opx", "udp;ofi_rxd", "sockets"];
 
 fn main() {
     let args = Args::parse();

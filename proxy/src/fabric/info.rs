@@ -90,6 +90,31 @@ impl InfoRequest {
     }
 }
 
+/// The provider name (as `FI_PROVIDER` and `CPNET_PROVIDER` spell it) of this
+/// libfabric's *native* TCP reliable-datagram endpoint, if it has one: `net`
+/// in libfabric 1.17 (the `xnet` provider, protocol `FI_PROTO_XNET`), `tcp`
+/// from 1.18 on, where xnet became the tcp provider. Plain sockets as under
+/// `tcp;ofi_rxm`, without rxm's layer over connected endpoints: on the two-H200
+/// host, `fi_pingpong -e rdm` one-way 5.2 / 5.4 / 9.5 µs at 8 B / 1 KiB / 16 KiB
+/// against rxm's 8.4 / 9.9 / 15.0 µs, and Jacobi 4096² over the GPU network path
+/// 1.62x one GPU against 0.78x (docs/results.md, "Session 19").
+///
+/// Asked with [`MSG_CAPS`]: the GPU PEs' staged transport needs messages only.
+/// libfabric 1.17's `net` lists `FI_ATOMIC` but its RDM endpoint has no atomic
+/// operations (`fi_fetch_atomic` returns `-FI_ENOSYS`), so CPU PEs, whose
+/// transport needs them, do not use it ([`crate::transport::FabricEndpoint::open`]
+/// refuses it). `None` when neither name gives an `FI_PROTO_XNET` endpoint.
+/// Asked once per process; `FI_PROVIDER`, if set, still filters.
+pub fn native_tcp_rdm() -> Option<&'static str> {
+    static FOUND: std::sync::OnceLock<Option<&'static str>> = std::sync::OnceLock::new();
+    *FOUND.get_or_init(|| {
+        ["net", "tcp"].into_iter().find(|name| {
+            Info::get(&InfoRequest::provider(name).with_caps(MSG_CAPS))
+                .is_ok_and(|i| i.protocol() == sys::FI_PROTO_XNET as u32)
+        })
+    })
+}
+
 /// One provider configuration returned by `fi_getinfo(3)`: what the provider granted.
 ///
 /// Owns a single `fi_info` (freed with `fi_freeinfo`). The fabric, domain and endpoint
@@ -174,6 +199,14 @@ impl Info {
     /// Domain name (`fi_domain_attr::name`), e.g. the interface for tcp.
     pub fn domain_name(&self) -> String {
         cstr_or_empty(self.domain_attr().name)
+    }
+
+    /// Wire protocol of the endpoint (`fi_ep_attr::protocol`, `FI_PROTO_*`):
+    /// `FI_PROTO_RXM` for `tcp;ofi_rxm`, `FI_PROTO_XNET` for the native TCP
+    /// RDM endpoint ([`native_tcp_rdm`]).
+    pub fn protocol(&self) -> u32 {
+        // SAFETY: fi_getinfo always fills in ep_attr; it lives as long as `raw`.
+        unsafe { (*self.info().ep_attr).protocol }
     }
 
     /// Granted capabilities (`fi_info::caps`, `FI_*` bits).

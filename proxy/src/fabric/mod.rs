@@ -73,7 +73,7 @@ pub use cq::CompletionQueue;
 pub use domain::{Domain, Fabric};
 pub use ep::Endpoint;
 pub use error::{FabricError, Result, strerror};
-pub use info::{CAPS, Info, InfoRequest, MODE_SUPPORTED, MR_MODE_SUPPORTED, MSG_CAPS};
+pub use info::{CAPS, Info, InfoRequest, MODE_SUPPORTED, MR_MODE_SUPPORTED, MSG_CAPS, native_tcp_rdm};
 pub use mr::{MR_ACCESS, MemoryRegion};
 pub use result::{AtomicClass, Post};
 pub use types::{

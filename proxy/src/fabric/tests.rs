@@ -792,3 +792,27 @@ fn boxed_op_context_round_trips() {
         }
     }
 }
+
+/// libfabric 1.17 (Debian 12, Ubuntu 24.04) has a native TCP RDM endpoint,
+/// the `net` provider, which GPU PEs use between hosts; it gives messages
+/// and validates no atomic (what makes CPU PEs refuse it).
+#[test]
+fn native_tcp_rdm_is_net_on_libfabric_1_17() {
+    // SAFETY: fi_version(3) has no preconditions.
+    let v = unsafe { sys::fi_version() };
+    let found = native_tcp_rdm();
+    if (v >> 16, v & 0xffff) != (1, 17) {
+        eprintln!("libfabric {}.{}: native TCP RDM endpoint {found:?}", v >> 16, v & 0xffff);
+        return;
+    }
+    assert_eq!(found, Some("net"));
+    let info = Info::get(&InfoRequest::provider("net").with_caps(MSG_CAPS).with_src_node("127.0.0.1")).unwrap();
+    assert_eq!(info.protocol(), sys::FI_PROTO_XNET as u32);
+    let fabric = Fabric::open(&info).unwrap();
+    let domain = Domain::open(&fabric).unwrap();
+    let cq = CompletionQueue::open(&domain, 8).unwrap();
+    let av = AddressVector::open(&domain, 2).unwrap();
+    let ep = Endpoint::open(&domain, &cq, &av).unwrap();
+    let fetch_add = ep.atomic_valid(AtomicClass::Fetch, AtomicOp::Sum, AtomicType::U64);
+    assert!(!matches!(fetch_add, Ok(Some(n)) if n >= 1), "{fetch_add:?}");
+}

@@ -206,13 +206,34 @@ pub(crate) fn refuse_broken(pe: i32, provider: &str) -> Result<(), TransportErro
     Ok(())
 }
 
+/// CPU PEs' transport needs atomic operations (AMOs, signals, barrier
+/// flags): refuse a provider whose endpoint has no fetching 64-bit sum
+/// (`fetch_add`: `fi_fetch_atomicvalid(FI_SUM, FI_UINT64)`), as libfabric
+/// 1.17's `net` (its native TCP RDM endpoint,
+/// [`crate::fabric::native_tcp_rdm`]), which lists `FI_ATOMIC` in its caps
+/// but validates no atomic and answers every `fi_fetch_atomic` with
+/// `-FI_ENOSYS`. GPU PEs use `net`: their staged transport sends messages.
+pub(crate) fn refuse_without_atomics(pe: i32, provider: &str, fetch_add: bool) -> Result<(), TransportError> {
+    if !fetch_add {
+        return Err(TransportError::Config {
+            pe,
+            why: format!(
+                "provider {provider} has no atomic operations on this endpoint (fi_fetch_atomicvalid(FI_SUM, \
+                 FI_UINT64) says no), which CPU PEs need for AMOs, signals and barriers; use \
+                 CPNET_PROVIDER='tcp;ofi_rxm' for CPU PEs over IP (GPU PEs may use {provider}: they send messages only)"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// The error text for PE `a` on provider `pa` and PE `b` on `pb`
 /// (issue 19, bad input: mismatched providers).
 pub(crate) fn mismatched_providers(a: i32, pa: &str, b: i32, pb: &str) -> String {
     format!(
         "PE {a} opened provider {pa}, PE {b} {pb}: every PE of a job must use the same provider (set CPNET_PROVIDER \
-         alike on every PE; without it, PEs that all share one host pick shm and others tcp;ofi_rxm, so a launcher that \
-         reports hosts differently to different PEs splits the job)"
+         alike on every PE; without it, PEs that all share one host pick shm and others an IP provider (net or \
+         tcp;ofi_rxm), so a launcher that reports hosts differently to different PEs splits the job)"
     )
 }
 
@@ -378,6 +399,8 @@ impl FabricEndpoint {
         let cq = CompletionQueue::open(&domain, 2 * MAX_INFLIGHT).map_err(err("fi_cq_open"))?;
         let av = AddressVector::open(&domain, 64).map_err(err("fi_av_open"))?;
         let ep = Endpoint::open(&domain, &cq, &av).map_err(err("endpoint"))?;
+        let fetch_add = matches!(ep.atomic_valid(AtomicClass::Fetch, AtomicOp::Sum, AtomicType::U64), Ok(Some(n)) if n >= 1);
+        refuse_without_atomics(my_pe, &info.provider_name(), fetch_add)?;
         // SAFETY: the runtime keeps the region allocated until every
         // transport over it is dropped (it joins the service threads
         // first), and touches it only through HeapView (raw copies and

@@ -51,7 +51,7 @@
 //!
 //! | Variable | Meaning | Unit | Default |
 //! |---|---|---|---|
-//! | `CPNET_PROVIDER` | libfabric provider, e.g. `shm`, `tcp;ofi_rxm`, `verbs;ofi_rxm` | name | unset: the runtime picks `shm` when every PE is on this host (`local_size == n_pes`), else `tcp;ofi_rxm` |
+//! | `CPNET_PROVIDER` | libfabric provider, e.g. `shm`, `tcp;ofi_rxm`, `net`, `verbs;ofi_rxm` | name | unset: the runtime picks `shm` when every PE is on this host (`local_size == n_pes`); else GPU PEs take libfabric's native TCP RDM endpoint where it has one (`net` in 1.17), CPU PEs (which need atomics) and the rest `tcp;ofi_rxm` |
 //! | `CPNET_FABRIC_NODE` | local address the provider binds to (tcp) | host name or IP | unset: the local address of this PE's connection to the rendezvous, i.e. the interface through which this host reaches PE 0's (`127.0.0.1` under `cpnet-run`; set it where the fabric should use another network than the rendezvous); `127.0.0.1` for a single PE |
 //! | `CPNET_HEAP_SIZE` | symmetric heap per PE | bytes; a `K`, `M` or `G` suffix (also `KiB`, `MiB`, `GiB`) multiplies by 1024, 1024², 1024³ | `64M` |
 //! | `CPNET_TEAMS` | entries of the team table (OpenSHMEM teams, `cmd.h` "Teams"): world, this host's PEs and up to `CPNET_TEAMS - 2` teams from splits alive at once; each has `CPNET_TEAM_SCRATCH` bytes of symmetric memory reserved past the end of `CPNET_HEAP_SIZE` | count, `2..=64` | `32` |
@@ -378,7 +378,8 @@ pub enum EnvError {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tuning {
     /// `CPNET_PROVIDER`: libfabric provider; `None` lets the runtime choose
-    /// (`shm` when all PEs are local, else `tcp;ofi_rxm`).
+    /// (`shm` when all PEs are local, else `net` or `tcp;ofi_rxm`:
+    /// `startup::default_fabric`).
     pub provider: Option<String>,
     /// `CPNET_FABRIC_NODE`: local address the provider binds to; `None` lets
     /// the runtime choose (the local address of the PE's rendezvous
