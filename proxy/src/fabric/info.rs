@@ -110,7 +110,7 @@ pub fn native_tcp_rdm() -> Option<&'static str> {
     *FOUND.get_or_init(|| {
         ["net", "tcp"].into_iter().find(|name| {
             Info::get(&InfoRequest::provider(name).with_caps(MSG_CAPS))
-                .is_ok_and(|i| i.protocol() == sys::FI_PROTO_XNET as u32)
+                .is_ok_and(|i| i.protocol() == sys::FI_PROTO_XNET)
         })
     })
 }

@@ -807,7 +807,7 @@ fn native_tcp_rdm_is_net_on_libfabric_1_17() {
     }
     assert_eq!(found, Some("net"));
     let info = Info::get(&InfoRequest::provider("net").with_caps(MSG_CAPS).with_src_node("127.0.0.1")).unwrap();
-    assert_eq!(info.protocol(), sys::FI_PROTO_XNET as u32);
+    assert_eq!(info.protocol(), sys::FI_PROTO_XNET);
     let fabric = Fabric::open(&info).unwrap();
     let domain = Domain::open(&fabric).unwrap();
     let cq = CompletionQueue::open(&domain, 8).unwrap();
