@@ -78,6 +78,7 @@ use anyhow::ensure;
 use clap::{Parser, ValueEnum};
 use cpnet::Pe;
 use cpnet::device::cpu::{Error as WgError, Result as WgResult, SymAddr};
+use cpnet::device::cpu::ReduceOp;
 use cpnet::device::layout::{Cmp, SignalOp};
 use cpnet::device::sync::Spin;
 
@@ -149,6 +150,47 @@ pub struct Args {
     /// takes a share of every size.
     #[arg(long = "min-ring-bytes", value_parser = parse_size, default_value = "4K")]
     pub min_ring_bytes: u64,
+    /// Which algorithm runs a size: the library's reduce to all over
+    /// `CPNET_TEAM_WORLD` (`team`: one work-group calls
+    /// `cpnet_<type>_sum_reduce`, or `CpuCtx::reduce` on CPU PEs), the
+    /// multi-ring allreduce (`ring`), or `auto`: the library up to
+    /// `-team-max` bytes, the rings above.
+    #[arg(long, value_enum, default_value_t = Algo::Auto)]
+    pub algo: Algo,
+    /// Largest size `-algo auto` gives the library's reduce, bytes.
+    #[arg(long = "team-max", value_parser = parse_size, default_value = "32K")]
+    pub team_max: u64,
+}
+
+/// What runs an allreduce (`-algo`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Algo {
+    /// The library's reduce to all up to `-team-max` bytes, rings above.
+    Auto,
+    /// The multi-ring allreduce at every size.
+    Ring,
+    /// The library's reduce to all at every size.
+    Team,
+}
+
+impl Args {
+    /// Whether an allreduce of `bytes` runs through the library's reduce.
+    pub fn use_team(&self, bytes: u64) -> bool {
+        match self.algo {
+            Algo::Team => true,
+            Algo::Ring => false,
+            Algo::Auto => bytes <= self.team_max,
+        }
+    }
+
+    /// The algorithm line of the header.
+    fn algo_text(&self) -> String {
+        match self.algo {
+            Algo::Team => "the library's reduce to all (team world) at every size".to_owned(),
+            Algo::Ring => "rings at every size".to_owned(),
+            Algo::Auto => format!("the library's reduce to all (team world) up to {} bytes, rings above", self.team_max),
+        }
+    }
 }
 
 /// `-wgs` of the GPU variants when not given: 120 rings (a block of 512
@@ -254,7 +296,7 @@ pub enum DataType {
 }
 
 /// An element type the allreduce sums.
-pub trait Elem: Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static {
+pub trait Elem: cpnet::device::cpu::ReduceType + Copy + Send + Sync + PartialEq + std::fmt::Debug + 'static {
     /// nccl-tests' name of the type.
     const NAME: &'static str;
     /// The sum (wrapping for integers).
@@ -676,6 +718,29 @@ impl Rings {
     }
 }
 
+/// `warmup + iters` allreduces of `count` elements through the library
+/// (`-algo team`): work-group 0 calls `CpuCtx::reduce` (sum) over the world
+/// team, from `layout.input` into `layout.output` (the same address in
+/// place, which the library allows). Returns seconds per timed allreduce.
+fn team_run<T: Elem>(pe: &Pe, layout: &Layout, count: usize, warmup: u32, iters: u32) -> anyhow::Result<f64> {
+    let world = pe.team_world();
+    let elapsed = Mutex::new(0.0f64);
+    pe.run_work_groups(1, |wg| {
+        let mut one = || wg.reduce::<T>(&world, ReduceOp::Sum, layout.output, layout.input, count as u64);
+        for _ in 0..warmup {
+            one()?;
+        }
+        let t = Instant::now();
+        for _ in 0..iters {
+            one()?;
+        }
+        *elapsed.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = t.elapsed().as_secs_f64();
+        Ok(())
+    })?;
+    let e = elapsed.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+    Ok(if iters > 0 { e / f64::from(iters) } else { 0.0 })
+}
+
 /// Fill the input with PE `me`'s values (and the output with poison when
 /// out-of-place).
 fn prepare<T: Elem>(pe: &Pe, layout: &Layout, count: usize, in_place: bool) {
@@ -722,14 +787,21 @@ fn sweep<T: Elem>(pe: &Pe, args: &Args, rings: &Rings) -> anyhow::Result<u64> {
         |blob| Ok(pe.allgather_bytes(blob)?),
         |count, in_place| {
             let layout = rings.layout.for_run(in_place);
+            let team = args.use_team((count * size_of::<T>()) as u64);
+            let run = |warmup, iters| {
+                if team {
+                    team_run::<T>(pe, &layout, count, warmup, iters)
+                } else {
+                    rings.run::<T>(pe, &layout, count, in_place, warmup, iters, piece)
+                }
+            };
             prepare::<T>(pe, &layout, count, in_place);
             pe.barrier_all()?;
-            let secs =
-                rings.run::<T>(pe, &layout, count, in_place, args.warmup, args.iters, piece)?;
+            let secs = run(args.warmup, args.iters)?;
             let mut wrong = 0;
             if args.check == 1 {
                 prepare::<T>(pe, &layout, count, in_place);
-                rings.run::<T>(pe, &layout, count, in_place, 0, 1, piece)?;
+                run(0, 1)?;
                 wrong = count_wrong::<T>(pe, &layout, count);
             }
             Ok((secs, wrong))
@@ -782,7 +854,7 @@ fn sweep_with<T: Elem>(
                 "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}",
                 bytes,
                 count,
-                T::NAME,
+                <T as Elem>::NAME,
                 "sum",
                 -1
             );
@@ -931,6 +1003,7 @@ fn print_header(args: &Args, n: i32, provider: &str, raised: Option<u64>) {
         args.slots,
         raised.map(|h| format!(" heap: {h}")).unwrap_or_default()
     );
+    println!("# algorithm: {}", args.algo_text());
     println!("#");
     println!(
         "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place          ",

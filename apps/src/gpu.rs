@@ -85,6 +85,8 @@ pub mod op {
     /// SSSP: a round's exchange (its puts, or the wait for a source PE's
     /// message).
     pub const SSSP_ROUND: u64 = 13;
+    /// Allreduce `-algo team`: the library's reduce to all.
+    pub const TEAM_REDUCE: u64 = 14;
 
     /// What operation `id` is, in words.
     pub fn name(id: u64) -> &'static str {
@@ -106,6 +108,7 @@ pub mod op {
             MOE_COMBINE => "moe combine (its puts, or the wait for every expert PE's combine signal)",
             BFS_FRONTIER => "bfs frontier exchange (its puts, or the wait for a source PE's message)",
             SSSP_ROUND => "sssp round exchange (its puts, or the wait for a source PE's message)",
+            TEAM_REDUCE => "the library's reduce to all (cpnet_<type>_sum_reduce over CPNET_TEAM_WORLD)",
             _ => "unknown operation",
         }
     }
@@ -139,6 +142,7 @@ fn common_defines() -> String {
         ("APP_OP_RING_RECV", op::RING_RECV),
         ("APP_OP_RING_ACK", op::RING_ACK),
         ("APP_OP_PROBE", op::PROBE),
+        ("APP_OP_TEAM_REDUCE", op::TEAM_REDUCE),
     ] {
         s += &format!("#define {name} {v}ull\n");
     }

@@ -177,8 +177,13 @@ const ALLREDUCE: &str = env!("CARGO_BIN_EXE_allreduce");
 
 /// Runs allreduce and checks that every size came out, with `#wrong` 0 in
 /// both the out-of-place and the in-place column.
+/// The rings at every size unless `args` name an `-algo`.
 fn allreduce_exact(n: u32, provider: &str, args: &[&str], sizes: usize) -> String {
-    let out = ok(n, provider, ALLREDUCE, args);
+    let mut a: Vec<&str> = args.to_vec();
+    if !args.contains(&"-algo") {
+        a.extend(["-algo", "ring"]);
+    }
+    let out = ok(n, provider, ALLREDUCE, &a);
     let rows: Vec<Vec<&str>> = out
         .lines()
         .filter(|l| !l.starts_with('#'))
@@ -237,6 +242,32 @@ allreduce_matrix! {
     allreduce_2_pes: 2, "3";
     allreduce_3_pes: 3, "2";
     allreduce_4_pes: 4, "3";
+}
+
+/// `-algo team`: every size through the library's reduce to all
+/// (`CpuCtx::reduce` over the world team), odd counts from 12 B to 700 KB,
+/// 3 PEs over tcp and 2 over shm, every type; then `-algo auto` with the
+/// switch inside the sweep (team up to 4 KiB, rings above).
+#[test]
+fn allreduce_team_cpu() {
+    for ty in ["float", "int32", "double"] {
+        let b = if ty == "double" { "8" } else { "12" };
+        let out = allreduce_exact(
+            3,
+            TCP,
+            &["-algo", "team", "-b", b, "-e", "800K", "-f", "3", "-type", ty, "-iters", "2", "-warmup", "1"],
+            11,
+        );
+        assert!(out.contains("# algorithm: the library's reduce to all (team world) at every size"), "{out}");
+    }
+    allreduce_exact(2, SHM, &["-algo", "team", "-b", "8", "-e", "64K", "-f", "8", "-iters", "3", "-warmup", "1"], 5);
+    let out = allreduce_exact(
+        3,
+        SHM,
+        &["-algo", "auto", "-team-max", "4K", "-b", "12", "-e", "800K", "-f", "3", "-iters", "2", "-warmup", "1"],
+        11,
+    );
+    assert!(out.contains("up to 4096 bytes, rings above"), "{out}");
 }
 
 /// The 8-byte allreduce of nccl-tests' first line, on 4 PEs with 4 rings:
@@ -452,6 +483,33 @@ gpu_allreduce_matrix! {
     allreduce_intra_kernel_1_pe: 1, "intra-kernel", "2";
     allreduce_intra_kernel_2_pes: 2, "intra-kernel", "3";
     allreduce_inter_kernel_2_pes: 2, "inter-kernel", "3";
+}
+
+/// `-algo team` and `-algo auto` on the GPU: block 0 calls the library's
+/// `cpnet_<type>_sum_reduce` over `CPNET_TEAM_WORLD` (LL and short rounds
+/// up to 1 KiB, chunked rounds above), odd counts up to 700 KB, both
+/// variants, every type; auto switches inside the sweep.
+#[test]
+fn allreduce_gpu_team() {
+    if gpu_or_skip("allreduce_gpu_team") {
+        for v in ["intra-kernel", "inter-kernel"] {
+            for ty in ["float", "int32", "double"] {
+                let b = if ty == "double" { "8" } else { "12" };
+                allreduce_exact(
+                    2,
+                    SHM,
+                    &["-variant", v, "-algo", "team", "-b", b, "-e", "800K", "-f", "3", "-type", ty, "-wgs", "2", "-iters", "2", "-warmup", "1"],
+                    11,
+                );
+            }
+        }
+        allreduce_exact(
+            2,
+            SHM,
+            &["-variant", "intra-kernel", "-algo", "auto", "-team-max", "4K", "-b", "12", "-e", "800K", "-f", "3", "-wgs", "3", "-iters", "2", "-warmup", "1"],
+            11,
+        );
+    }
 }
 
 /// Tiny pieces and one staging slot per ring on the GPU: every message

@@ -46,6 +46,8 @@ struct ar_params {
     app_i64 warmup;      /* untimed allreduces first */
     app_i64 iters;       /* then these, timed when `timed` */
     app_i64 timed;       /* 1: grid barriers and %globaltimer around the timed ones (cooperative) */
+    app_i64 team;        /* 1: block 0 calls the library's reduce to all instead of the rings */
+    app_u64 count;       /* elements (for `team`) */
 };
 
 /* The plan table of one ring (host: RingPlan), app_u64 words:
@@ -384,6 +386,37 @@ __device__ __noinline__ int ar_ring(const cpnet_handle_t* h, cpnet_ctx_t* ctx, c
     return result;
 }
 
+/** Reduce-name dispatch for ar_team: the library's sum reduce of T. */
+__device__ __forceinline__ int ar_sum_reduce(cpnet_ctx_t* ctx, float* d, const float* s, app_u64 n)
+{
+    return cpnet_float_sum_reduce(ctx, CPNET_TEAM_WORLD, d, s, n);
+}
+__device__ __forceinline__ int ar_sum_reduce(cpnet_ctx_t* ctx, int* d, const int* s, app_u64 n)
+{
+    return cpnet_int_sum_reduce(ctx, CPNET_TEAM_WORLD, d, s, n);
+}
+__device__ __forceinline__ int ar_sum_reduce(cpnet_ctx_t* ctx, double* d, const double* s, app_u64 n)
+{
+    return cpnet_double_sum_reduce(ctx, CPNET_TEAM_WORLD, d, s, n);
+}
+
+/**
+ * One allreduce through the library (p.team, `-algo team`): block 0 calls
+ * cpnet_<type>_sum_reduce over CPNET_TEAM_WORLD (OpenSHMEM 1.5 §9.9.12;
+ * its LL and short rounds up to 1 KiB, then rounds of the team's chunk,
+ * device-lib team.cuh); the other blocks have nothing to do. In place is
+ * dest == source, which the library allows.
+ */
+template <typename T>
+__device__ __noinline__ int ar_team(cpnet_handle_t* h, cpnet_ctx_t* ctx, const ar_params& p)
+{
+    if (blockIdx.x != 0) return 0;
+    const int e = ar_sum_reduce(ctx, (T*)p.output, (const T*)p.input, p.count);
+    if (e != CPNET_E_OK && threadIdx.x == 0)
+        app_fail_leader((app_u64*)p.ctl, e, APP_OP_TEAM_REDUCE, 0, h->my_pe, ~0ull, p.output, p.count * sizeof(T));
+    return e;
+}
+
 /**
  * `warmup + iters` allreduces (steps [s0, s1) of each) on ring blockIdx.x.
  * With p.timed (a cooperative launch): grid barriers after the warm-up and
@@ -401,12 +434,14 @@ __device__ __forceinline__ void ar_kernel(cpnet_handle_t h, const ar_params& p)
         return;
     }
     int fail = 0;
-    for (app_i64 r = 0; r < p.warmup && fail == 0; ++r) fail = ar_ring<T>(&h, &ctx, p, ring);
+    for (app_i64 r = 0; r < p.warmup && fail == 0; ++r)
+        fail = p.team ? ar_team<T>(&h, &ctx, p) : ar_ring<T>(&h, &ctx, p, ring);
     if (fail == 0 && p.timed) {
         fail = app_grid_sync(&h, ctl, 1, 0);
         if (fail == 0 && ring == 0 && threadIdx.x == 0) ctl[AR_CTL_T0] = cpnet_globaltimer_ns();
     }
-    for (app_i64 r = 0; r < p.iters && fail == 0; ++r) fail = ar_ring<T>(&h, &ctx, p, ring);
+    for (app_i64 r = 0; r < p.iters && fail == 0; ++r)
+        fail = p.team ? ar_team<T>(&h, &ctx, p) : ar_ring<T>(&h, &ctx, p, ring);
     if (fail == 0 && p.timed) {
         fail = app_grid_sync(&h, ctl, 2, 0);
         if (fail == 0 && ring == 0 && threadIdx.x == 0) ctl[AR_CTL_T1] = cpnet_globaltimer_ns();

@@ -131,6 +131,8 @@ struct ArParams {
     warmup: i64,
     iters: i64,
     timed: i64,
+    team: i64,
+    count: u64,
 }
 
 // SAFETY: repr(C), plain 8-byte integers, laid out as `struct ar_params`
@@ -208,7 +210,8 @@ struct GpuRings {
 
 impl GpuRings {
     /// Run `warmup + iters` allreduces of `count` elements of `T` on every
-    /// ring with the buffers of `layout`; returns seconds per timed
+    /// ring with the buffers of `layout` (with `team`, block 0 calls the
+    /// library's reduce instead: `-algo`); returns seconds per timed
     /// allreduce on this PE.
     #[allow(clippy::too_many_arguments)]
     fn run<T: Elem>(
@@ -220,10 +223,11 @@ impl GpuRings {
         warmup: u32,
         iters: u32,
         piece: usize,
+        team: bool,
     ) -> anyhow::Result<f64> {
         let (me, n) = (pe.my_pe(), pe.n_pes());
         let s = pe.stream();
-        let name = format!("ar_ring_{}", T::NAME);
+        let name = format!("ar_ring_{}", <T as Elem>::NAME);
         let func = self
             .module
             .load_function(&name)
@@ -260,6 +264,8 @@ impl GpuRings {
             warmup: i64::from(warmup),
             iters: i64::from(iters),
             timed: 1,
+            team: i64::from(team),
+            count: count as u64,
         };
         let cfg = LaunchConfig {
             grid_dim: (self.rings as u32, 1, 1),
@@ -297,7 +303,7 @@ impl GpuRings {
                 p.iters = 1;
                 let steps = 2 * (n as i64 - 1);
                 let one = |p: &mut ArParams| -> anyhow::Result<()> {
-                    if steps == 0 {
+                    if steps == 0 || p.team != 0 {
                         (p.s0, p.s1) = (0, 0);
                         return launch(p);
                     }
@@ -370,14 +376,15 @@ fn sweep<T: Elem>(pe: &GpuPe, args: &Args, rings: &GpuRings) -> anyhow::Result<u
         |blob| Ok(pe.allgather_bytes(blob)?),
         |count, in_place| {
             let layout = rings.layout.for_run(in_place);
+            let team = args.use_team((count * size_of::<T>()) as u64);
             prepare::<T>(pe, &layout, count, in_place)?;
             pe.barrier_all()?;
             let secs =
-                rings.run::<T>(pe, &layout, count, in_place, args.warmup, args.iters, piece)?;
+                rings.run::<T>(pe, &layout, count, in_place, args.warmup, args.iters, piece, team)?;
             let mut wrong = 0;
             if args.check == 1 {
                 prepare::<T>(pe, &layout, count, in_place)?;
-                rings.run::<T>(pe, &layout, count, in_place, 0, 1, piece)?;
+                rings.run::<T>(pe, &layout, count, in_place, 0, 1, piece, team)?;
                 wrong = count_wrong::<T>(pe, &layout, count)?;
             }
             Ok((secs, wrong))
