@@ -157,8 +157,12 @@ pub struct Args {
     /// `-team-max` bytes, the rings above.
     #[arg(long, value_enum, default_value_t = Algo::Auto)]
     pub algo: Algo,
-    /// Largest size `-algo auto` gives the library's reduce, bytes.
-    #[arg(long = "team-max", value_parser = parse_size, default_value = "32K")]
+    /// Largest size `-algo auto` gives the library's reduce, bytes. 8 KiB:
+    /// on two H200s (docs/results.md, "Session 19") the library's reduce
+    /// beat 16-120 rings up to 8 KiB on every path (peer stores 8.1 against
+    /// 15.3 µs, the network path over shm 30 against 35, over net 44
+    /// against 72) and lost from 16 KiB (shm 51 against 38).
+    #[arg(long = "team-max", value_parser = parse_size, default_value = "8K")]
     pub team_max: u64,
 }
 
