@@ -77,11 +77,14 @@ nccl() { # SCRIPT ARGS...: scripts/nccl_*.py through torch.distributed.run, its 
   step "put_signal ping-pong, network path, tcp ($gpu_tcp)" "${TCP[@]}" -- "${run[@]}" "$B/cpnet-gpu-p2p" --pingpong --min 8 --max 32K --iters 300
   step "put_signal ping-pong, peer stores" -- "${run[@]}" "$B/cpnet-gpu-p2p" --pingpong --min 8 --max 4K --iters 1000
   step "staged bandwidth, shm" "${NET[@]}" -- "${run[@]}" "$B/cpnet-gpu-p2p" --min 256K --max 16M --iters 100 --wgs 4
-  for wgs in 64 128; do
-    step "Jacobi 4096^2, $wgs WGs, network path, shm" "${NET[@]}" -- "${run[@]}" "$B/jacobi" -variant intra-kernel -nx 4096 -ny 4096 -niter 1000 -wgs $wgs
-    step "Jacobi 4096^2, $wgs WGs, network path, tcp ($gpu_tcp)" "${TCP[@]}" -- "${run[@]}" "$B/jacobi" -variant intra-kernel -nx 4096 -ny 4096 -niter 1000 -wgs $wgs
+  # 64 work-groups (the issue's), then the default: as many 1024-thread
+  # band blocks as fit beside the norm block (127 on an H200).
+  for wgs in 64 default; do
+    w=(); [ "$wgs" = default ] || w=(-wgs "$wgs")
+    step "Jacobi 4096^2, $wgs WGs, network path, shm" "${NET[@]}" -- "${run[@]}" "$B/jacobi" -variant intra-kernel -nx 4096 -ny 4096 -niter 1000 "${w[@]}"
+    step "Jacobi 4096^2, $wgs WGs, network path, tcp ($gpu_tcp)" "${TCP[@]}" -- "${run[@]}" "$B/jacobi" -variant intra-kernel -nx 4096 -ny 4096 -niter 1000 "${w[@]}"
   done
-  step "Jacobi 4096^2, 128 WGs, peer stores" -- "${run[@]}" "$B/jacobi" -variant intra-kernel -nx 4096 -ny 4096 -niter 1000
+  step "Jacobi 4096^2, default WGs, peer stores" -- "${run[@]}" "$B/jacobi" -variant intra-kernel -nx 4096 -ny 4096 -niter 1000
   step "allreduce, network path, shm" "${NET[@]}" -- "${run[@]}" "$B/allreduce" -variant intra-kernel -b 8 -e 64M -f 8 -wgs 16
   step "allreduce, network path, shm, 64 MiB" "${NET[@]}" -- "${run[@]}" "$B/allreduce" -variant intra-kernel -b 64M -e 64M -wgs 16
   step "allreduce, network path, tcp ($gpu_tcp)" "${TCP[@]}" -- "${run[@]}" "$B/allreduce" -variant intra-kernel -b 8 -e 64M -f 8 -wgs 16
