@@ -574,6 +574,17 @@ fn moe_2_pes_tcp() {
     moe_verified(2, TCP, &["-wgs", "1"]);
 }
 
+/// moe on GPU PEs (`-variant intra-kernel`), verified: uniform routing,
+/// and skewed routing with 3 work-groups, where some experts receive no
+/// token (empty ranges of the kernel's list of received slots).
+#[test]
+fn moe_gpu_verified() {
+    if gpu_or_skip("moe_gpu_verified") {
+        moe_verified(2, SHM, &["-variant", "intra-kernel", "-wgs", "4"]);
+        moe_verified(2, SHM, &["-variant", "intra-kernel", "-skew", "2", "-wgs", "3", "-seed", "11"]);
+    }
+}
+
 #[test]
 fn moe_bad_arguments_fail_clearly() {
     let j = job(3, SHM, env!("CARGO_BIN_EXE_moe"), &["-experts", "16"], Duration::from_secs(60));

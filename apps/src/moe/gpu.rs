@@ -14,6 +14,11 @@ use crate::gpu::{check_launch, ctl, kernel_source, max_coresident, new_ctl, op};
 /// Threads per block.
 pub const THREADS: u32 = 256;
 
+/// Most experts the kernel takes (`-experts`): its list of received slots
+/// keeps one prefix sum per (source PE, local expert) in shared memory,
+/// `4 * (MAX_EXPERTS + 1)` bytes per block.
+pub const MAX_EXPERTS: usize = 2048;
+
 /// Control block words of the kernel.
 mod moectl {
     use crate::gpu::ctl::APP;
@@ -29,6 +34,7 @@ mod moectl {
 pub fn source() -> String {
     let defines = [
         ("MOE_THREADS", THREADS.to_string()),
+        ("MOE_MAX_EXPERTS", MAX_EXPERTS.to_string()),
         ("MOE_CTL_DISPATCH_NS", moectl::DISPATCH_NS.to_string()),
         ("MOE_CTL_COMBINE_NS", moectl::COMBINE_NS.to_string()),
         ("MOE_CTL_EXPERTS_NS", moectl::EXPERTS_NS.to_string()),
@@ -86,6 +92,7 @@ pub fn run(a: &Args) -> anyhow::Result<(Timing, u64, GpuPe)> {
     let (pe, raised) = init_gpu_pe(Variant::IntraKernel, |n| heap_bytes(a, n as usize), a.wgs() as usize)?;
     let (me, n) = (pe.my_pe(), pe.n_pes() as usize);
     check(a, n)?;
+    ensure!(a.experts <= MAX_EXPERTS, "-experts {}: the GPU kernel takes at most {MAX_EXPERTS}", a.experts);
     let blocks = a.wgs();
     let queues = pe.handle().0.n_queues;
     ensure!(blocks <= queues, "-wgs {blocks}: every block needs its own command queue and this PE has {queues} (raise CPNET_QUEUES)");

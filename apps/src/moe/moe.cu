@@ -58,9 +58,71 @@ __device__ __forceinline__ unsigned short moe_expert(app_i64 e, app_i64 experts,
     return moe_bf16(__fmaf_rn(moe_f32(x), s, b));
 }
 
+/**
+ * The received slots as one list (items, in the order source s, local
+ * expert el, slot q): every thread loads one count of `counts` (u64
+ * [n][EL], written by the sources' puts before their dispatch signal,
+ * which this block has acquired) with a system-scope acquire, all at once
+ * rather than one after another, and the block forms the exclusive prefix
+ * sums in pre[0 .. n*EL] (pre[n*EL]: the total). The whole block calls it.
+ */
+__device__ __noinline__ void moe_prefix(const app_u64* counts, unsigned m, unsigned* pre)
+{
+    __shared__ unsigned warp_sum[MOE_THREADS / 32];
+    /* Each thread sums a run of consecutive entries, the block scans the
+     * runs' sums, then each thread writes its run's prefixes. */
+    const unsigned per = (m + blockDim.x - 1) / blockDim.x;
+    const unsigned a = threadIdx.x * per, b = a + per < m ? a + per : m;
+    unsigned local = 0;
+    for (unsigned i = a; i < b; ++i) {
+        const unsigned c = (unsigned)cpnet_ld_acquire_sys_u64((const uint64_t*)(counts + i));
+        pre[i] = c;
+        local += c;
+    }
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    unsigned incl = local;
+    for (int d = 1; d < 32; d <<= 1) {
+        const unsigned v = __shfl_up_sync(0xffffffffu, incl, d);
+        if (lane >= (unsigned)d) incl += v;
+    }
+    if (lane == 31) warp_sum[warp] = incl;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned run = 0;
+        for (unsigned w = 0; w < blockDim.x / 32; ++w) {
+            const unsigned v = warp_sum[w];
+            warp_sum[w] = run;
+            run += v;
+        }
+        pre[m] = run;
+    }
+    __syncthreads();
+    unsigned off = warp_sum[warp] + incl - local;
+    for (unsigned i = a; i < b; ++i) {
+        const unsigned c = pre[i];
+        pre[i] = off;
+        off += c;
+    }
+    __syncthreads();
+}
+
+/** The entry j of `pre` (exclusive prefixes of m entries) whose range holds
+ *  item `item` < pre[m]: the largest j with pre[j] <= item and a nonempty
+ *  range. */
+__device__ __forceinline__ unsigned moe_find(const unsigned* pre, unsigned m, unsigned item)
+{
+    unsigned lo = 0, hi = m; /* pre[lo] <= item < pre[hi] */
+    while (hi - lo > 1) {
+        const unsigned mid = (lo + hi) / 2;
+        if (pre[mid] <= item) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
 extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_run(cpnet_handle_t h, moe_params p)
 {
     __shared__ cpnet_ctx_t ctx;
+    __shared__ unsigned pre[MOE_MAX_EXPERTS + 1];
     app_u64* ctl = (app_u64*)p.ctl;
     const int me = (int)p.me;
     const app_i64 n = p.n_pes, T = p.tokens, H = p.hidden, K = p.topk, EL = p.experts / p.n_pes;
@@ -101,24 +163,22 @@ extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_run(cpnet_handle_t
          * put home). Timed apart, as DeepEP times its combine kernel
          * without the experts' GEMMs. */
         app_u64 te = 0;
+        const unsigned m = (unsigned)(n * EL);
+        moe_prefix((const app_u64*)p.counts, m, pre);
         for (int pass = 0; pass < 2; ++pass) {
-            app_u64 item = 0;
-            for (app_i64 s = 0; s < n; ++s) {
-                for (app_i64 el = 0; el < EL; ++el) {
-                    const app_u64 cnt = cpnet_ld_acquire_sys_u64((const uint64_t*)(p.counts + (app_u64)(s * EL + el) * 8));
-                    for (app_u64 q = 0; q < cnt; ++q, ++item) {
-                        if (item % gridDim.x != blockIdx.x) continue;
-                        const app_u64 idx = (app_u64)((el * n + s) * T) + q;
-                        unsigned short* y = (unsigned short*)(p.recv + idx * hb);
-                        if (pass == 0) {
-                            const app_i64 e = (app_i64)me * EL + el;
-                            for (app_i64 i = threadIdx.x; i < H; i += blockDim.x) y[i] = moe_expert(e, p.experts, y[i]);
-                        } else {
-                            const app_u64 m = *(volatile const app_u64*)(p.meta + idx * 8);
-                            const app_u64 t = m & 0xffffffffull, j = m >> 32;
-                            cpnet_putmem_nbi(&ctx, (void*)(p.comb + (t * (app_u64)K + j) * hb), (const void*)y, hb, (int)s);
-                        }
-                    }
+            for (unsigned item = blockIdx.x; item < pre[m]; item += gridDim.x) {
+                const unsigned jx = moe_find(pre, m, item);
+                const app_i64 s = jx / EL, el = jx % EL;
+                const app_u64 q = item - pre[jx];
+                const app_u64 idx = (app_u64)((el * n + s) * T) + q;
+                unsigned short* y = (unsigned short*)(p.recv + idx * hb);
+                if (pass == 0) {
+                    const app_i64 e = (app_i64)me * EL + el;
+                    for (app_i64 i = threadIdx.x; i < H; i += blockDim.x) y[i] = moe_expert(e, p.experts, y[i]);
+                } else {
+                    const app_u64 mt = *(volatile const app_u64*)(p.meta + idx * 8);
+                    const app_u64 t = mt & 0xffffffffull, j = mt >> 32;
+                    cpnet_putmem_nbi(&ctx, (void*)(p.comb + (t * (app_u64)K + j) * hb), (const void*)y, hb, (int)s);
                 }
             }
             if (pass == 0) {
