@@ -524,7 +524,7 @@ extern "C" __global__ void __launch_bounds__(COLL_BENCH_THREADS) coll_bench(cpne
 /* cpnet_alltoallmem of sizes[w] bytes per pair, iters[w] calls each after 3
  * warm-ups (every call returns with this PE's dest complete); out[w] = ns per
  * call. src and dst hold n_pes * the largest size. */
-extern "C" __global__ void a2a_bench(cpnet_handle_t h, int team, const u64* sizes, const u64* iters, unsigned nsizes,
+extern "C" __global__ void __launch_bounds__(COLL_BENCH_THREADS) a2a_bench(cpnet_handle_t h, int team, const u64* sizes, const u64* iters, unsigned nsizes,
                                      u8* src, u8* dst, u64* out, u64* logs)
 {
     BEGIN(h, logs);

@@ -967,7 +967,10 @@ fn a2a_bench(pe: &GpuPe, threads: u32, iters: u64, max: u64) -> Result<()> {
     let sizes: Vec<u64> = std::iter::successors(Some(1024u64), |s| Some(s * 4)).take_while(|&s| s <= max.max(1024)).collect();
     let counts: Vec<u64> = sizes.iter().map(|&s| if s <= 1 << 20 { iters } else { (iters * (1 << 20) / s).max(5) }).collect();
     let span = n * sizes.last().copied().unwrap_or(1024);
-    let k = build(pe, "a2a-bench", "a2a_bench", gpu_coll::COLL_BENCH)?;
+    // Built for this block size (`__launch_bounds__`), as coll-bench is: at
+    // 1024 threads the default bounds gave CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES.
+    let defines = format!("#define COLL_BENCH_THREADS {threads}\n");
+    let k = build_with(pe, "a2a-bench", "a2a_bench", &defines, gpu_coll::COLL_BENCH)?;
     let need = 2 * span;
     let alloc = |what: &str, bytes: u64| {
         pe.shmalloc(bytes).with_context(|| format!("a2a-bench {what}: {bytes} bytes (both buffers need {need}: raise CPNET_HEAP_SIZE)"))
