@@ -45,6 +45,7 @@ pub(crate) use daemon::{GpuSessionMem, serve_gpu_pe};
 mod queues;
 pub use queues::{GpuQueues, MappedHost};
 mod module;
+mod alltoall_grid;
 mod on_stream;
 mod team;
 

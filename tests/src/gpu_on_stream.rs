@@ -102,6 +102,39 @@ fn check_team(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: SymAddr) -
     Ok(())
 }
 
+/// Bytes per pair of the large alltoall: above the grid form's 512 KiB
+/// (`runtime/src/gpu/alltoall_grid.rs`, taken where the members map each
+/// other's heaps), and not a multiple of 16, so the last block's run ends
+/// in a partial word.
+const BIG: usize = (512 << 10) + 24;
+
+/// The large alltoall on `team` (the grid form on peer stores, one block
+/// otherwise), twice (the second's data differs), every word checked.
+/// **Collective** over the team.
+fn check_big_alltoall(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: SymAddr) -> Result<()> {
+    let (me, n) = (team.my_pe(), team.n_pes() as usize);
+    let world = |i: usize| team.world_pe(i as i32).expect("a member index of the team");
+    let s = pe.stream();
+    let words = BIG / 8;
+    for round in 0..2u64 {
+        let v = |p: i32, i: usize| val(p, i) ^ (round << 60);
+        let mine: Vec<u8> = (0..words * n).flat_map(|i| v(pe.my_pe(), i).to_le_bytes()).collect();
+        pe.write_heap(src, &mine)?;
+        pe.team_alltoall_on_stream(team, dst, src, BIG, s)?;
+        pe.synchronize()?;
+        let mut got = vec![0u8; BIG * n];
+        pe.read_heap(dst, &mut got)?;
+        let want: Vec<u64> = (0..n).flat_map(|p| (0..words).map(move |i| v(world(p), me as usize * words + i))).collect();
+        let got = u64s(&got);
+        if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
+            anyhow::bail!("{name}: alltoall of {BIG} bytes per pair, round {round}: word {i} (from member {}) is {:#x}, expected {:#x}", i / words, got[i], want[i]);
+        }
+        pe.team_sync_on_stream(team, false, s)?;
+        pe.synchronize()?;
+    }
+    Ok(())
+}
+
 /// The scenario: the world team, then the even PEs' split (its members
 /// only; the others wait at the world barrier). **Collective.**
 ///
@@ -112,14 +145,20 @@ pub fn on_stream(pe: &GpuPe) -> Result<()> {
     // Allocation is collective over every PE: once, sized for the world.
     let bytes = (N * 8) as u64 * pe.n_pes() as u64;
     let (src, dst) = (pe.shmalloc(bytes)?, pe.shmalloc(bytes)?);
+    let big = (BIG * pe.n_pes() as usize) as u64;
+    let (bsrc, bdst) = (pe.shmalloc(big)?, pe.shmalloc(big)?);
     check_team(pe, &world, "world", src, dst).context("team world")?;
-    println!("on-stream PE {}: world team ({} PEs): reduce, broadcast, fcollect, alltoall, sync, barrier OK", pe.my_pe(), world.n_pes());
+    check_big_alltoall(pe, &world, "world", bsrc, bdst).context("team world")?;
+    println!("on-stream PE {}: world team ({} PEs): reduce, broadcast, fcollect, alltoall (also {BIG} B per pair), sync, barrier OK", pe.my_pe(), world.n_pes());
     let even = pe.team_split_strided(&world, 0, 2, (pe.n_pes() + 1) / 2)?;
     if let Some(t) = &even {
         check_team(pe, t, "even PEs", src, dst).context("team of the even PEs")?;
+        check_big_alltoall(pe, t, "even PEs", bsrc, bdst).context("team of the even PEs")?;
         println!("on-stream PE {}: even-PE team ({} PEs) OK", pe.my_pe(), t.n_pes());
     }
     pe.barrier_all()?;
+    pe.shfree(bdst)?;
+    pe.shfree(bsrc)?;
     pe.shfree(dst)?;
     pe.shfree(src)?;
     Ok(())

@@ -85,15 +85,29 @@ impl GpuPe {
     /// # Errors
     /// NVRTC or the module load.
     fn on_stream_kernel(&self, call: &str) -> Result<CudaFunction> {
+        self.on_stream_built(call, "cpnet_on_stream", || source(call))
+    }
+
+    /// Kernel `name` of a module of its own, built from `source` on first
+    /// use (the grid forms, `alltoall_grid.rs`).
+    ///
+    /// # Errors
+    /// NVRTC or the module load.
+    pub(super) fn on_stream_function(&self, name: &str, source: &str) -> Result<CudaFunction> {
+        self.on_stream_built(name, name, || source.to_owned())
+    }
+
+    /// Function `name` of the module built from `source()`, kept under `key`.
+    fn on_stream_built(&self, key: &str, name: &str, source: impl FnOnce() -> String) -> Result<CudaFunction> {
         let mut built = self.on_stream.built.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, f)) = built.get(call) {
+        if let Some((_, f)) = built.get(key) {
             return Ok(f.clone());
         }
-        let module = self.build_module("cpnet_on_stream.cu", &source(call))?;
+        let module = self.build_module(&format!("{name}.cu"), &source())?;
         let f = module
-            .load_function("cpnet_on_stream")
+            .load_function(name)
             .map_err(|source| GpuError::Cuda { what: "cuModuleGetFunction (on-stream collective)", source })?;
-        built.insert(call.to_owned(), (module, f.clone()));
+        built.insert(key.to_owned(), (module, f.clone()));
         Ok(f)
     }
 
@@ -183,13 +197,19 @@ impl GpuPe {
 
     /// Exchange on `stream` (`nvshmemx_alltoallmem_on_stream`, §9.9.10):
     /// block `j` (`nbytes` at `source + j x nbytes`) of every member `i` into
-    /// block `i` of member `j`'s `dest`. **Collective** over `team`.
+    /// block `i` of member `j`'s `dest`. **Collective** over `team`. From
+    /// 512 KiB per pair on a team whose members all map each other's heaps
+    /// it runs on a grid of up to 64 blocks (`alltoall_grid.rs`), else on
+    /// one block.
     ///
     /// # Errors
     /// As [`GpuPe::team_reduce_on_stream`].
     pub fn team_alltoall_on_stream(&self, team: &Team, dest: SymAddr, source: SymAddr, nbytes: usize, stream: &CudaStream) -> Result<()> {
         let total = (nbytes as u64).saturating_mul(team.n_pes().max(0) as u64);
         self.on_stream_ranges(dest, total, source, total)?;
+        if self.alltoall_grid(team, dest, source, nbytes as u64, stream)? {
+            return Ok(());
+        }
         self.launch_on_stream("cpnet_alltoallmem(&ctx, team, dest, source, n)", stream, team, Args { dest, source, n: nbytes as u64, root: 0 })
     }
 
