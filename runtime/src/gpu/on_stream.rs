@@ -199,7 +199,7 @@ impl GpuPe {
     /// block `j` (`nbytes` at `source + j x nbytes`) of every member `i` into
     /// block `i` of member `j`'s `dest`. **Collective** over `team`. From
     /// 512 KiB per pair on a team whose members all map each other's heaps
-    /// it runs on a grid of up to 64 blocks (`alltoall_grid.rs`), else on
+    /// it runs on a grid of up to 128 blocks (`alltoall_grid.rs`), else on
     /// one block.
     ///
     /// # Errors
