@@ -42,8 +42,22 @@
 # carry this shell's pid, so runs in parallel do not clash) are deleted on
 # any exit.
 #
+# GPU PEs (TWOHOST_GPU=1, on a machine with two GPUs): instead of the CPU
+# programs, one PE per namespace on its own GPU (CUDA_VISIBLE_DEVICES),
+# with the direct paths off (CPNET_GPU_IPC=0 CPNET_GPU_P2P=0: the namespaces
+# share one kernel and its GPUs, so CUDA IPC would otherwise join them) and
+# no CPNET_PROVIDER, so the runtime picks what GPU PEs take between hosts
+# (libfabric's native TCP endpoint, `net` in 1.17; docs/runtime.md):
+#   cpnet-gpu-check ops
+#   allreduce -variant intra-kernel -b 8 -e 1M -f 8 -wgs 4
+#   jacobi -variant intra-kernel -nx 1024 -ny 1024 -niter 200 -verify
+# and each PE's map must say `staged active messages via net` between the
+# veth's addresses. TWOHOST_BIN=DIR runs prebuilt binaries from DIR without
+# building (the GPU machine has no Rust).
+#
 # Usage: bash scripts/twohost.sh
 #        TWOHOST_PROFILE=debug bash scripts/twohost.sh
+#        TWOHOST_GPU=1 TWOHOST_BIN=.bin/r bash scripts/twohost.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -54,7 +68,23 @@ case $PROFILE in
   release | debug) ;;
   *) say "TWOHOST_PROFILE=$PROFILE: expected release or debug"; exit 2 ;;
 esac
-BIN=target/$PROFILE
+BIN=${TWOHOST_BIN:-target/$PROFILE}
+GPU=${TWOHOST_GPU:-0}
+if [ "$GPU" = 1 ]; then
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  if [ "${gpus:-0}" -lt 2 ]; then
+    say "SKIP: TWOHOST_GPU=1 needs two GPUs (nvidia-smi lists ${gpus:-0})"
+    exit 0
+  fi
+  # The runtime's choice between hosts, no CPNET_PROVIDER; the network path.
+  PE_ENV=(CPNET_GPU_IPC=0 CPNET_GPU_P2P=0 NO_COLOR=1)
+  MAP_PATH="staged active messages via net"
+  PROVIDER_TEXT="the runtime's choice for GPU PEs (net)"
+else
+  PE_ENV=("CPNET_PROVIDER=tcp;ofi_rxm" "FI_OFI_RXM_BUFFER_SIZE=${FI_OFI_RXM_BUFFER_SIZE:-65536}")
+  MAP_PATH="rma via tcp;ofi_rxm"
+  PROVIDER_TEXT="tcp;ofi_rxm"
+fi
 
 if ! command -v ip >/dev/null 2>&1; then
   say "SKIP: no \`ip\` command (iproute2), so no network namespaces"
@@ -110,9 +140,11 @@ ip -n "$NS_B" addr add "$ADDR_B/24" dev "$VETH_B"
 for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
 ip -n "$NS_A" link set "$VETH_A" up
 ip -n "$NS_B" link set "$VETH_B" up
-say "hosts: $NS_A ($VETH_A $ADDR_A/24) and $NS_B ($VETH_B $ADDR_B/24), rendezvous $ADDR_A:$PORT, provider tcp;ofi_rxm"
+say "hosts: $NS_A ($VETH_A $ADDR_A/24) and $NS_B ($VETH_B $ADDR_B/24), rendezvous $ADDR_A:$PORT, provider $PROVIDER_TEXT"
 
-if [ "$PROFILE" = release ]; then cargo build -q --release --workspace; else cargo build -q --workspace; fi
+if [ -z "${TWOHOST_BIN:-}" ]; then
+  if [ "$PROFILE" = release ]; then cargo build -q --release --workspace; else cargo build -q --workspace; fi
+fi
 TMP=$(mktemp -d)
 
 # Bytes the veth sent and received, seen from host A: "tx rx".
@@ -145,9 +177,9 @@ run_pe() {
     local rc=0
     # shellcheck disable=SC2046 # the launcher variables split into words
     ip netns exec "$ns" env -u CPNET_PE -u CPNET_N_PES -u CPNET_LOCAL_PE -u CPNET_LOCAL_SIZE \
-      -u CPNET_FABRIC_NODE -u FI_PROVIDER -u CPNET_BOOTSTRAP_ADDR \
+      -u CPNET_FABRIC_NODE -u FI_PROVIDER -u CPNET_BOOTSTRAP_ADDR -u CPNET_PROVIDER \
       $(launcher_env "$style" "$rank") \
-      CPNET_PROVIDER='tcp;ofi_rxm' CPNET_TRANSPORT_MAP=1 FI_OFI_RXM_BUFFER_SIZE="${FI_OFI_RXM_BUFFER_SIZE:-65536}" \
+      "${PE_ENV[@]}" CPNET_TRANSPORT_MAP=1 CUDA_VISIBLE_DEVICES="$rank" \
       timeout 300 "$@" </dev/null 2>&1 || rc=$?
     echo "$rc" >"$TMP/$name.rc"
   } | tee "$TMP/$name.out" | sed -u "s/^/[$name] /"
@@ -158,15 +190,16 @@ fail() {
   exit 1
 }
 
-# check_map NAME ME PEER: the PE's transport map line to its peer says rma
-# over tcp;ofi_rxm between two addresses of the veth's subnet.
+# check_map NAME ME PEER: the PE's transport map line to its peer says
+# $MAP_PATH (rma over tcp;ofi_rxm; for GPU PEs staged active messages over
+# net) between two addresses of the veth's subnet.
 check_map() {
   local name=$1 me=$2 peer=$3 line
   line=$(grep -F "cpnet: transport map: PE $me -> PE $peer: " "$TMP/$name.out" || true)
   [ -n "$line" ] || fail "$name printed no transport map line for PE $me -> PE $peer"
   case $line in
-    *": rma via tcp;ofi_rxm ["*"fi_sockaddr_in://$NET."*" -> fi_sockaddr_in://$NET."*) ;;
-    *) fail "$name: expected rma via tcp;ofi_rxm between addresses of $NET.0/24, got: $line" ;;
+    *": $MAP_PATH ["*"fi_sockaddr_in://$NET."*" -> fi_sockaddr_in://$NET."*) ;;
+    *) fail "$name: expected $MAP_PATH between addresses of $NET.0/24, got: $line" ;;
   esac
   grep -qF "cpnet: transport map: PE $me -> PE $me: self via none [" "$TMP/$name.out" ||
     fail "$name printed no transport map line for PE $me -> PE $me"
@@ -202,6 +235,20 @@ job() {
   [ "$tx" -gt 0 ] && [ "$rx" -gt 0 ] || fail "$title: nothing crossed the veth (sent $tx, received $rx bytes)"
   say "$title: OK in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s ($style launcher variables; veth A->B $tx bytes, B->A $rx bytes)"
 }
+
+if [ "$GPU" = 1 ]; then
+  job "cpnet-gpu-check ops (GPU PEs)" ompi "$BIN/cpnet-gpu-check" ops
+  grep -q "^PE 0: OK" "$TMP/hostA.out" && grep -q "^PE 1: OK" "$TMP/hostB.out" ||
+    fail "cpnet-gpu-check ops: a PE did not report OK"
+  job "allreduce -variant intra-kernel -b 8 -e 1M -f 8 -wgs 4" pmi "$BIN/allreduce" -variant intra-kernel -b 8 -e 1M -f 8 -wgs 4
+  grep -Eq "^# Out of bounds values +: 0 OK" "$TMP/hostA.out" ||
+    fail "allreduce (GPU): #wrong is not 0 (see the lines above)"
+  job "jacobi -variant intra-kernel -nx 1024 -ny 1024 -niter 200 -verify" slurm "$BIN/jacobi" -variant intra-kernel -nx 1024 -ny 1024 -niter 200 -verify
+  grep -q "^Verification: .*: OK$" "$TMP/hostA.out" ||
+    fail "jacobi (GPU): no OK verification from PE 0"
+  say "PASSED: GPU PEs' cpnet-gpu-check ops, allreduce and jacobi -verify between two network namespaces over $PROVIDER_TEXT"
+  exit 0
+fi
 
 job "cpnet-check ops" ompi "$BIN/cpnet-check" ops
 grep -q "^PE 0: OK" "$TMP/hostA.out" && grep -q "^PE 1: OK" "$TMP/hostB.out" ||

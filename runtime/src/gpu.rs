@@ -442,13 +442,13 @@ impl Backend for GpuBackend {
         ep.connect(&cards).map_err(|e| e.to_string())
     }
     fn describe(tr: &StagedTransport) -> EndpointFacts {
-        // The staged transport reports its granted provider only.
+        let (fabric, domain, addrs) = tr.addresses();
         EndpointFacts {
             provider: tr.provider().to_owned(),
-            fabric: String::new(),
-            domain: String::new(),
-            local_addr: String::new(),
-            peer_addrs: Vec::new(),
+            fabric: fabric.to_owned(),
+            domain: domain.to_owned(),
+            local_addr: addrs.get(tr.my_pe() as usize).cloned().unwrap_or_default(),
+            peer_addrs: addrs.to_vec(),
         }
     }
     fn mirror(&self, t: usize) -> Option<std::result::Result<QueueMirror, String>> {

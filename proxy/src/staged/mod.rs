@@ -177,6 +177,9 @@ pub struct StagedEndpoint {
     mem: Pinned,
     layout: Layout,
     provider: String,
+    /// The granted fabric and domain names (`fi_fabric_attr::name`,
+    /// `fi_domain_attr::name`), for the transport map.
+    names: (String, String),
     my_pe: i32,
     n_pes: i32,
     heap: GpuHeap,
@@ -290,6 +293,7 @@ impl StagedEndpoint {
             mem,
             layout,
             provider: info.provider_name(),
+            names: (info.fabric_name(), info.domain_name()),
             my_pe,
             n_pes,
             heap,
@@ -346,6 +350,7 @@ impl StagedEndpoint {
         let rounds = if self.n_pes <= 1 { 0 } else { 32 - ((self.n_pes - 1) as u32).leading_zeros() };
         let peer_addrs = cards.iter().map(|c| printable(&self.av, c)).collect();
         let t = StagedTransport {
+            names: self.names.clone(),
             watch: PeerWatch::new(n, self.cfg.fabric.reach_timeout),
             peer_addrs,
             timing: tracing::enabled!(tracing::Level::DEBUG),
@@ -523,6 +528,8 @@ impl StageClock {
 
 /// The staged [`Transport`] of one service thread.
 pub struct StagedTransport {
+    /// The granted fabric and domain names.
+    names: (String, String),
     /// Whether to keep [`StageClock`] (debug logging on for this module at
     /// connect): a clock read per pass and per operation otherwise saved.
     timing: bool,
@@ -624,6 +631,18 @@ impl StagedTransport {
     /// The provider in use.
     pub fn provider(&self) -> &str {
         &self.inner.provider
+    }
+
+    /// This PE.
+    pub fn my_pe(&self) -> i32 {
+        self.inner.my_pe
+    }
+
+    /// The granted fabric and domain names, and every PE's endpoint address
+    /// in the provider's printable form (index = PE, this PE's own too),
+    /// for the transport map.
+    pub fn addresses(&self) -> (&str, &str, &[String]) {
+        (&self.names.0, &self.names.1, &self.peer_addrs)
     }
 
     fn base(&self) -> *mut u8 {
