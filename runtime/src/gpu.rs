@@ -679,8 +679,9 @@ impl GpuPe {
     /// it. What `CPNET_TRANSPORT_MAP=1` prints after init
     /// ([`crate::transport_map`]). Local.
     pub fn transport_map(&self) -> Vec<crate::transport_map::Route> {
-        let provider = self.core.endpoint_facts().first().map_or(self.core.provider.as_str(), |f| f.provider.as_str());
-        crate::transport_map::gpu_routes(self.my_pe(), &self.peer_path(), self.p2p.is_some(), provider)
+        let facts = self.core.endpoint_facts().first();
+        let provider = facts.map_or(self.core.provider.as_str(), |f| f.provider.as_str());
+        crate::transport_map::gpu_routes(self.my_pe(), &self.peer_path(), self.p2p.is_some(), provider, facts)
     }
 
     /// This PE's number (`shmem_my_pe`, §9.2.3). Local.

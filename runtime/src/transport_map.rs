@@ -144,8 +144,10 @@ pub(crate) fn cpu_routes(me: i32, n_pes: i32, facts: &EndpointFacts, threads: us
 /// is mapped into this process through CUDA IPC (the staged transport then
 /// copies into it), `p2p` whether the kernels' peer table is installed
 /// (`CPNET_GPU_P2P=1`: kernels store into every mapped heap and their own),
-/// `provider` the provider the staged transport opened, as libfabric reports it.
-pub(crate) fn gpu_routes(me: i32, ipc_mapped: &[bool], p2p: bool, provider: &str) -> Vec<Route> {
+/// `provider` the provider the staged transport opened, as libfabric reports it,
+/// `facts` its proxy thread 0's endpoint (fabric, domain and addresses, which
+/// the staged lines carry), where known.
+pub(crate) fn gpu_routes(me: i32, ipc_mapped: &[bool], p2p: bool, provider: &str, facts: Option<&EndpointFacts>) -> Vec<Route> {
     let amo = format!("AMOs and ADD signals: staged active messages over {provider}");
     ipc_mapped
         .iter()
@@ -166,8 +168,15 @@ pub(crate) fn gpu_routes(me: i32, ipc_mapped: &[bool], p2p: bool, provider: &str
                 let how = format!("proxy copy-engine copies into the peer's GPU heap mapped by CUDA IPC; {amo}");
                 (Path::IpcCopy, provider.to_owned(), how)
             } else {
-                let how = "FI_MSG through registered pinned host staging, applied to the peer's GPU heap by its landing agent; GPU heap not registered (FI_HMEM: no)";
-                (Path::StagedActiveMessages, provider.to_owned(), how.to_owned())
+                let mut how =
+                    "FI_MSG through registered pinned host staging, applied to the peer's GPU heap by its landing agent; GPU heap not registered (FI_HMEM: no)"
+                        .to_owned();
+                let f = facts.map(|f| fabric_details(f, to as usize)).unwrap_or_default();
+                if !f.is_empty() {
+                    how += "; ";
+                    how += &f;
+                }
+                (Path::StagedActiveMessages, provider.to_owned(), how)
             };
             Route { from: me, to, path, provider, details }
         })
@@ -223,10 +232,10 @@ mod tests {
     #[test]
     fn gpu_paths_follow_ipc_mappings_and_the_p2p_switch() {
         let mapped = [false, true, false];
-        let r = gpu_routes(0, &mapped, true, "shm");
+        let r = gpu_routes(0, &mapped, true, "shm", None);
         let paths: Vec<Path> = r.iter().map(|r| r.path).collect();
         assert_eq!(paths, [Path::SelfLoop, Path::P2pStores, Path::StagedActiveMessages]);
-        let r = gpu_routes(0, &mapped, false, "shm");
+        let r = gpu_routes(0, &mapped, false, "shm", Some(&facts("net")));
         let paths: Vec<Path> = r.iter().map(|r| r.path).collect();
         assert_eq!(paths, [Path::SelfLoop, Path::IpcCopy, Path::StagedActiveMessages]);
         assert_eq!(r[2].provider, "shm");
@@ -234,6 +243,19 @@ mod tests {
         assert!(r[1].details.contains("over shm"), "{}", r[1]);
         assert_eq!(r[0].provider, NO_PROVIDER);
         assert!(r[2].to_string().contains("PE 0 -> PE 2: staged active messages via shm ["), "{}", r[2]);
+    }
+
+    #[test]
+    fn staged_routes_carry_the_endpoint_addresses() {
+        let r = gpu_routes(0, &[false, false], false, "net", Some(&facts("net")));
+        assert_eq!(r[1].path, Path::StagedActiveMessages);
+        assert!(
+            r[1].details.ends_with(
+                "(FI_HMEM: no); fabric 10.1.2.0/24, domain veth0; fi_sockaddr_in://10.1.2.1:1000 -> fi_sockaddr_in://10.1.2.2:2000"
+            ),
+            "{}",
+            r[1]
+        );
     }
 
     #[test]
