@@ -240,7 +240,10 @@ if [ "$GPU" = 1 ]; then
   job "cpnet-gpu-check ops (GPU PEs)" ompi "$BIN/cpnet-gpu-check" ops
   grep -q "^PE 0: OK" "$TMP/hostA.out" && grep -q "^PE 1: OK" "$TMP/hostB.out" ||
     fail "cpnet-gpu-check ops: a PE did not report OK"
-  job "allreduce -variant intra-kernel -b 8 -e 1M -f 8 -wgs 4" pmi "$BIN/allreduce" -variant intra-kernel -b 8 -e 1M -f 8 -wgs 4
+  # Launcher variables that say one PE per host (not PMI's, which leave
+  # the runtime assuming one host: without CPNET_PROVIDER it then picks shm,
+  # which the namespaces, sharing one kernel, do not stop).
+  job "allreduce -variant intra-kernel -b 8 -e 1M -f 8 -wgs 4" torchrun "$BIN/allreduce" -variant intra-kernel -b 8 -e 1M -f 8 -wgs 4
   grep -Eq "^# Out of bounds values +: 0 OK" "$TMP/hostA.out" ||
     fail "allreduce (GPU): #wrong is not 0 (see the lines above)"
   job "jacobi -variant intra-kernel -nx 1024 -ny 1024 -niter 200 -verify" slurm "$BIN/jacobi" -variant intra-kernel -nx 1024 -ny 1024 -niter 200 -verify
