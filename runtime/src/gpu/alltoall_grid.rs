@@ -207,7 +207,11 @@ impl GpuPe {
         // (bound above); 8 bytes allocated here, zeroed and freed below.
         let done = unsafe { result::malloc_async(cu, 8) }.map_err(cuda("cuMemAllocAsync (grid alltoall's count)"))?;
         // SAFETY: `done` is the 8-byte allocation above, ordered on `cu`.
-        unsafe { result::memset_d8_async(done, 0, 8, cu) }.map_err(cuda("cuMemsetD8Async (grid alltoall's count)"))?;
+        if let Err(e) = unsafe { result::memset_d8_async(done, 0, 8, cu) } {
+            // SAFETY: `done` came from malloc_async on `cu` and nothing uses it.
+            let _ = unsafe { result::free_async(done, cu) };
+            return Err(cuda("cuMemsetD8Async (grid alltoall's count)")(e).into());
+        }
         let d = team.desc();
         let args = GridArgs { dest: self.dev_ptr(dest), source: self.dev_ptr(source), nbytes, done, peers, my_idx: d.my_idx, size: d.size };
         let (h, t) = (self.handle(), team.id());
