@@ -94,9 +94,14 @@ use crate::service::{Finished, Submit, Tag, Transport};
 use crate::reach::{PeerWatch, unreachable_report};
 use crate::transport::{FabricConfig, TransportError, fabric_code, printable};
 
+mod clock;
 mod initiator;
+mod state;
 mod target;
 mod wire;
+
+use clock::{StageClock, mono_ns};
+use state::*;
 
 pub use wire::{Hdr, amo_apply};
 use wire::*;
@@ -394,138 +399,6 @@ impl StagedEndpoint {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-enum Phase {
-    #[default]
-    Free,
-    /// Data moving; `outstanding` answers or copies pending.
-    Data,
-    /// A multi-chunk put-signal's data is acknowledged; its signal message
-    /// is out.
-    Signal,
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-struct OpSlot {
-    phase: Phase,
-    tag: Option<Tag>,
-    op: Option<Op>,
-    generation: u32,
-    /// Chunks (requests) in total and started so far.
-    chunks: u32,
-    started: u32,
-    /// Requests, copies or executor items started and not yet finished.
-    outstanding: u32,
-    error: Option<ErrorCode>,
-    value: u64,
-    /// A put-signal whose signal goes as its own message once the data has
-    /// landed (multi-chunk staged puts; ADD signals on the peer path).
-    signal_msg: bool,
-}
-
-/// What to do when a copy's event has passed.
-#[derive(Clone, Copy, Debug)]
-enum After {
-    /// Send the staged chunk in big buffer `buf` (`len` bytes with header) to `pe`.
-    Send { buf: u32, len: usize, pe: i32 },
-    /// A local copy of op `op` finished.
-    LocalDone { op: u32 },
-    /// A local `g` finished: the value is in the op's scratch word 2.
-    LocalResult { op: u32 },
-    /// A received PUT was applied: repost `recv`, then ACK (or run the ADD
-    /// signal first, in landing lane key `lane`: the message's).
-    Applied { recv: u32, pe: i32, tag: u64, sig_add: Option<(u64, u64)>, lane: u32 },
-    /// A GET reply was copied into the heap: repost `recv`, one answer less for `op`.
-    GetApplied { recv: u32, op: u32 },
-    /// An AMO (or ADD signal) ran in the landing agent; the record's value
-    /// is the old value.
-    Amo(AmoDone),
-    /// A local put-signal's data copy finished: now its ADD signal.
-    LocalThenAdd { op: u32, sig: u64, value: u64 },
-}
-
-#[derive(Clone, Copy, Debug)]
-enum AmoDone {
-    Local { op: u32 },
-    Reply { pe: i32, tag: u64 },
-    Ack { pe: i32, tag: u64 },
-}
-
-#[derive(Clone, Copy, Debug)]
-struct AmoItem {
-    ty: AmoType,
-    op: AmoOp,
-    dst: u64,
-    value: u64,
-    cond: u64,
-    done: AmoDone,
-    /// Landing lane key ([`StagedTransport::land`]).
-    lane: u32,
-}
-
-struct BarrierState {
-    epoch: u64,
-    round: u32,
-    sent: bool,
-}
-
-/// Where a staged operation's time goes, for the debug report at teardown
-/// (`RUST_LOG=cpnet_proxy::staged=debug`): sums in ns, counts, minima.
-#[derive(Debug, Default)]
-struct StageClock {
-    /// Progress calls, and the time from the first to the last.
-    passes: u64,
-    first_pass: Option<std::time::Instant>,
-    last_pass: Option<std::time::Instant>,
-    /// A received PUT: its receive completion read, to the data landed.
-    land: (u64, u64, u64),
-    /// A remote op: submitted, to its request posted.
-    post: (u64, u64, u64),
-    /// A remote op: submitted, to its last answer.
-    answer: (u64, u64, u64),
-    /// A received PUT of at most 8 bytes (inline) / a larger one: its
-    /// sender's `fi_send`, to its receive completion read here (CLOCK_MONOTONIC
-    /// of one host: both PEs on one machine; meaningless across hosts).
-    req_wire_small: (u64, u64, u64),
-    req_wire_big: (u64, u64, u64),
-    /// A received ACK: the target's `fi_send`, to its completion read here.
-    ack_wire: (u64, u64, u64),
-    /// A header-only / a larger message of ours: `fi_send`, to its send
-    /// completion read here.
-    send_small: (u64, u64, u64),
-    send_big: (u64, u64, u64),
-}
-
-/// CLOCK_MONOTONIC in ns: the send stamps of the timing report, comparable
-/// between processes of one host.
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the timespec we own; CLOCK_MONOTONIC
-    // always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-impl StageClock {
-    fn add(acc: &mut (u64, u64, u64), since: std::time::Instant) {
-        Self::add_ns(acc, since.elapsed().as_nanos() as u64);
-    }
-    /// A span from a peer's send stamp (`mono_ns`) to now; 0: not stamped.
-    fn add_wire(acc: &mut (u64, u64, u64), sent: u64) {
-        if sent != 0 {
-            Self::add_ns(acc, mono_ns().saturating_sub(sent));
-        }
-    }
-    fn add_ns(acc: &mut (u64, u64, u64), ns: u64) {
-        acc.0 += 1;
-        acc.1 += ns;
-        acc.2 = if acc.0 == 1 { ns } else { acc.2.min(ns) };
-    }
-    fn show(acc: (u64, u64, u64)) -> String {
-        if acc.0 == 0 { "-".into() } else { format!("n {} mean {:.2} us min {:.2} us", acc.0, acc.1 as f64 / acc.0 as f64 / 1e3, acc.2 as f64 / 1e3) }
-    }
-}
-
 /// The staged [`Transport`] of one service thread.
 pub struct StagedTransport {
     /// The granted fabric and domain names.
@@ -592,38 +465,7 @@ impl Drop for StagedTransport {
             (n, tr, ta, tp) = (n + a, tr + b, ta + c, tp + d);
             (launches, refused) = (launches + l.launches(), refused + l.refused());
         }
-        let per = |t: u64| t as f64 / n.max(1) as f64 / 1e3;
-        let c = &self.clock;
-        if let (Some(a), Some(b)) = (c.first_pass, c.last_pass) {
-            tracing::debug!(
-                "PE {}: landing agents ({} lanes): {n} records; per record {:.2} us reading, {:.2} us applying, {:.2} us publishing",
-                self.inner.my_pe,
-                self.inner.lanes.len(),
-                per(tr),
-                per(ta),
-                per(tp)
-            );
-            tracing::debug!(
-                "PE {}: staged transport: {} passes, mean {:.3} us; received put landed: {}; request posted: {}; answered: {}; agent launches {}, refused {}",
-                self.inner.my_pe,
-                c.passes,
-                (b - a).as_nanos() as f64 / c.passes.max(1) as f64 / 1e3,
-                StageClock::show(c.land),
-                StageClock::show(c.post),
-                StageClock::show(c.answer),
-                launches,
-                refused
-            );
-            tracing::debug!(
-                "PE {}: staged transport, sender's fi_send to receive completion read (one host's clock): put <= 8 B: {}; larger put: {}; ACK: {}; own fi_send to its send completion: header-only {}; larger {}",
-                self.inner.my_pe,
-                StageClock::show(c.req_wire_small),
-                StageClock::show(c.req_wire_big),
-                StageClock::show(c.ack_wire),
-                StageClock::show(c.send_small),
-                StageClock::show(c.send_big)
-            );
-        }
+        self.clock.report(self.inner.my_pe, self.inner.lanes.len(), (n, tr, ta, tp), (launches, refused));
     }
 }
 
