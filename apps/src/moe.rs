@@ -266,6 +266,11 @@ struct Layout {
     comb: u64,
     meta_out: u64,
     counts_out: u64,
+    /// GPU variant: per source PE a row of `EL` counts then its `(t, j)`
+    /// records in (expert, slot) order (`row_words` u64 each), and the rows
+    /// this PE sends, one per destination.
+    cmeta: u64,
+    cmeta_out: u64,
     total: u64,
 }
 
@@ -288,7 +293,15 @@ impl Layout {
         let comb = take(t * k * h * 2);
         let meta_out = take(t * k * 8);
         let counts_out = take(n * el * 8);
-        Layout { x, recv, meta, counts, disp_sig, comb_sig, comb, meta_out, counts_out, total: off }
+        let cmeta = take(n * Layout::row_words(a, n as usize) * 8);
+        let cmeta_out = take(n * Layout::row_words(a, n as usize) * 8);
+        Layout { x, recv, meta, counts, disp_sig, comb_sig, comb, meta_out, counts_out, cmeta, cmeta_out, total: off }
+    }
+
+    /// u64 words of one row of `cmeta`: `EL` counts, then room for every
+    /// record a source can send one PE (`T x k`).
+    fn row_words(a: &Args, n: usize) -> u64 {
+        ((a.experts / n) + a.tokens * a.topk) as u64
     }
 }
 
@@ -323,12 +336,38 @@ pub fn check(a: &Args, n: usize) -> Result<()> {
 /// before the first iteration, the same for both variants: its tokens, the
 /// `(t, j)` records and the per-PE count rows the small puts send (they do
 /// not change between iterations), and the zeroed signal words.
-fn initial_regions(a: &Args, me: i32, r: &Routing, l: &Layout, n: usize) -> [(u64, Vec<u8>); 5] {
+fn initial_regions(a: &Args, me: i32, r: &Routing, l: &Layout, n: usize) -> [(u64, Vec<u8>); 6] {
     let (t_n, h, k, el) = (a.tokens, a.hidden, a.topk, a.experts / n);
     let x = (0..t_n * h).flat_map(|i| token(a.seed, me, i / h, i % h).to_le_bytes()).collect();
-    let meta = (0..t_n * k).flat_map(|i| ((i / k) as u64 | (((i % k) as u64) << 32)).to_le_bytes()).collect();
+    let record = |i: usize| (i / k) as u64 | (((i % k) as u64) << 32);
+    let meta = (0..t_n * k).flat_map(|i| record(i).to_le_bytes()).collect();
     let counts = (0..n * el).flat_map(|i| (r.count[i] as u64).to_le_bytes()).collect();
-    [(l.x, x), (l.meta_out, meta), (l.counts_out, counts), (l.disp_sig, vec![0; 8 * n]), (l.comb_sig, vec![0; 8 * n])]
+    // The GPU variant's rows, one per destination d: d's EL counts, then
+    // the records of the tokens routed to d's experts, expert by expert,
+    // each at its slot.
+    let row = Layout::row_words(a, n) as usize;
+    let mut rows = vec![0u64; n * row];
+    for d in 0..n {
+        let mut at = el;
+        for e in 0..el {
+            rows[d * row + e] = r.count[d * el + e] as u64;
+            for (i, &(x, _)) in r.route.iter().enumerate() {
+                if x == d * el + e {
+                    rows[d * row + at + r.slot[i]] = record(i);
+                }
+            }
+            at += r.count[d * el + e];
+        }
+    }
+    let rows = rows.iter().flat_map(|w| w.to_le_bytes()).collect();
+    [
+        (l.x, x),
+        (l.meta_out, meta),
+        (l.counts_out, counts),
+        (l.cmeta_out, rows),
+        (l.disp_sig, vec![0; 8 * n]),
+        (l.comb_sig, vec![0; 8 * n]),
+    ]
 }
 
 /// Elements of `out` (`[T][H]` f32, this PE's combined tokens) that differ
@@ -569,6 +608,40 @@ mod tests {
 
     fn args() -> Args {
         Args::parse_from(["moe", "--tokens", "64", "--hidden", "16", "-k", "4", "--experts", "16"])
+    }
+
+    /// The GPU variant's rows: destination d's row holds d's counts, then
+    /// each of this PE's (token, j) pairs routed to d's expert el at that
+    /// expert's first record plus the pair's slot, and nothing else.
+    #[test]
+    fn record_rows_place_every_pair_at_its_slot() {
+        let a = args();
+        for n in [1, 2, 4] {
+            let (el, k) = (a.experts / n, a.topk);
+            let r = Routing::new(&a, 1 % n as i32).unwrap();
+            let l = Layout::new(&a, n);
+            let rows = initial_regions(&a, 1 % n as i32, &r, &l, n).into_iter().find(|(off, _)| *off == l.cmeta_out).unwrap().1;
+            let w: Vec<u64> = rows.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+            let row = Layout::row_words(&a, n) as usize;
+            assert_eq!(w.len(), n * row);
+            let mut seen = 0;
+            for d in 0..n {
+                let counts = &w[d * row..d * row + el];
+                assert_eq!(counts, &r.count[d * el..(d + 1) * el].iter().map(|&c| c as u64).collect::<Vec<_>>()[..]);
+                let mut first = el;
+                for e in 0..el {
+                    for q in 0..counts[e] as usize {
+                        let rec = w[d * row + first + q];
+                        let (t, j) = ((rec & 0xffff_ffff) as usize, (rec >> 32) as usize);
+                        assert_eq!(r.route[t * k + j].0, d * el + e, "n {n} d {d} e {e} q {q}");
+                        assert_eq!(r.slot[t * k + j], q);
+                        seen += 1;
+                    }
+                    first += counts[e] as usize;
+                }
+            }
+            assert_eq!(seen, a.tokens * k, "every pair once");
+        }
     }
 
     #[test]

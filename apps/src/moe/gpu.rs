@@ -50,13 +50,11 @@ pub fn source() -> String {
 struct MoeParams {
     x: u64,
     recv: u64,
-    meta: u64,
-    counts: u64,
+    cmeta: u64,
     disp_sig: u64,
     comb_sig: u64,
     comb: u64,
-    meta_out: u64,
-    counts_out: u64,
+    cmeta_out: u64,
     route_e: u64,
     route_w: u64,
     slot: u64,
@@ -70,6 +68,7 @@ struct MoeParams {
     me: i64,
     warmup: i64,
     iters: i64,
+    row: i64,
 }
 
 // SAFETY: repr(C), plain 8-byte integers, laid out as `struct moe_params`
@@ -119,13 +118,11 @@ pub fn run(a: &Args) -> anyhow::Result<(Timing, u64, GpuPe)> {
     let p = MoeParams {
         x: pe.dev_ptr(at(l.x)),
         recv: pe.dev_ptr(at(l.recv)),
-        meta: pe.dev_ptr(at(l.meta)),
-        counts: pe.dev_ptr(at(l.counts)),
+        cmeta: pe.dev_ptr(at(l.cmeta)),
         disp_sig: pe.dev_ptr(at(l.disp_sig)),
         comb_sig: pe.dev_ptr(at(l.comb_sig)),
         comb: pe.dev_ptr(at(l.comb)),
-        meta_out: pe.dev_ptr(at(l.meta_out)),
-        counts_out: pe.dev_ptr(at(l.counts_out)),
+        cmeta_out: pe.dev_ptr(at(l.cmeta_out)),
         route_e: dptr(&pe, &route_e),
         route_w: dptr(&pe, &route_w),
         slot: dptr(&pe, &slot),
@@ -139,6 +136,7 @@ pub fn run(a: &Args) -> anyhow::Result<(Timing, u64, GpuPe)> {
         me: i64::from(me),
         warmup: a.warmup as i64,
         iters: a.iters as i64,
+        row: Layout::row_words(a, n) as i64,
     };
     pe.barrier_all()?;
     if me == 0 {

@@ -9,7 +9,8 @@
  * One cooperative launch runs warmup + iters iterations. Blocks share the
  * work round-robin; grid barriers separate the phases of an iteration:
  *   dispatch puts (every (token, k) pair) -> quiet -> grid barrier ->
- *   counts + dispatch signal per PE -> wait for every source's signal ->
+ *   per PE its row (counts and the pairs' (t, j) records) with the dispatch
+ *   signal -> wait for every source's signal ->
  *   experts on the received slots -> grid barrier -> outputs put home ->
  *   quiet -> grid barrier -> combine signal per source -> wait for every
  *   PE's.
@@ -24,13 +25,12 @@
 struct moe_params {
     app_u64 x;          /* heap: bf16 [T][H] */
     app_u64 recv;       /* heap: bf16 [E/n][n][T][H] */
-    app_u64 meta;       /* heap: u64 [E/n][n][T] (t | j << 32) */
-    app_u64 counts;     /* heap: u64 [n][E/n] (row per source) */
+    app_u64 cmeta;      /* heap: u64 [n][row]: per source its E/n counts, then its (t | j << 32)
+                           records in (expert, slot) order */
     app_u64 disp_sig;   /* heap: u64 [n] */
     app_u64 comb_sig;   /* heap: u64 [n] */
     app_u64 comb;       /* heap: bf16 [T][k][H] */
-    app_u64 meta_out;   /* heap: u64 [T][k], filled by the host */
-    app_u64 counts_out; /* heap: u64 [n][E/n], filled by the host */
+    app_u64 cmeta_out;  /* heap: u64 [n][row], the row for each destination, filled by the host */
     app_u64 route_e;    /* device: u32 [T][k] expert */
     app_u64 route_w;    /* device: f32 [T][k] weight */
     app_u64 slot;       /* device: u32 [T][k] receive slot */
@@ -38,6 +38,7 @@ struct moe_params {
     app_u64 ctl;        /* the control block */
     app_i64 tokens, hidden, topk, experts, n_pes, me;
     app_i64 warmup, iters;
+    app_i64 row;        /* u64 words of a cmeta row: E/n + T * k */
 };
 
 __device__ __forceinline__ float moe_f32(unsigned short b) { return __uint_as_float(((unsigned)b) << 16); }
@@ -60,13 +61,14 @@ __device__ __forceinline__ unsigned short moe_expert(app_i64 e, app_i64 experts,
 
 /**
  * The received slots as one list (items, in the order source s, local
- * expert el, slot q): every thread loads one count of `counts` (u64
- * [n][EL], written by the sources' puts before their dispatch signal,
- * which this block has acquired) with a system-scope acquire, all at once
+ * expert el, slot q): every thread loads one count of `cmeta` (the EL
+ * counts at the start of each source's row of `row` words, written by the
+ * source's put before its dispatch signal, which this block has acquired)
+ * with a system-scope acquire, all at once
  * rather than one after another, and the block forms the exclusive prefix
  * sums in pre[0 .. n*EL] (pre[n*EL]: the total). The whole block calls it.
  */
-__device__ __noinline__ void moe_prefix(const app_u64* counts, unsigned m, unsigned* pre)
+__device__ __noinline__ void moe_prefix(const app_u64* cmeta, unsigned el, app_u64 row, unsigned m, unsigned* pre)
 {
     __shared__ unsigned warp_sum[MOE_THREADS / 32];
     /* Each thread sums a run of consecutive entries, the block scans the
@@ -75,7 +77,7 @@ __device__ __noinline__ void moe_prefix(const app_u64* counts, unsigned m, unsig
     const unsigned a = threadIdx.x * per, b = a + per < m ? a + per : m;
     unsigned local = 0;
     for (unsigned i = a; i < b; ++i) {
-        const unsigned c = (unsigned)cpnet_ld_acquire_sys_u64((const uint64_t*)(counts + i));
+        const unsigned c = (unsigned)cpnet_ld_acquire_sys_u64((const uint64_t*)(cmeta + (i / el) * row + i % el));
         pre[i] = c;
         local += c;
     }
@@ -145,13 +147,14 @@ extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_run(cpnet_handle_t
             const int d = (int)(e / EL);
             const app_u64 idx = (app_u64)(((e % EL) * n + me) * T + slot[i]);
             cpnet_putmem_nbi(&ctx, (void*)(p.recv + idx * hb), (const void*)(p.x + (app_u64)t * hb), hb, d);
-            cpnet_putmem_nbi(&ctx, (void*)(p.meta + idx * 8), (const void*)(p.meta_out + (app_u64)i * 8), 8, d);
         }
         if (app_call_failed(p.ctl, cpnet_quiet(&ctx), MOE_OP_DISPATCH, it, me)) { fail = 1; break; }
         if ((fail = app_grid_sync(&h, ctl, ++gen, it)) != 0) break;
+        /* Per destination one put: its row (counts, then the (t, j) records
+         * of the slots, which the combine sends the outputs back by). */
+        const app_u64 rb = (app_u64)p.row * 8;
         for (app_i64 d = blockIdx.x; d < n; d += gridDim.x)
-            cpnet_putmem_signal_nbi(&ctx, (void*)(p.counts + (app_u64)(me * EL) * 8),
-                                    (const void*)(p.counts_out + (app_u64)(d * EL) * 8), (app_u64)EL * 8,
+            cpnet_putmem_signal_nbi(&ctx, (void*)(p.cmeta + (app_u64)me * rb), (const void*)(p.cmeta_out + (app_u64)d * rb), rb,
                                     (uint64_t*)(p.disp_sig + (app_u64)me * 8), epoch, CPNET_SIGNAL_SET, (int)d);
         for (app_i64 s = 0; s < n && fail == 0; ++s)
             fail = app_wait_ge(&h, ctl, (const app_u64*)(p.disp_sig + (app_u64)s * 8), epoch, MOE_OP_DISPATCH, it);
@@ -164,7 +167,7 @@ extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_run(cpnet_handle_t
          * without the experts' GEMMs. */
         app_u64 te = 0;
         const unsigned m = (unsigned)(n * EL);
-        moe_prefix((const app_u64*)p.counts, m, pre);
+        moe_prefix((const app_u64*)p.cmeta, (unsigned)EL, (app_u64)p.row, m, pre);
         for (int pass = 0; pass < 2; ++pass) {
             for (unsigned item = blockIdx.x; item < pre[m]; item += gridDim.x) {
                 const unsigned jx = moe_find(pre, m, item);
@@ -176,7 +179,10 @@ extern "C" __global__ void __launch_bounds__(MOE_THREADS) moe_run(cpnet_handle_t
                     const app_i64 e = (app_i64)me * EL + el;
                     for (app_i64 i = threadIdx.x; i < H; i += blockDim.x) y[i] = moe_expert(e, p.experts, y[i]);
                 } else {
-                    const app_u64 mt = *(volatile const app_u64*)(p.meta + idx * 8);
+                    /* The record: source s's row, past its counts, at the
+                     * expert's first record (its prefix within the row) + q. */
+                    const app_u64 ri = (app_u64)s * (app_u64)p.row + (app_u64)EL + (pre[jx] - pre[s * EL]) + q;
+                    const app_u64 mt = *(volatile const app_u64*)(p.cmeta + ri * 8);
                     const app_u64 t = mt & 0xffffffffull, j = mt >> 32;
                     cpnet_putmem_nbi(&ctx, (void*)(p.comb + (t * (app_u64)K + j) * hb), (const void*)y, hb, (int)s);
                 }
