@@ -629,15 +629,15 @@ mod tests {
                 let counts = &w[d * row..d * row + el];
                 assert_eq!(counts, &r.count[d * el..(d + 1) * el].iter().map(|&c| c as u64).collect::<Vec<_>>()[..]);
                 let mut first = el;
-                for e in 0..el {
-                    for q in 0..counts[e] as usize {
+                for (e, &c) in counts.iter().enumerate() {
+                    for q in 0..c as usize {
                         let rec = w[d * row + first + q];
                         let (t, j) = ((rec & 0xffff_ffff) as usize, (rec >> 32) as usize);
                         assert_eq!(r.route[t * k + j].0, d * el + e, "n {n} d {d} e {e} q {q}");
                         assert_eq!(r.slot[t * k + j], q);
                         seen += 1;
                     }
-                    first += counts[e] as usize;
+                    first += c as usize;
                 }
             }
             assert_eq!(seen, a.tokens * k, "every pair once");
