@@ -52,13 +52,15 @@ const HEADERS: &[(&str, &str)] = &[
     ("cpnet/amo.cuh", include_str!("../include/cpnet/amo.cuh")),
     ("cpnet/agent.cuh", include_str!("../include/cpnet/agent.cuh")),
     ("cpnet/team.cuh", include_str!("../include/cpnet/team.cuh")),
+    ("cpnet/team_reduce.cuh", include_str!("../include/cpnet/team_reduce.cuh")),
 ];
 
 /// The cpnet device headers embedded in this crate, as (include name,
 /// contents) pairs: `("cpnet/cmd.h", ...)`, `("cpnet/ptx.cuh", ...)`,
 /// `("cpnet/queue.cuh", ...)`, `("cpnet/device.cuh", ...)`,
 /// `("cpnet/rma.cuh", ...)`, `("cpnet/amo.cuh", ...)`,
-/// `("cpnet/agent.cuh", ...)`, `("cpnet/team.cuh", ...)`. The same text
+/// `("cpnet/agent.cuh", ...)`, `("cpnet/team.cuh", ...)`,
+/// `("cpnet/team_reduce.cuh", ...)`. The same text
 /// [`compile`] hands to NVRTC; other build paths (nvcc, a cache) can write
 /// them out under these names.
 pub fn headers() -> &'static [(&'static str, &'static str)] {
