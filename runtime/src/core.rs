@@ -74,7 +74,6 @@ impl SymAlloc {
 pub(crate) struct PeCore {
     pub(crate) launch: Launch,
     pub(crate) tuning: Tuning,
-    pub(crate) provider: String,
     /// The provider and bind address init chose ([`crate::startup::default_fabric`]).
     fabric: cpnet_proxy::transport::FabricConfig,
     /// `None` only after finalize has handed it back.
@@ -147,7 +146,6 @@ impl PeCore {
             Ok(teams) => Ok(PeCore {
                 launch,
                 tuning,
-                provider: fabric.provider.clone(),
                 fabric,
                 boot: Some(boot),
                 alloc: Mutex::new(SymAlloc::new(heap_size)),
@@ -205,6 +203,12 @@ impl PeCore {
 
     pub(crate) fn allgather_bytes(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
         self.boot().allgather(data).map_err(|cause| Error::Bootstrap { pe: self.my_pe(), cause })
+    }
+
+    /// The provider init chose (`CPNET_PROVIDER`, or the default for the
+    /// PE's kind and hosts), as configured.
+    pub(crate) fn provider(&self) -> &str {
+        &self.fabric.provider
     }
 
     /// The provider and bind address init chose for this PE's transport,

@@ -515,7 +515,7 @@ impl std::fmt::Debug for GpuPe {
             .field("my_pe", &self.core.launch.pe)
             .field("n_pes", &self.core.launch.n_pes)
             .field("device", &self.cuda.ordinal())
-            .field("provider", &self.core.provider)
+            .field("provider", &self.core.provider())
             .field("heap_size", &self.heap.size)
             .finish_non_exhaustive()
     }
@@ -557,7 +557,7 @@ impl GpuPe {
         let me = core.my_pe();
         let teams = team::TeamTable::new(&cuda, &core.teams)?;
         let pe = GpuPe { core, stream, peers, p2p, queues, teams, agent, on_stream: Default::default(), heap, cuda };
-        tracing::debug!(pe = me, n_pes = pe.n_pes(), device = pe.cuda.ordinal(), provider = %pe.core.provider, threads, queue_mem = %pe.queues.placement(), "cpnet GPU PE up");
+        tracing::debug!(pe = me, n_pes = pe.n_pes(), device = pe.cuda.ordinal(), provider = %pe.core.provider(), threads, queue_mem = %pe.queues.placement(), "cpnet GPU PE up");
         if pe.core.tuning.transport_map {
             crate::transport_map::print(&pe.transport_map());
         }
@@ -680,7 +680,7 @@ impl GpuPe {
     /// ([`crate::transport_map`]). Local.
     pub fn transport_map(&self) -> Vec<crate::transport_map::Route> {
         let facts = self.core.endpoint_facts().first();
-        let provider = facts.map_or(self.core.provider.as_str(), |f| f.provider.as_str());
+        let provider = facts.map_or(self.core.provider(), |f| f.provider.as_str());
         crate::transport_map::gpu_routes(self.my_pe(), &self.peer_path(), self.p2p.is_some(), provider, facts)
     }
 
@@ -696,7 +696,7 @@ impl GpuPe {
 
     /// The libfabric provider the staged transport uses.
     pub fn provider(&self) -> &str {
-        &self.core.provider
+        self.core.provider()
     }
 
     /// The provider and bind address this PE's proxy threads opened (or

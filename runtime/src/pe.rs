@@ -86,7 +86,7 @@ impl std::fmt::Debug for Pe {
         f.debug_struct("Pe")
             .field("my_pe", &self.core.launch.pe)
             .field("n_pes", &self.core.launch.n_pes)
-            .field("provider", &self.core.provider)
+            .field("provider", &self.core.provider())
             .field("heap_size", &self.heap.size())
             .finish_non_exhaustive()
     }
@@ -118,7 +118,7 @@ impl Pe {
         let CpuParts { pool, heap, mem, .. } = parts;
         let me = core.my_pe();
         let pe = Pe { core, pool, heap, _mem: mem };
-        tracing::debug!(pe = me, n_pes = pe.n_pes(), provider = %pe.core.provider, threads = pe.core.endpoint_facts().len(), "cpnet PE up");
+        tracing::debug!(pe = me, n_pes = pe.n_pes(), provider = %pe.core.provider(), threads = pe.core.endpoint_facts().len(), "cpnet PE up");
         if pe.core.tuning.transport_map {
             transport_map::print(&pe.transport_map());
         }
@@ -138,7 +138,7 @@ impl Pe {
                 // Not reachable after init (every thread connected); say
                 // what was asked for rather than nothing.
                 fallback = EndpointFacts {
-                    provider: self.core.provider.clone(),
+                    provider: self.core.provider().to_owned(),
                     fabric: String::new(),
                     domain: String::new(),
                     local_addr: String::new(),
@@ -162,7 +162,7 @@ impl Pe {
 
     /// The libfabric provider in use (`"shm"`, `"tcp;ofi_rxm"`, ...).
     pub fn provider(&self) -> &str {
-        &self.core.provider
+        self.core.provider()
     }
 
     /// The provider and bind address this PE's proxy threads opened (what

@@ -355,7 +355,6 @@ impl StagedEndpoint {
         let rounds = if self.n_pes <= 1 { 0 } else { 32 - ((self.n_pes - 1) as u32).leading_zeros() };
         let peer_addrs = cards.iter().map(|c| printable(&self.av, c)).collect();
         let t = StagedTransport {
-            names: self.names.clone(),
             watch: PeerWatch::new(n, self.cfg.fabric.reach_timeout),
             peer_addrs,
             timing: tracing::enabled!(tracing::Level::DEBUG),
@@ -401,8 +400,6 @@ impl StagedEndpoint {
 
 /// The staged [`Transport`] of one service thread.
 pub struct StagedTransport {
-    /// The granted fabric and domain names.
-    names: (String, String),
     /// Whether to keep [`StageClock`] (debug logging on for this module at
     /// connect): a clock read per pass and per operation otherwise saved.
     timing: bool,
@@ -484,7 +481,7 @@ impl StagedTransport {
     /// in the provider's printable form (index = PE, this PE's own too),
     /// for the transport map.
     pub fn addresses(&self) -> (&str, &str, &[String]) {
-        (&self.names.0, &self.names.1, &self.peer_addrs)
+        (&self.inner.names.0, &self.inner.names.1, &self.peer_addrs)
     }
 
     fn base(&self) -> *mut u8 {
