@@ -159,7 +159,7 @@ fn atomics(info: &Info) -> Result<Vec<String>, cpnet_proxy::fabric::FabricError>
         let mut int_ok = Vec::new();
         let mut float_ok = Vec::new();
         for &(op, opn) in &ops {
-            let valid = |ty: AtomicType| matches!(ep.atomic_valid(class, op, ty), Ok(Some(n)) if n > 0);
+            let valid = |ty: AtomicType| ep.atomic_supported(class, op, ty);
             if ints.iter().all(|&t| valid(t)) {
                 int_ok.push(opn);
             }

@@ -115,6 +115,12 @@ impl Endpoint {
         unsafe { result::atomic_valid(self.raw, class, ty.to_sys(), op.to_sys()) }
     }
 
+    /// Whether [`Endpoint::atomic_valid`] grants at least one element of
+    /// `op` on `ty` for `class`; a failed validity call counts as no.
+    pub fn atomic_supported(&self, class: AtomicClass, op: AtomicOp, ty: AtomicType) -> bool {
+        matches!(self.atomic_valid(class, op, ty), Ok(Some(n)) if n >= 1)
+    }
+
     /// Frees the context of a post that did not queue an operation.
     fn settle(&self, ctx: *mut c_void, r: Result<Post>) -> Result<Post> {
         if !matches!(r, Ok(Post::Posted)) {

@@ -399,7 +399,7 @@ impl FabricEndpoint {
         let cq = CompletionQueue::open(&domain, 2 * MAX_INFLIGHT).map_err(err("fi_cq_open"))?;
         let av = AddressVector::open(&domain, 64).map_err(err("fi_av_open"))?;
         let ep = Endpoint::open(&domain, &cq, &av).map_err(err("endpoint"))?;
-        let fetch_add = matches!(ep.atomic_valid(AtomicClass::Fetch, AtomicOp::Sum, AtomicType::U64), Ok(Some(n)) if n >= 1);
+        let fetch_add = ep.atomic_supported(AtomicClass::Fetch, AtomicOp::Sum, AtomicType::U64);
         refuse_without_atomics(my_pe, &info.provider_name(), fetch_add)?;
         // SAFETY: the runtime keeps the region allocated until every
         // transport over it is dropped (it joins the service threads
@@ -534,9 +534,8 @@ impl FabricEndpoint {
         if let Some(b) = &mut batcher {
             b.watch = PeerWatch::new(cards.len(), self.reach_timeout);
         }
-        let min_native = [AmoType::Int32, AmoType::Uint32, AmoType::Int64, AmoType::Uint64].map(|ty| {
-            matches!(self.ep.atomic_valid(AtomicClass::Fetch, AtomicOp::Min, fi_type(ty)), Ok(Some(n)) if n >= 1)
-        });
+        let min_native = [AmoType::Int32, AmoType::Uint32, AmoType::Int64, AmoType::Uint64]
+            .map(|ty| self.ep.atomic_supported(AtomicClass::Fetch, AtomicOp::Min, fi_type(ty)));
         tracing::debug!(pe = my_pe, ?min_native, "FI_MIN per type (int32, uint32, int64, uint64)");
         Ok(FabricTransport {
             min_native,
