@@ -98,6 +98,17 @@ impl fmt::Display for Route {
     }
 }
 
+/// `details`, then `; ` and [`fabric_details`] of `facts` for `peer`
+/// where there are any.
+fn with_fabric_details(mut details: String, facts: Option<&EndpointFacts>, peer: usize) -> String {
+    let f = facts.map(|f| fabric_details(f, peer)).unwrap_or_default();
+    if !f.is_empty() {
+        details += "; ";
+        details += &f;
+    }
+    details
+}
+
 /// Where the endpoint listens and, for a peer, where the peer's listens:
 /// `fabric F, domain D; local -> peer` (empty parts left out).
 fn fabric_details(facts: &EndpointFacts, peer: usize) -> String {
@@ -126,12 +137,8 @@ pub(crate) fn cpu_routes(me: i32, n_pes: i32, facts: &EndpointFacts, threads: us
                     details: "the proxy thread copies and applies atomics to this PE's own heap".to_owned(),
                 };
             }
-            let mut details = "fi_write/fi_read/fi_atomic on the registered host heap (FI_HMEM: no)".to_owned();
-            let f = fabric_details(facts, to as usize);
-            if !f.is_empty() {
-                details += "; ";
-                details += &f;
-            }
+            let mut details =
+                with_fabric_details("fi_write/fi_read/fi_atomic on the registered host heap (FI_HMEM: no)".to_owned(), Some(facts), to as usize);
             if threads > 1 {
                 details += &format!(" (proxy thread 0 of {threads}, one endpoint each)");
             }
@@ -168,15 +175,8 @@ pub(crate) fn gpu_routes(me: i32, ipc_mapped: &[bool], p2p: bool, provider: &str
                 let how = format!("proxy copy-engine copies into the peer's GPU heap mapped by CUDA IPC; {amo}");
                 (Path::IpcCopy, provider.to_owned(), how)
             } else {
-                let mut how =
-                    "FI_MSG through registered pinned host staging, applied to the peer's GPU heap by its landing agent; GPU heap not registered (FI_HMEM: no)"
-                        .to_owned();
-                let f = facts.map(|f| fabric_details(f, to as usize)).unwrap_or_default();
-                if !f.is_empty() {
-                    how += "; ";
-                    how += &f;
-                }
-                (Path::StagedActiveMessages, provider.to_owned(), how)
+                let how = "FI_MSG through registered pinned host staging, applied to the peer's GPU heap by its landing agent; GPU heap not registered (FI_HMEM: no)";
+                (Path::StagedActiveMessages, provider.to_owned(), with_fabric_details(how.to_owned(), facts, to as usize))
             };
             Route { from: me, to, path, provider, details }
         })
