@@ -333,9 +333,10 @@ pub fn check(a: &Args, n: usize) -> Result<()> {
 }
 
 /// What PE `me` writes into its block (at the offsets of [`Layout`])
-/// before the first iteration, the same for both variants: its tokens, the
-/// `(t, j)` records and the per-PE count rows the small puts send (they do
-/// not change between iterations), and the zeroed signal words.
+/// before the first iteration: its tokens, the `(t, j)` records and the
+/// per-PE count rows the CPU variant's small puts send, the GPU variant's
+/// rows (counts and records per destination), all unchanged between
+/// iterations, and the zeroed signal words.
 fn initial_regions(a: &Args, me: i32, r: &Routing, l: &Layout, n: usize) -> [(u64, Vec<u8>); 6] {
     let (t_n, h, k, el) = (a.tokens, a.hidden, a.topk, a.experts / n);
     let x = (0..t_n * h).flat_map(|i| token(a.seed, me, i / h, i % h).to_le_bytes()).collect();
@@ -347,17 +348,15 @@ fn initial_regions(a: &Args, me: i32, r: &Routing, l: &Layout, n: usize) -> [(u6
     // each at its slot.
     let row = Layout::row_words(a, n) as usize;
     let mut rows = vec![0u64; n * row];
-    for d in 0..n {
-        let mut at = el;
-        for e in 0..el {
-            rows[d * row + e] = r.count[d * el + e] as u64;
-            for (i, &(x, _)) in r.route.iter().enumerate() {
-                if x == d * el + e {
-                    rows[d * row + at + r.slot[i]] = record(i);
-                }
-            }
-            at += r.count[d * el + e];
-        }
+    // first[g]: where global expert g's records start in its PE's row.
+    let mut first = vec![0usize; n * el];
+    for (g, &c) in r.count.iter().enumerate() {
+        let (d, e) = (g / el, g % el);
+        rows[d * row + e] = c as u64;
+        first[g] = if e == 0 { d * row + el } else { first[g - 1] + r.count[g - 1] };
+    }
+    for (i, &(g, _)) in r.route.iter().enumerate() {
+        rows[first[g] + r.slot[i]] = record(i);
     }
     let rows = rows.iter().flat_map(|w| w.to_le_bytes()).collect();
     [
