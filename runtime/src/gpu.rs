@@ -51,6 +51,7 @@ mod team;
 
 pub use module::{build_module, is_loaded, persistent_blocks};
 pub use on_stream::ON_STREAM_THREADS;
+pub use alltoall_grid::GRID_MIN_BYTES as ALLTOALL_GRID_MIN_BYTES;
 use module::landing_agent;
 
 /// Whether the CUDA driver library can be loaded (without loading CUDA).

@@ -106,7 +106,7 @@ fn check_team(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: SymAddr) -
 /// (`runtime/src/gpu/alltoall_grid.rs`, taken where the members map each
 /// other's heaps), and not a multiple of 16, so the last block's run ends
 /// in a partial word.
-const BIG: usize = (512 << 10) + 24;
+const BIG: usize = cpnet::gpu::ALLTOALL_GRID_MIN_BYTES as usize + 24;
 
 /// The large alltoall on `team` (the grid form on peer stores, one block
 /// otherwise), twice (the second's data differs), every word checked.

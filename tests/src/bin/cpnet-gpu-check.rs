@@ -966,13 +966,33 @@ fn collectives(pe: &GpuPe, threads: u32) -> Result<()> {
     verdict(fails)
 }
 
+/// The alltoall benchmarks' sizes per pair (1 KiB, x4, up to `max`) and
+/// calls per size (`iters` up to 1 MiB, then about as many bytes in all,
+/// at least 5).
+fn a2a_sizes(iters: u64, max: u64) -> (Vec<u64>, Vec<u64>) {
+    let sizes: Vec<u64> = std::iter::successors(Some(1024u64), |s| Some(s * 4)).take_while(|&s| s <= max.max(1024)).collect();
+    let counts = sizes.iter().map(|&s| if s <= 1 << 20 { iters } else { (iters * (1 << 20) / s).max(5) }).collect();
+    (sizes, counts)
+}
+
+/// PE 0's alltoall table: `title`, then per size the calls, ns per call
+/// (`ns`) in µs, and algbw as nccl_alltoall.py computes it (the bytes this
+/// PE sends to the others per second).
+fn print_a2a(title: &str, n: u64, sizes: &[u64], counts: &[u64], ns: &[u64]) {
+    println!("a2a-bench: {title}");
+    println!("a2a-bench: {:>10} {:>8} {:>10} {:>10}", "bytes/pair", "calls", "time(us)", "algbw(GB/s)");
+    for ((s, c), t) in sizes.iter().zip(counts).zip(ns) {
+        let bw = (n - 1) as f64 * *s as f64 / (*t as f64).max(1.0);
+        println!("a2a-bench: {s:>10} {c:>8} {:>10.2} {bw:>10.2}", *t as f64 / 1e3);
+    }
+}
+
 /// Alltoall latency on CPNET_TEAM_WORLD, 1 KiB to `max` bytes per pair.
 fn a2a_bench(pe: &GpuPe, threads: u32, iters: u64, max: u64) -> Result<()> {
     use cpnet_tests::gpu_coll;
     let me = pe.my_pe();
     let n = pe.n_pes() as u64;
-    let sizes: Vec<u64> = std::iter::successors(Some(1024u64), |s| Some(s * 4)).take_while(|&s| s <= max.max(1024)).collect();
-    let counts: Vec<u64> = sizes.iter().map(|&s| if s <= 1 << 20 { iters } else { (iters * (1 << 20) / s).max(5) }).collect();
+    let (sizes, counts) = a2a_sizes(iters, max);
     let span = n * sizes.last().copied().unwrap_or(1024);
     // Built for this block size (`__launch_bounds__`), as coll-bench is: at
     // 1024 threads the default bounds gave CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES.
@@ -1008,13 +1028,7 @@ fn a2a_bench(pe: &GpuPe, threads: u32, iters: u64, max: u64) -> Result<()> {
     let ns = read_u64s(pe, out, sizes.len())?;
     if me == 0 {
         let path = if h.0.peers != 0 { "p2p stores" } else { "queue (network path)" };
-        println!("a2a-bench: {n} PEs, team world, cpnet_alltoallmem, 1 block x {threads} threads, {path}");
-        println!("a2a-bench: {:>10} {:>8} {:>10} {:>10}", "bytes/pair", "calls", "time(us)", "algbw(GB/s)");
-        for ((s, c), t) in sizes.iter().zip(&counts).zip(&ns) {
-            // algbw as nccl_alltoall.py: the bytes this PE sends to the others per second.
-            let bw = (n - 1) as f64 * *s as f64 / (*t as f64).max(1.0);
-            println!("a2a-bench: {s:>10} {c:>8} {:>10.2} {bw:>10.2}", *t as f64 / 1e3);
-        }
+        print_a2a(&format!("{n} PEs, team world, cpnet_alltoallmem, 1 block x {threads} threads, {path}"), n, &sizes, &counts, &ns);
     }
     Ok(())
 }
@@ -1028,8 +1042,7 @@ fn a2a_bench(pe: &GpuPe, threads: u32, iters: u64, max: u64) -> Result<()> {
 fn a2a_bench_on_stream(pe: &GpuPe, iters: u64, max: u64) -> Result<()> {
     let me = pe.my_pe();
     let n = pe.n_pes() as u64;
-    let sizes: Vec<u64> = std::iter::successors(Some(1024u64), |s| Some(s * 4)).take_while(|&s| s <= max.max(1024)).collect();
-    let counts: Vec<u64> = sizes.iter().map(|&s| if s <= 1 << 20 { iters } else { (iters * (1 << 20) / s).max(5) }).collect();
+    let (sizes, counts) = a2a_sizes(iters, max);
     let span = n * sizes.last().copied().unwrap_or(1024);
     let alloc = |what: &str, bytes: u64| {
         pe.shmalloc(bytes).with_context(|| format!("a2a-bench {what}: {bytes} bytes (both buffers need {}: raise CPNET_HEAP_SIZE)", 2 * span))
@@ -1064,12 +1077,9 @@ fn a2a_bench_on_stream(pe: &GpuPe, iters: u64, max: u64) -> Result<()> {
     }
     if me == 0 {
         let path = if pe.handle().0.peers != 0 { "p2p stores" } else { "queue (network path)" };
-        println!("a2a-bench: {n} PEs, team world, team_alltoall_on_stream (one block below {} B per pair, a grid from there where heaps are mapped), {path}", 512 << 10);
-        println!("a2a-bench: {:>10} {:>8} {:>10} {:>10}", "bytes/pair", "calls", "time(us)", "algbw(GB/s)");
-        for ((s, c), t) in sizes.iter().zip(&counts).zip(&ns) {
-            let bw = (n - 1) as f64 * *s as f64 / (*t as f64).max(1.0);
-            println!("a2a-bench: {s:>10} {c:>8} {:>10.2} {bw:>10.2}", *t as f64 / 1e3);
-        }
+        let grid = cpnet::gpu::ALLTOALL_GRID_MIN_BYTES;
+        let title = format!("{n} PEs, team world, team_alltoall_on_stream (one block below {grid} B per pair, a grid from there where heaps are mapped), {path}");
+        print_a2a(&title, n, &sizes, &counts, &ns);
     }
     pe.barrier_all()?;
     pe.shfree(dst)?;
