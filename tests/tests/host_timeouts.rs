@@ -137,18 +137,22 @@ fn mismatched_providers_fail_at_init_naming_both() {
 /// of a crash in the provider.
 #[test]
 fn a_broken_provider_is_refused_at_init() {
-    let j = job(2, "udp", &["ops"], &[]);
+    let j = refused_at_init("udp", "libfabric granted provider udp;ofi_rxd, which cpnet does not use", "use CPNET_PROVIDER='tcp;ofi_rxm'");
+    assert!(!j.all.contains("signal 11"), "a crash, not a refusal:\n{}", j.all);
+}
+
+/// `cpnet-check ops` on 2 PEs over `provider` fails within 20 s, each PE's
+/// init failure from its proxy thread 0 saying `why`, and someone saying
+/// `hint`.
+fn refused_at_init(provider: &str, why: &str, hint: &str) -> cpnet_tests::launch::Job {
+    let j = job(2, provider, &["ops"], &[]);
     assert!(!j.status.success(), "the job must fail:\n{}", j.all);
     assert!(j.elapsed < Duration::from_secs(20), "took {:?}:\n{}", j.elapsed, j.all);
-    assert!(!j.all.contains("signal 11"), "a crash, not a refusal:\n{}", j.all);
     for pe in 0..2 {
-        assert!(
-            j.all.contains(&format!("init failed: PE {pe}: proxy service thread 0: PE {pe}: libfabric granted provider udp;ofi_rxd, which cpnet does not use")),
-            "PE {pe}:\n{}",
-            j.all
-        );
+        assert!(j.all.contains(&format!("init failed: PE {pe}: proxy service thread 0: PE {pe}: {why}")), "PE {pe}:\n{}", j.all);
     }
-    assert!(j.all.contains("use CPNET_PROVIDER='tcp;ofi_rxm'"), "{}", j.all);
+    assert!(j.all.contains(hint), "{}", j.all);
+    j
 }
 
 /// libfabric 1.17's native TCP endpoint (`net`), which GPU PEs use between
@@ -162,15 +166,5 @@ fn cpu_pes_refuse_a_provider_without_atomics_at_init() {
         eprintln!("skipped: this libfabric has no `net` provider (its native TCP RDM endpoint is libfabric 1.17's)");
         return;
     }
-    let j = job(2, "net", &["ops"], &[]);
-    assert!(!j.status.success(), "the job must fail:\n{}", j.all);
-    assert!(j.elapsed < Duration::from_secs(20), "took {:?}:\n{}", j.elapsed, j.all);
-    for pe in 0..2 {
-        assert!(
-            j.all.contains(&format!("init failed: PE {pe}: proxy service thread 0: PE {pe}: provider net has no atomic operations")),
-            "PE {pe}:\n{}",
-            j.all
-        );
-    }
-    assert!(j.all.contains("use CPNET_PROVIDER='tcp;ofi_rxm' for CPU PEs over IP"), "{}", j.all);
+    refused_at_init("net", "provider net has no atomic operations", "use CPNET_PROVIDER='tcp;ofi_rxm' for CPU PEs over IP");
 }

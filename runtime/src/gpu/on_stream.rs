@@ -229,7 +229,7 @@ impl GpuPe {
 mod tests {
     use cpnet_device::nvrtc::{self, BuildOptions};
 
-    /// Every form's kernel compiles with NVRTC for sm_90, warning-free
+    /// Every form's kernel (the grid alltoall's too) compiles with NVRTC for sm_90, warning-free
     /// (a typo in a call would otherwise only show on a GPU, at first use).
     /// Needs libnvrtc; `CPNET_REQUIRE_NVRTC=1` makes its absence a failure.
     #[test]
@@ -257,5 +257,11 @@ mod tests {
             assert!(out.log.trim().is_empty(), "{call}: NVRTC warnings:\n{}", out.log);
             assert!(out.ptx.contains(".entry cpnet_on_stream("), "{call}: no entry in the PTX");
         }
+        // The grid form of the alltoall (alltoall_grid.rs), a module of its own.
+        let opts = BuildOptions { name: "cpnet_alltoall_grid.cu".into(), ..BuildOptions::default() };
+        let out = nvrtc::compile(&super::super::alltoall_grid::kernel(), &opts)
+            .unwrap_or_else(|e| panic!("grid alltoall: {e}\n{}", e.log().unwrap_or_default()));
+        assert!(out.log.trim().is_empty(), "grid alltoall: NVRTC warnings:\n{}", out.log);
+        assert!(out.ptx.contains(".entry cpnet_alltoall_grid("), "grid alltoall: no entry in the PTX");
     }
 }
