@@ -280,7 +280,7 @@ impl PeKind for GpuKind {
     type Parts = GpuParts;
     const TRAFFIC: Traffic = Traffic::Messages;
 
-    fn heap(&mut self, launch: &Launch, tuning: &Tuning, boot: &Bootstrap, heap_size: u64) -> Result<GpuParts> {
+    fn heap(&mut self, launch: &Launch, tuning: &Tuning, boot: &Bootstrap, fabric: &FabricConfig, heap_size: u64) -> Result<GpuParts> {
         let (cuda, me) = (&self.cuda, launch.pe);
         let geom = QueueGeometry::new(tuning.queue_depth).map_err(|cause| Error::Queue { pe: me, cause })?;
         let mut served = None;
@@ -289,8 +289,7 @@ impl PeKind for GpuKind {
             // now, with the fabric step 4 would use.
             let attach = || -> Result<_> {
                 let (q, fds) = GpuQueues::shared(cuda, tuning.queues, geom, tuning.payload_slot_bytes(), me)?;
-                let fabric = startup::default_fabric(launch, tuning, boot.local_ip(), Self::TRAFFIC);
-                let (link, handle) = daemon::attach(cuda, &q, heap_size, launch.n_pes, me, tuning, boot, &fabric, fds)?;
+                let (link, handle) = daemon::attach(cuda, &q, heap_size, launch.n_pes, me, tuning, boot, fabric, fds)?;
                 Ok((DeviceMem::open_ipc(cuda, &handle, heap_size)?, q, Some(link), Some(handle)))
             };
             match attach() {

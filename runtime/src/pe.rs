@@ -422,7 +422,7 @@ impl PeKind for CpuKind {
     type Parts = CpuParts;
     const TRAFFIC: Traffic = Traffic::RmaAtomics;
 
-    fn heap(&mut self, launch: &Launch, tuning: &Tuning, _boot: &Bootstrap, heap_size: u64) -> Result<CpuParts> {
+    fn heap(&mut self, launch: &Launch, tuning: &Tuning, _boot: &Bootstrap, _fabric: &FabricConfig, heap_size: u64) -> Result<CpuParts> {
         let me = launch.pe;
         let geom = QueueGeometry::new(tuning.queue_depth).map_err(|cause| Error::Queue { pe: me, cause })?;
         let rlen = region_len(heap_size);

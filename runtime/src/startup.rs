@@ -36,8 +36,9 @@ pub(crate) trait PeKind {
     /// Step 3: allocate the symmetric heap (`heap_size` bytes, a multiple of
     /// [`SHMALLOC_ALIGN`]: `CPNET_HEAP_SIZE` and the teams' scratch past it)
     /// and the queues. May exchange through
-    /// `boot` (collective then).
-    fn heap(&mut self, launch: &Launch, tuning: &Tuning, boot: &Bootstrap, heap_size: u64) -> Result<Self::Parts>;
+    /// `boot` (collective then). `fabric` is what step 4 opens (a GPU PE
+    /// that the proxy daemon serves hands it over when it attaches here).
+    fn heap(&mut self, launch: &Launch, tuning: &Tuning, boot: &Bootstrap, fabric: &FabricConfig, heap_size: u64) -> Result<Self::Parts>;
     /// Step 4: the proxy serving `parts`' queues over `fabric`: service
     /// threads in this process, or an attachment to the proxy daemon
     /// (`CPNET_PROXY`). May use `boot` (collective then).
@@ -66,9 +67,11 @@ pub(crate) fn start<K: PeKind>(launch: Launch, tuning: Tuning, mut kind: K) -> R
     // The teams' scratch (crate::team) follows the heap the allocator hands out.
     let heap_size = tuning.heap_size.next_multiple_of(SHMALLOC_ALIGN);
     let reserved = tuning.team_scratch * tuning.teams as u64;
-    let mut parts = kind.heap(&launch, &tuning, &boot, heap_size + reserved)?;
-    // 4. proxy
+    // The provider step 4 opens; a GPU PE served by the daemon hands it over
+    // when it attaches, here.
     let fabric = default_fabric(&launch, &tuning, boot.local_ip(), K::TRAFFIC);
+    let mut parts = kind.heap(&launch, &tuning, &boot, &fabric, heap_size + reserved)?;
+    // 4. proxy
     let proxies = kind.proxy(&mut parts, &launch, &tuning, &boot, &fabric)?;
     // 5. connect to every PE, barrier, watchdog
     let core = PeCore::start(launch, tuning, fabric, boot, heap_size, proxies, K::abort(&parts))?;
