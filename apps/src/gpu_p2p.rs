@@ -125,6 +125,84 @@ extern "C" __global__ void pingpong(cpnet_handle_t h, unsigned char* buf, const 
         status[0] = e != CPNET_E_OK ? e : d;
     }
 }
+
+/* The floor of the ping-pong above where PE 1's heap is mapped: the same
+ * rounds with the kernel's own stores through cpnet_ptr and no cpnet call.
+ * mode 0: the flag alone (thread 0: st.relaxed.sys of i; poll
+ *   ld.relaxed.sys): one store's flight, the least any signal costs;
+ * mode 1: put-with-signal inlined (the block stores `size` bytes, block
+ *   barrier, st.release.sys of the flag; poll ld.acquire.sys): what
+ *   cpnet_putmem_signal_nbi does on this path, without its checks;
+ * mode 2: LL words (each 4 data bytes and the round's number in one 8-byte
+ *   st.relaxed.sys, every thread its words; each thread polls its own): no
+ *   release and no separate flag, 2 x size bytes on the wire.
+ * status[0] = 0, -2 if PE 1's heap is not mapped here, -3 if a round did not
+ * arrive within 10 s. */
+extern "C" __global__ void pingpong_raw(cpnet_handle_t h, unsigned char* buf, const unsigned char* src,
+                                        unsigned long long* sig, unsigned long long size, unsigned iters,
+                                        unsigned warmup, int mode, unsigned long long* times, int* status)
+{
+    __shared__ cpnet_ctx_t ctx;
+    __shared__ int late;
+    int e = cpnet_ctx_create(&h, &ctx);
+    if (e != CPNET_E_OK) {
+        if (threadIdx.x == 0) status[0] = e;
+        return;
+    }
+    const int me = cpnet_my_pe(&ctx), peer = 1 - me;
+    unsigned char* rbuf = (unsigned char*)cpnet_ptr(&ctx, buf, peer);
+    uint64_t* rsig = (uint64_t*)cpnet_ptr(&ctx, sig, peer);
+    if (threadIdx.x == 0) late = 0;
+    __syncthreads();
+    if (rbuf == nullptr || rsig == nullptr) {
+        cpnet_ctx_destroy(&ctx);
+        if (threadIdx.x == 0) status[0] = -2;
+        return;
+    }
+    const unsigned long long deadline = cpnet_globaltimer_ns() + 10000000000ull;
+    const unsigned long long words = size / 4;
+    unsigned long long t0 = cpnet_globaltimer_ns();
+    for (unsigned long long i = 1; i <= (unsigned long long)warmup + iters; ++i) {
+        if (i == (unsigned long long)warmup + 1) t0 = cpnet_globaltimer_ns();
+        for (int step = 0; step < 2; ++step) {
+            const bool send = (step == 0) == (me == 0);
+            if (send) {
+                if (mode == 0) {
+                    if (threadIdx.x == 0) cpnet_st_relaxed_sys_u64(rsig, i);
+                } else if (mode == 1) {
+                    cpnet_detail::block_copy(rbuf, src, size);
+                    __syncthreads();
+                    if (threadIdx.x == 0) cpnet_st_release_sys_u64(rsig, i);
+                } else {
+                    for (unsigned long long w = threadIdx.x; w < words; w += blockDim.x)
+                        cpnet_st_relaxed_sys_u64((uint64_t*)rbuf + w, (i << 32) | ((const unsigned*)src)[w]);
+                }
+            } else if (mode < 2) {
+                if (threadIdx.x == 0) {
+                    while ((mode == 0 ? cpnet_ld_relaxed_sys_u64((const uint64_t*)sig)
+                                      : cpnet_ld_acquire_sys_u64((const uint64_t*)sig)) != i) {
+                        if (cpnet_globaltimer_ns() > deadline) { late = 1; break; }
+                    }
+                }
+            } else {
+                for (unsigned long long w = threadIdx.x; w < words; w += blockDim.x) {
+                    while ((cpnet_ld_relaxed_sys_u64((const uint64_t*)buf + w) >> 32) != (i & 0xffffffffull)) {
+                        if (cpnet_globaltimer_ns() > deadline) { late = 1; break; }
+                    }
+                }
+            }
+            __syncthreads();
+            if (late) break;
+        }
+        if (late) break;
+    }
+    const unsigned long long t1 = cpnet_globaltimer_ns();
+    const int d = cpnet_ctx_destroy(&ctx);
+    if (threadIdx.x == 0) {
+        times[0] = t1 - t0;
+        status[0] = late ? -3 : d;
+    }
+}
 "#;
 
 pub use crate::cli::parse_size;
@@ -301,8 +379,10 @@ fn pingpong(pe: &GpuPe, cli: &P2pArgs, sizes: &[u64]) -> Result<()> {
     let me = pe.my_pe();
     let module = pe.build_module("p2p.cu", KERNEL)?;
     let func = module.load_function("pingpong").context("load kernel pingpong")?;
+    let raw = module.load_function("pingpong_raw").context("load kernel pingpong_raw")?;
     let src = pe.shmalloc(cli.max)?;
-    let buf = pe.shmalloc(cli.max)?;
+    // Twice the largest size: the raw LL rounds send 8 bytes per 4.
+    let buf = pe.shmalloc(2 * cli.max)?;
     let sig = pe.shmalloc(8)?;
     // The provider's own floor first, on endpoints of its own, while no
     // kernel runs.
@@ -321,34 +401,54 @@ fn pingpong(pe: &GpuPe, cli: &P2pArgs, sizes: &[u64]) -> Result<()> {
             cli.floor_iters,
             if floor.is_some() { "" } else { ", off" }
         );
-        println!("{:>12} {:>12} {:>12} {:>16} {:>16}", "size_B", "one_way_us", "exchange_us", "floor_one_way_us", "floor_exchange_us");
+        println!(
+            "# raw_*: the ping-pong's floor where PE 1's heap is mapped, the kernel's own stores and no cpnet call (one way, µs): the flag alone (raw_flag), put-with-signal inlined (raw_put_signal: stores, block barrier, st.release.sys of the flag), LL words (raw_ll: 4 data bytes and the round in each 8-byte store, no flag); - where not mapped"
+        );
+        println!(
+            "{:>12} {:>12} {:>12} {:>16} {:>16} {:>10} {:>15} {:>10}",
+            "size_B", "one_way_us", "exchange_us", "floor_one_way_us", "floor_exchange_us", "raw_flag", "raw_put_signal", "raw_ll"
+        );
     }
     for (k, &size) in sizes.iter().enumerate() {
         // Ping-pong first, then the exchange, on every PE alike (collective).
         let one_way = pingpong_run(pe, &func, cli, (buf, src, sig), size, 0)?;
         let round = pingpong_run(pe, &func, cli, (buf, src, sig), size, 1)?;
+        let mut raws = [None; 3];
+        for (mode, r) in raws.iter_mut().enumerate() {
+            // LL words carry 4 bytes each: whole words only.
+            if mode < 2 || size.is_multiple_of(4) {
+                *r = pingpong_run(pe, &raw, cli, (buf, src, sig), size, 2 + mode as i32)?;
+            }
+        }
         if me == 0 {
             let (fo, fe) = floor.as_ref().map_or((f64::NAN, f64::NAN), |f| (f[k].one_way_us, f[k].exchange_us));
-            println!("{size:>12} {one_way:>12.2} {round:>12.2} {fo:>16.2} {fe:>16.2}");
+            let [a, b, c] = raws.map(|r| r.map_or("-".to_owned(), |v| format!("{v:.2}")));
+            println!("{size:>12} {:>12.2} {:>12.2} {fo:>16.2} {fe:>16.2} {a:>10} {b:>15} {c:>10}", one_way.unwrap_or(f64::NAN), round.unwrap_or(f64::NAN));
         }
     }
     Ok(())
 }
 
-/// One `pingpong` kernel run on PEs 0 and 1 at `size` bytes (**collective**);
-/// µs per one-way (ping-pong) or per round (`exchange`), on PE 0.
+/// One run on PEs 0 and 1 at `size` bytes (**collective**): `kind` 0 the
+/// `pingpong` kernel's ping-pong, 1 its exchange, 2 + m `pingpong_raw` in
+/// mode m. µs per one-way (per round for the exchange) on PE 0, `None` on
+/// the other PEs and where a raw run finds PE 1's heap not mapped.
 fn pingpong_run(
     pe: &GpuPe,
     func: &cudarc::driver::CudaFunction,
     cli: &P2pArgs,
     (buf, src, sig): (SymAddr, SymAddr, SymAddr),
     size: u64,
-    exchange: i32,
-) -> Result<f64> {
+    kind: i32,
+) -> Result<Option<f64>> {
     let me = pe.my_pe();
-    let mut out = 0.0;
+    let mut out = None;
     if me < 2 {
         pe.write_heap(sig, &[0u8; 8])?;
+        if kind == 4 {
+            // The LL words of the last size carry round numbers too.
+            pe.write_heap(buf, &vec![0u8; 2 * size as usize])?;
+        }
     }
     pe.barrier_all()?;
     if me < 2 {
@@ -357,21 +457,26 @@ fn pingpong_run(
         let status = stream.clone_htod(&[-1i32])?;
         let (h, b_, s_, g_) = (pe.handle(), pe.dev_ptr(buf), pe.dev_ptr(src), pe.dev_ptr(sig));
         let (warmup, iters) = (20u32, cli.iters);
+        let mode = if kind >= 2 { kind - 2 } else { kind };
         let mut b = stream.launch_builder(func);
-        b.arg(&h).arg(&b_).arg(&s_).arg(&g_).arg(&size).arg(&iters).arg(&warmup).arg(&exchange).arg(&times).arg(&status);
+        b.arg(&h).arg(&b_).arg(&s_).arg(&g_).arg(&size).arg(&iters).arg(&warmup).arg(&mode).arg(&times).arg(&status);
         let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (cli.threads, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: the arguments match `pingpong` (handle by value, three
-        // device pointers into this PE's heap: `size` bytes twice and
-        // one u64, u64, two u32, i32, the times and status buffers of
-        // one element); the kernel has ended when synchronize returns.
+        // SAFETY: the arguments match `pingpong` and `pingpong_raw` (handle
+        // by value, three device pointers into this PE's heap: `2 * size`
+        // bytes, `size` bytes and one u64, u64, two u32, i32, the times and
+        // status buffers of one element); the kernel has ended when
+        // synchronize returns.
         unsafe { b.launch(cfg) }.context("launch pingpong")?;
         pe.synchronize()?;
         let st = stream.clone_dtoh(&status)?;
-        let what = if exchange != 0 { "exchange" } else { "ping-pong" };
-        ensure!(st[0] == 0, "{what} of {size} bytes failed on PE {me}: CPNET_E_* {}", st[0]);
-        let t = stream.clone_dtoh(&times)?[0];
-        let per = if exchange != 0 { f64::from(iters) } else { 2.0 * f64::from(iters) };
-        out = t as f64 / 1e3 / per;
+        let what = ["ping-pong", "exchange", "raw flag ping-pong", "raw put-with-signal ping-pong", "raw LL ping-pong"][kind as usize];
+        if st[0] != -2 {
+            ensure!(st[0] != -3, "{what} of {size} bytes on PE {me}: a round did not arrive within 10 s");
+            ensure!(st[0] == 0, "{what} of {size} bytes failed on PE {me}: CPNET_E_* {}", st[0]);
+            let t = stream.clone_dtoh(&times)?[0];
+            let per = if kind == 1 { f64::from(iters) } else { 2.0 * f64::from(iters) };
+            out = Some(t as f64 / 1e3 / per).filter(|_| me == 0);
+        }
     }
     pe.barrier_all()?;
     Ok(out)
@@ -421,4 +526,14 @@ fn bandwidth(t: &[u64], r: &Run) -> f64 {
     let end = t.chunks(2).map(|c| c[1]).max().unwrap_or(0);
     let bytes = u64::from(r.blocks) * u64::from(r.iters) * u64::from(r.window) * r.size;
     bytes as f64 / (end.saturating_sub(start).max(1)) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    /// The benchmark kernels (p2p, pingpong, pingpong_raw) compile with
+    /// NVRTC, without a warning or a non-coherent load.
+    #[test]
+    fn kernels_compile() {
+        crate::gpu::check_kernels_compile("gpu_p2p kernels_compile", super::KERNEL);
+    }
 }

@@ -92,6 +92,11 @@ pub struct Args {
     /// Check every output element against the reference.
     #[arg(long)]
     pub verify: bool,
+    /// GPU variant, PEs on the network path: the least bytes of one of the
+    /// puts a packed run is cut into (one per block where the run is
+    /// larger). K, M suffixes.
+    #[arg(long, default_value = "256K", value_parser = crate::cli::parse_size)]
+    pub bulk_min: u64,
 }
 
 impl Args {
@@ -254,7 +259,8 @@ pub fn reference(a: &Args, pe: i32, r: &Routing, t: usize) -> Vec<f32> {
     out
 }
 
-/// Byte offsets of the regions in the PE's symmetric block.
+/// Byte offsets of the regions in the PE's symmetric block (CPU variant;
+/// the GPU variant's are [`gpu::GpuLayout`]).
 #[derive(Clone, Copy, Debug)]
 struct Layout {
     x: u64,
@@ -266,42 +272,37 @@ struct Layout {
     comb: u64,
     meta_out: u64,
     counts_out: u64,
-    /// GPU variant: per source PE a row of `EL` counts then its `(t, j)`
-    /// records in (expert, slot) order (`row_words` u64 each), and the rows
-    /// this PE sends, one per destination.
-    cmeta: u64,
-    cmeta_out: u64,
     total: u64,
+}
+
+/// Hands out 64-byte aligned byte offsets in a symmetric block, in order.
+#[derive(Default)]
+struct Regions(u64);
+
+impl Regions {
+    /// The offset of the next region of `bytes`.
+    fn take(&mut self, bytes: u64) -> u64 {
+        let at = self.0;
+        self.0 = (self.0 + bytes).next_multiple_of(64);
+        at
+    }
 }
 
 impl Layout {
     fn new(a: &Args, n: usize) -> Layout {
         let (t, h, k, el) = (a.tokens as u64, a.hidden as u64, a.topk as u64, (a.experts / n) as u64);
         let n = n as u64;
-        let mut off = 0u64;
-        let mut take = |bytes: u64| {
-            let at = off;
-            off = (off + bytes).next_multiple_of(64);
-            at
-        };
-        let x = take(t * h * 2);
-        let recv = take(el * n * t * h * 2);
-        let meta = take(el * n * t * 8);
-        let counts = take(n * el * 8);
-        let disp_sig = take(n * 8);
-        let comb_sig = take(n * 8);
-        let comb = take(t * k * h * 2);
-        let meta_out = take(t * k * 8);
-        let counts_out = take(n * el * 8);
-        let cmeta = take(n * Layout::row_words(a, n as usize) * 8);
-        let cmeta_out = take(n * Layout::row_words(a, n as usize) * 8);
-        Layout { x, recv, meta, counts, disp_sig, comb_sig, comb, meta_out, counts_out, cmeta, cmeta_out, total: off }
-    }
-
-    /// u64 words of one row of `cmeta`: `EL` counts, then room for every
-    /// record a source can send one PE (`T x k`).
-    fn row_words(a: &Args, n: usize) -> u64 {
-        ((a.experts / n) + a.tokens * a.topk) as u64
+        let mut r = Regions::default();
+        let x = r.take(t * h * 2);
+        let recv = r.take(el * n * t * h * 2);
+        let meta = r.take(el * n * t * 8);
+        let counts = r.take(n * el * 8);
+        let disp_sig = r.take(n * 8);
+        let comb_sig = r.take(n * 8);
+        let comb = r.take(t * k * h * 2);
+        let meta_out = r.take(t * k * 8);
+        let counts_out = r.take(n * el * 8);
+        Layout { x, recv, meta, counts, disp_sig, comb_sig, comb, meta_out, counts_out, total: r.0 }
     }
 }
 
@@ -323,6 +324,9 @@ pub fn check(a: &Args, n: usize) -> Result<()> {
     if a.wgs == Some(0) {
         bail!("-wgs must be at least 1");
     }
+    if a.bulk_min == 0 {
+        bail!("-bulk-min must be at least 1 byte");
+    }
     if a.variant == Variant::InterKernel {
         bail!("-variant inter-kernel is not built for moe (dispatch and combine run inside one kernel); use intra-kernel or cpu");
     }
@@ -334,39 +338,26 @@ pub fn check(a: &Args, n: usize) -> Result<()> {
 
 /// What PE `me` writes into its block (at the offsets of [`Layout`])
 /// before the first iteration: its tokens, the `(t, j)` records and the
-/// per-PE count rows the CPU variant's small puts send, the GPU variant's
-/// rows (counts and records per destination), all unchanged between
+/// per-PE count rows its small puts send, all unchanged between
 /// iterations, and the zeroed signal words.
-fn initial_regions(a: &Args, me: i32, r: &Routing, l: &Layout, n: usize) -> [(u64, Vec<u8>); 6] {
-    let (t_n, h, k, el) = (a.tokens, a.hidden, a.topk, a.experts / n);
-    let x = (0..t_n * h).flat_map(|i| token(a.seed, me, i / h, i % h).to_le_bytes()).collect();
+fn initial_regions(a: &Args, me: i32, r: &Routing, l: &Layout, n: usize) -> [(u64, Vec<u8>); 5] {
+    let (t_n, k, el) = (a.tokens, a.topk, a.experts / n);
     let record = |i: usize| (i / k) as u64 | (((i % k) as u64) << 32);
     let meta = (0..t_n * k).flat_map(|i| record(i).to_le_bytes()).collect();
     let counts = (0..n * el).flat_map(|i| (r.count[i] as u64).to_le_bytes()).collect();
-    // The GPU variant's rows, one per destination d: d's EL counts, then
-    // the records of the tokens routed to d's experts, expert by expert,
-    // each at its slot.
-    let row = Layout::row_words(a, n) as usize;
-    let mut rows = vec![0u64; n * row];
-    // first[g]: where global expert g's records start in its PE's row.
-    let mut first = vec![0usize; n * el];
-    for (g, &c) in r.count.iter().enumerate() {
-        let (d, e) = (g / el, g % el);
-        rows[d * row + e] = c as u64;
-        first[g] = if e == 0 { d * row + el } else { first[g - 1] + r.count[g - 1] };
-    }
-    for (i, &(g, _)) in r.route.iter().enumerate() {
-        rows[first[g] + r.slot[i]] = record(i);
-    }
-    let rows = rows.iter().flat_map(|w| w.to_le_bytes()).collect();
     [
-        (l.x, x),
+        (l.x, tokens_bytes(a, me)),
         (l.meta_out, meta),
         (l.counts_out, counts),
-        (l.cmeta_out, rows),
         (l.disp_sig, vec![0; 8 * n]),
         (l.comb_sig, vec![0; 8 * n]),
     ]
+}
+
+/// PE `me`'s tokens, `[T][H]` bf16, little-endian bytes.
+fn tokens_bytes(a: &Args, me: i32) -> Vec<u8> {
+    let h = a.hidden;
+    (0..a.tokens * h).flat_map(|i| token(a.seed, me, i / h, i % h).to_le_bytes()).collect()
 }
 
 /// Elements of `out` (`[T][H]` f32, this PE's combined tokens) that differ
@@ -388,7 +379,8 @@ fn count_wrong(a: &Args, me: i32, r: &Routing, out: &[f32]) -> u64 {
     wrong
 }
 
-/// Symmetric heap bytes `moe` needs per PE for `a` on `n` PEs.
+/// Symmetric heap bytes `moe` needs per PE for `a` on `n` PEs with CPU
+/// work-groups (the GPU kernel's: [`gpu::heap_bytes`]).
 pub fn heap_bytes(a: &Args, n: usize) -> u64 {
     Layout::new(a, n).total + (1 << 20)
 }
@@ -595,10 +587,11 @@ fn wg_err(wg: &WorkGroup, addr: SymAddr, code: cpnet::device::layout::ErrorCode)
     WgError::Op { my_pe: wg.my_pe(), wg: wg.wg(), op: "moe: local heap access", pe: wg.my_pe(), addr, code }
 }
 
-/// Bytes this PE sends in a dispatch (tokens and records) and a combine.
+/// Token bytes this PE sends in a dispatch and in a combine (`T x k` rows
+/// of `H` bf16 each; the records and counts beside them are not counted).
 pub fn bytes_moved(a: &Args) -> (u64, u64) {
-    let per = (a.tokens * a.topk) as u64;
-    (per * (a.hidden as u64 * 2 + 8), per * a.hidden as u64 * 2)
+    let b = (a.tokens * a.topk * a.hidden * 2) as u64;
+    (b, b)
 }
 
 #[cfg(test)]
@@ -607,40 +600,6 @@ mod tests {
 
     fn args() -> Args {
         Args::parse_from(["moe", "--tokens", "64", "--hidden", "16", "-k", "4", "--experts", "16"])
-    }
-
-    /// The GPU variant's rows: destination d's row holds d's counts, then
-    /// each of this PE's (token, j) pairs routed to d's expert el at that
-    /// expert's first record plus the pair's slot, and nothing else.
-    #[test]
-    fn record_rows_place_every_pair_at_its_slot() {
-        let a = args();
-        for n in [1, 2, 4] {
-            let (el, k) = (a.experts / n, a.topk);
-            let r = Routing::new(&a, 1 % n as i32).unwrap();
-            let l = Layout::new(&a, n);
-            let rows = initial_regions(&a, 1 % n as i32, &r, &l, n).into_iter().find(|(off, _)| *off == l.cmeta_out).unwrap().1;
-            let w: Vec<u64> = rows.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
-            let row = Layout::row_words(&a, n) as usize;
-            assert_eq!(w.len(), n * row);
-            let mut seen = 0;
-            for d in 0..n {
-                let counts = &w[d * row..d * row + el];
-                assert_eq!(counts, &r.count[d * el..(d + 1) * el].iter().map(|&c| c as u64).collect::<Vec<_>>()[..]);
-                let mut first = el;
-                for (e, &c) in counts.iter().enumerate() {
-                    for q in 0..c as usize {
-                        let rec = w[d * row + first + q];
-                        let (t, j) = ((rec & 0xffff_ffff) as usize, (rec >> 32) as usize);
-                        assert_eq!(r.route[t * k + j].0, d * el + e, "n {n} d {d} e {e} q {q}");
-                        assert_eq!(r.slot[t * k + j], q);
-                        seen += 1;
-                    }
-                    first += c as usize;
-                }
-            }
-            assert_eq!(seen, a.tokens * k, "every pair once");
-        }
     }
 
     #[test]

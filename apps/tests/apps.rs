@@ -550,9 +550,18 @@ fn allreduce_gpu_8_bytes_4_rings() {
 /// skewed routing, 2 and 4 PEs, both providers; bad arguments fail before
 /// any PE works, naming the argument.
 fn moe_verified(n: u32, provider: &str, args: &[&str]) -> String {
-    let mut a = vec!["-tokens", "24", "-hidden", "96", "-k", "4", "-experts", "8", "-iters", "3", "-warmup", "1", "-verify"];
+    moe_verified_env(n, provider, args, &[])
+}
+
+fn moe_verified_env(n: u32, provider: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+    // The defaults, less those `args` sets itself.
+    let base = [("-tokens", "24"), ("-hidden", "96"), ("-k", "4"), ("-experts", "8"), ("-iters", "3"), ("-warmup", "1")];
+    let mut a: Vec<&str> = base.iter().filter(|(k, _)| !args.contains(k)).flat_map(|&(k, v)| [k, v]).collect();
+    a.push("-verify");
     a.extend_from_slice(args);
-    let out = ok(n, provider, env!("CARGO_BIN_EXE_moe"), &a);
+    let j = launch::run(Path::new(env!("CARGO_BIN_EXE_moe")), n, provider, &a, env, Duration::from_secs(300));
+    assert!(j.status.success(), "moe {a:?} with {env:?} over {provider} failed:\n{}", j.all);
+    let out = j.stdout;
     let rows: Vec<&str> = out.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect();
     assert_eq!(rows.len(), n as usize, "one line per PE:\n{out}");
     for r in &rows {
@@ -576,12 +585,18 @@ fn moe_2_pes_tcp() {
 
 /// moe on GPU PEs (`-variant intra-kernel`), verified: uniform routing,
 /// and skewed routing with 3 work-groups, where some experts receive no
-/// token (empty ranges of the kernel's list of received slots).
+/// token (empty ranges of the kernel's list of received slots); over peer
+/// stores (a put per row) and over the network path (packed runs in bulk
+/// puts; 3 PEs, odd hidden sizes, runs cut into pieces of unequal length).
 #[test]
 fn moe_gpu_verified() {
     if gpu_or_skip("moe_gpu_verified") {
         moe_verified(2, SHM, &["-variant", "intra-kernel", "-wgs", "4"]);
         moe_verified(2, SHM, &["-variant", "intra-kernel", "-skew", "2", "-wgs", "3", "-seed", "11"]);
+        let net = [("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P", "0")];
+        moe_verified_env(2, SHM, &["-variant", "intra-kernel", "-wgs", "4"], &net);
+        moe_verified_env(2, SHM, &["-variant", "intra-kernel", "-hidden", "4099", "-wgs", "5", "-skew", "1.5"], &net);
+        moe_verified_env(3, SHM, &["-variant", "intra-kernel", "-experts", "9", "-hidden", "777", "-wgs", "3"], &net);
     }
 }
 

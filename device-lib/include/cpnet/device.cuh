@@ -594,7 +594,9 @@ __device__ __forceinline__ bool compare(T v, int cmp, T c)
  * acquire system-scope loads, so data delivered before the word
  * (put-with-signal: "the signal is visible only after the data", cmd.h
  * CPNET_OP_PUT_SIGNAL) is visible after the call. `*seen` gets the last
- * value read. Fails with CPNET_E_BAD_OP for an unknown cmp, the abort code, or CPNET_E_TIMEOUT (reported with dev_pe =
+ * value read. The word is in GPU memory (the heap), so the backoff is
+ * capped at CPNET_LOCAL_BACKOFF_MAX_NS. Fails with CPNET_E_BAD_OP for an
+ * unknown cmp, the abort code, or CPNET_E_TIMEOUT (reported with dev_pe =
  * my_pe, dev_addr = the heap offset of ivar, dev_expected = cmp_value,
  * dev_found = the last value, dev_cmp = cmp; values zero-extended).
  */
@@ -603,7 +605,7 @@ __device__ __forceinline__ int wait_until_leader(cpnet_ctx_t* ctx, const T* ivar
                                                  T cmp_value, T* seen)
 {
     if (cmp < 0 || cmp >= CPNET_CMP_COUNT) return CPNET_E_BAD_OP;
-    spin sp;
+    spin sp(CPNET_LOCAL_BACKOFF_MAX_NS);
     for (;;) {
         /* Acquire: pairs with the writer's release (the proxy's store after
          * its copies, or a peer kernel's st.release.sys of a signal). */

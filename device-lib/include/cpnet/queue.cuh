@@ -28,6 +28,14 @@
 #ifndef CPNET_BACKOFF_MAX_NS
 #define CPNET_BACKOFF_MAX_NS 1024
 #endif
+/** Longest backoff sleep (ns) of a wait on a word in this GPU's memory
+ *  (cpnet_<T>_wait_until on a heap word, the team collectives' waits): a
+ *  poll does not cross PCIe, so the cap is short and the wait ends at most
+ *  this long after its word landed. With the PCIe cap above, a signal wait
+ *  slept up to 1 us past its signal. Define before including. */
+#ifndef CPNET_LOCAL_BACKOFF_MAX_NS
+#define CPNET_LOCAL_BACKOFF_MAX_NS 64
+#endif
 /** Polls without sleeping before the backoff starts. */
 #ifndef CPNET_SPIN_TIGHT_POLLS
 #define CPNET_SPIN_TIGHT_POLLS 4

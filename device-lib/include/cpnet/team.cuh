@@ -107,7 +107,7 @@
  *  GPU memory (a poll does not cross PCIe), so the cap is short: a wait ends
  *  at most this long after its signal landed. Define before including. */
 #ifndef CPNET_TEAM_BACKOFF_MAX_NS
-#define CPNET_TEAM_BACKOFF_MAX_NS 64
+#define CPNET_TEAM_BACKOFF_MAX_NS CPNET_LOCAL_BACKOFF_MAX_NS
 #endif
 
 /* ------------------------------------------------------------------------ */
