@@ -170,6 +170,12 @@ pub struct Args {
     /// iteration.
     #[arg(long)]
     pub phases: bool,
+    /// GPU `-variant intra-kernel`: send the boundary rows with
+    /// put-with-signal also to neighbours whose heap the kernel reaches
+    /// (by default those get LL words: each float and its round in one
+    /// 8-byte store, no fence and no signal; see jacobi.cu).
+    #[arg(long = "halo-put")]
+    pub halo_put: bool,
 }
 
 impl Args {
@@ -456,7 +462,9 @@ pub fn heap_need(args: &Args, n_pes: i32) -> u64 {
         3
     };
     let grid = ((args.nx * rows * size_of::<Real>()) as u64).next_multiple_of(64);
-    2 * grid + sync_block::bytes(n).next_multiple_of(64) + 4096
+    // The GPU variant's LL halo words: [2 parities][2 sides][nx] u64.
+    let ll = (args.nx as u64 * 32).next_multiple_of(64);
+    2 * grid + sync_block::bytes(n).next_multiple_of(64) + ll + 4096
 }
 
 /// The distributed state one PE's work-groups share.

@@ -174,7 +174,18 @@ __device__ __forceinline__ int app_wait_ge(const cpnet_handle_t* h, app_u64* ctl
  * to every block after it. Returns 0 in every thread, or nonzero when a
  * block failed, the host aborted, or the wait timed out (recorded).
  */
-__device__ __noinline__ int app_grid_sync(const cpnet_handle_t* h, app_u64* ctl, app_u64 gen, app_u64 iter)
+__device__ __noinline__ int app_grid_sync_of(const cpnet_handle_t* h, app_u64* ctl, app_u64 gen, app_u64 iter,
+                                             app_u64 blocks);
+__device__ __forceinline__ int app_grid_sync(const cpnet_handle_t* h, app_u64* ctl, app_u64 gen, app_u64 iter)
+{
+    return app_grid_sync_of(h, ctl, gen, iter, gridDim.x);
+}
+
+/** app_grid_sync among `blocks` blocks of the grid (those that call it; the
+ *  others may wait for the same count, ctl[APP_CTL_BARRIER] >= gen * blocks,
+ *  with app_wait_ge, without arriving). */
+__device__ __noinline__ int app_grid_sync_of(const cpnet_handle_t* h, app_u64* ctl, app_u64 gen, app_u64 iter,
+                                             app_u64 blocks)
 {
     __shared__ int app_sync_result;
     __syncthreads();
@@ -183,7 +194,7 @@ __device__ __noinline__ int app_grid_sync(const cpnet_handle_t* h, app_u64* ctl,
          * before the arrival. */
         __threadfence();
         atomicAdd(&ctl[APP_CTL_BARRIER], 1ull);
-        const app_u64 target = gen * (app_u64)gridDim.x;
+        const app_u64 target = gen * blocks;
         app_spin sp;
         int r = 0;
         for (;;) {

@@ -80,7 +80,12 @@ mod jctl {
     pub const LAST_NORM: usize = APP + 3;
     /// See [`LAST_NORM`].
     pub const LAST_NORM_ITER: usize = APP + 4;
+    /// Persistent kernel: the norm block's last verdict, `(k + 1) << 1 |
+    /// stop` for the last check iteration k whose norm it took (the band
+    /// blocks wait for it).
+    pub const NORM_DONE: usize = APP + 5;
 }
+const _: () = assert!(crate::gpu::ctl::WORDS > jctl::NORM_DONE);
 
 /// The `-phases` timers of `jacobi_persistent`, in index order
 /// (`JACOBI_PH_<NAME>`), with the names the report prints; the last one
@@ -108,6 +113,7 @@ pub fn source() -> String {
         ("SYNC_NORM_SRC", format!("{}ull", sync_block::NORM_SRC)),
         ("JACOBI_CTL_ITERS", jctl::ITERS.to_string()),
         ("JACOBI_CTL_STOP", jctl::STOP.to_string()),
+        ("JACOBI_CTL_NORM_DONE", jctl::NORM_DONE.to_string()),
         ("JACOBI_CTL_NNORMS", jctl::NNORMS.to_string()),
         ("JACOBI_CTL_LAST_NORM", jctl::LAST_NORM.to_string()),
         (
@@ -147,6 +153,8 @@ struct JacobiParams {
     blocks: i64,
     max_norms: i64,
     phases: u64,
+    ll: u64,
+    ll_on: i64,
 }
 
 // SAFETY: repr(C), plain 8-byte integers, laid out as `struct jacobi_params`
@@ -381,6 +389,10 @@ fn setup(pe: &GpuPe, args: &Args, k: &Kernels) -> anyhow::Result<Chunk> {
     let bytes = (nx * rows * size_of::<Real>()) as u64;
     let grids = [pe.shmalloc(bytes)?, pe.shmalloc(bytes)?];
     let sync = pe.shmalloc(sync_block::bytes(n as usize))?;
+    // LL halo words, zero: no round (they count from 1) is there yet.
+    let ll_bytes = nx as u64 * 32;
+    let ll = pe.shmalloc(ll_bytes)?;
+    pe.write_heap(ll, &vec![0u8; ll_bytes as usize])?;
     let init = initial_grid(
         nx,
         chunk + 2,
@@ -425,6 +437,8 @@ fn setup(pe: &GpuPe, args: &Args, k: &Kernels) -> anyhow::Result<Chunk> {
         blocks: blocks as i64,
         max_norms: max_norms as i64,
         phases: phases.as_ref().map_or(0, |b| dptr(pe, b)),
+        ll: pe.dev_ptr(ll),
+        ll_on: i64::from(!args.halo_put),
     };
     s.synchronize().context("setup")?;
     Ok(Chunk {

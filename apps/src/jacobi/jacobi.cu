@@ -43,6 +43,8 @@ struct jacobi_params {
     app_i64 blocks;      /* jacobi_comm: blocks of jacobi_step (partials to sum) */
     app_i64 max_norms;   /* capacity of norms */
     app_u64 phases;      /* 0, or app_u64[3 * JACOBI_PHASES]: -phases timers of block 0, the last band block and the norm block (ns) */
+    app_u64 ll;          /* heap: u64 [2 parity][2 side][nx] LL halo words (side 0: from the PE above, 1: from below) */
+    app_i64 ll_on;       /* 1: LL halos towards neighbours whose heap cpnet_ptr reaches; 0: put-with-signal always */
 };
 
 /** -phases: the timers of one timed block, in shared memory written by
@@ -227,16 +229,20 @@ __device__ __forceinline__ app_u64* jacobi_word(app_u64 sync, app_u64 byte_off)
     return (app_u64*)(sync + byte_off);
 }
 
-/** Block 0 of the norm, thread 0: append (iteration, norm) to the list; the
- *  last one also goes to JACOBI_CTL_LAST_NORM(_ITER) for the inter-kernel host. */
-__device__ __forceinline__ void jacobi_record_norm_leader(const jacobi_norm_args& p, app_i64 at, double norm)
+/** The norm's thread 0: append (iteration, norm) to the list; the last one
+ *  also goes to JACOBI_CTL_LAST_NORM(_ITER) for the inter-kernel host.
+ *  `*count` is the list's length (JACOBI_CTL_NNORMS), which a caller that
+ *  records many norms keeps between calls instead of loading it each time
+ *  (a dependent L2 round trip on the norm's path); it is stored back. */
+__device__ __forceinline__ void jacobi_record_norm_leader(const jacobi_norm_args& p, app_i64 at, double norm, app_u64* count)
 {
     app_u64* ctl = (app_u64*)p.ctl;
     app_u64* norms = (app_u64*)p.norms;
-    const app_u64 k = ctl[JACOBI_CTL_NNORMS];
+    const app_u64 k = *count;
     if (k < (app_u64)p.max_norms) {
         norms[2 * k] = (app_u64)at;
         norms[2 * k + 1] = (app_u64)__double_as_longlong(norm);
+        *count = k + 1;
         ctl[JACOBI_CTL_NNORMS] = k + 1;
     }
     ctl[JACOBI_CTL_LAST_NORM_ITER] = (app_u64)at;
@@ -245,9 +251,10 @@ __device__ __forceinline__ void jacobi_record_norm_leader(const jacobi_norm_args
 
 /**
  * The norm of one check iteration (collective over the block): the sum of
- * the `count` block partials at `parts` (each thread a strided share, then
- * app_block_sum's fixed tree: the same bits for the same grid), and unless
- * p.solo (one PE) the library's reduce to all over CPNET_TEAM_WORLD
+ * the `count` block partials at `parts` on the block's first warp alone
+ * (each lane a strided share in order, then a fixed shuffle tree: the same
+ * bits for the same grid; no block barrier on one PE), and unless p.solo
+ * (one PE) the library's reduce to all over CPNET_TEAM_WORLD
  * (cpnet_double_sum_reduce, OpenSHMEM 1.5 §9.9.12; its LL path between
  * peer-mapped GPUs, the queue otherwise) through the symmetric words
  * SYNC_NORM_SRC / + 8, so every PE gets the same bits. `*norm` (thread 0)
@@ -256,9 +263,11 @@ __device__ __forceinline__ void jacobi_record_norm_leader(const jacobi_norm_args
 __device__ __noinline__ int jacobi_norm(cpnet_ctx_t* ctx, const jacobi_norm_args& p, const double* parts,
                                         app_u64 count, app_i64 it, double* norm)
 {
-    double v = 0.0;
-    for (app_u64 k = threadIdx.x; k < count; k += blockDim.x) v += __ldcg(parts + k);
-    double s = app_block_sum(v);
+    double s = 0.0;
+    if (threadIdx.x < 32) {
+        for (app_u64 k = threadIdx.x; k < count; k += 32) s += __ldcg(parts + k);
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+    }
     if (p.solo == 0) {
         double* src = (double*)jacobi_word(p.sync, SYNC_NORM_SRC);
         if (threadIdx.x == 0) *src = s;
@@ -277,6 +286,53 @@ __device__ __noinline__ int jacobi_norm(cpnet_ctx_t* ctx, const jacobi_norm_args
 }
 
 /**
+ * LL halos (where the neighbour's heap is mapped): a boundary row travels as
+ * LL words, each float and the round number `flag` in one 8-byte
+ * st.relaxed.sys into the neighbour's words for this side and parity,
+ * without a fence or a separate signal (a put-with-signal's
+ * st.release.sys waits for the row's stores to be acknowledged across
+ * NVLink first: raw_put_signal against raw_ll in `cpnet-gpu-p2p
+ * --pingpong`). Whole block; the row's stores come first (block barrier).
+ */
+__device__ __forceinline__ void jacobi_ll_send(app_u64* to, const float* row, app_i64 nx, app_u64 flag)
+{
+    __syncthreads();
+    for (app_i64 i = threadIdx.x; i < nx; i += blockDim.x)
+        cpnet_st_relaxed_sys_u64((uint64_t*)(to + i), (flag << 32) | (app_u64)__float_as_uint(row[i]));
+}
+
+/**
+ * Wait until each of this PE's `nx` LL words `from` carries round `flag`
+ * (each thread polls its own words, ld.relaxed.sys: a word is one store,
+ * its float arrives with its flag) and unpack them into the halo row `row`.
+ * Whole block; returns 0, or nonzero in every thread when a wait failed
+ * (the first failure recorded with the word's heap offset, or another
+ * block's failure seen).
+ */
+__device__ __noinline__ int jacobi_ll_recv(const cpnet_handle_t* h, app_u64* ctl, const app_u64* from, float* row,
+                                           app_i64 nx, app_u64 flag, app_u64 op, app_u64 iter)
+{
+    int r = 0;
+    for (app_i64 i = threadIdx.x; i < nx && r == 0; i += blockDim.x) {
+        app_u64 w = cpnet_ld_relaxed_sys_u64((const uint64_t*)(from + i));
+        if ((w >> 32) != flag) {
+            app_spin sp;
+            do {
+                r = sp.pause(h, ctl);
+                if (r != 0) {
+                    if (r > 0) app_fail_leader(ctl, r, op, iter, h->my_pe, (app_u64)(from + i) - h->heap_base, flag, w >> 32);
+                    break;
+                }
+                w = cpnet_ld_relaxed_sys_u64((const uint64_t*)(from + i));
+            } while ((w >> 32) != flag);
+        }
+        if (r == 0) row[i] = __uint_as_float((unsigned)w);
+    }
+    /* The row's stores before the stencil reads them, and one verdict. */
+    return __syncthreads_or(r != 0);
+}
+
+/**
  * -variant intra-kernel (and the single-GPU run with p.solo): the whole
  * iteration loop in one cooperative launch of gridDim.x co-resident blocks
  * of JACOBI_THREADS threads: band blocks b < gridDim.x - 1 own rows
@@ -286,7 +342,13 @@ __device__ __noinline__ int jacobi_norm(cpnet_ctx_t* ctx, const jacobi_norm_args
  *  1. The block owning row 1 waits for the top halo of iteration it - 1
  *     (TOP_SIG >= it, SET by the PE above), computes row 1 and pushes it with
  *     putmem_signal_nbi into the bottom halo of the PE above (its BOT_SIG :=
- *     it + 1). The block owning row `chunk` does the same downwards. With
+ *     it + 1). The block owning row `chunk` does the same downwards. Where
+ *     cpnet_ptr reaches the neighbour (and p.ll_on), the row goes as LL words
+ *     instead (jacobi_ll_send, round it + 1, parity (it + 1) % 2), which the
+ *     neighbour's boundary block unpacks into its halo row when it waits
+ *     for it (jacobi_ll_recv): parity (it + 1) % 2 is written again at it + 2
+ *     only after this block received the neighbour's row of it + 1, sent
+ *     after it unpacked ours (the put's argument below, word for word). With
  *     three or more band blocks these two own nothing else: every other
  *     block computes its band meanwhile, never waiting on the network.
  *  2. Check iterations: each band block's sum of squared updates goes to
@@ -294,9 +356,12 @@ __device__ __noinline__ int jacobi_norm(cpnet_ctx_t* ctx, const jacobi_norm_args
  *  3. Meanwhile the norm block computes the norm of the previous check
  *     iteration (jacobi_norm: its partials, then the library's reduce to all
  *     across PEs) and sets JACOBI_CTL_STOP when it is at most JACOBI_TOL.
- *     No band block waits for it, the boundary blocks included.
- *  4. Grid barrier; everyone stops after it when JACOBI_CTL_STOP is set (so
- *     a norm decides one iteration after its own, as in the CPU variant).
+ *     No band block waits for it during the iteration, the boundary blocks
+ *     included (jacobi_norm_loop).
+ *  4. The band blocks' barrier, then (after a check iteration it - 1) the
+ *     wait for the norm block's verdict on it - 1 (JACOBI_CTL_NORM_DONE,
+ *     jacobi_wait_verdict); they stop after it when the verdict says so (a
+ *     norm decides one iteration after its own, as in the CPU variant).
  *
  * Why nothing races is the CPU variant's argument (jacobi.rs, "Why nothing
  * races"), with the grid barrier for the team barrier; partials[it % 2] are
@@ -309,6 +374,38 @@ __device__ __noinline__ int jacobi_norm(cpnet_ctx_t* ctx, const jacobi_norm_args
  * (put-with-signal: data first). The same holds downwards. The context's
  * final quiet (ctx_destroy) surfaces any error of a non-blocking put.
  */
+/** The band blocks' wait for the norm block's verdict on check iteration
+ *  it - 1 (whole block): JACOBI_CTL_NORM_DONE = (k + 1) << 1 | stop for the
+ *  last norm k taken, polled by thread 0 with acquire loads (pairing with
+ *  the norm block's fence before its store), so one load gives both the
+ *  progress and the verdict. Returns 0 with `*stop`, or the failure
+ *  (recorded), the same in every thread. */
+__device__ __noinline__ int jacobi_wait_verdict(const cpnet_handle_t* h, app_u64* ctl, app_u64 it, bool* stop)
+{
+    __shared__ int verdict_r, verdict_stop;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        app_spin sp;
+        int r = 0;
+        app_u64 v;
+        for (;;) {
+            v = cpnet_ld_acquire_sys_u64((const uint64_t*)&ctl[JACOBI_CTL_NORM_DONE]);
+            if ((v >> 1) >= it) break;
+            r = sp.pause(h, ctl);
+            if (r != 0) {
+                if (r > 0)
+                    app_fail_leader(ctl, r, APP_OP_NORM, it, h->my_pe, ~0ull, it << 1, v);
+                break;
+            }
+        }
+        verdict_r = r;
+        verdict_stop = (int)(v & 1ull);
+    }
+    __syncthreads();
+    *stop = verdict_stop != 0;
+    return verdict_r;
+}
+
 /** jacobi_persistent's band blocks (b < nc): the halos, the stencil and the
  *  partials, then the grid barrier, every iteration. Returns the first
  *  failure (recorded) or 0; `*it_out` = iterations run. Not inlined, and
@@ -331,6 +428,15 @@ __device__ __forceinline__ int jacobi_band_loop(cpnet_handle_t* h, const jacobi_
     const app_u64 row_bytes = (app_u64)nx * sizeof(float);
     app_u64* top_sig = solo ? nullptr : jacobi_word(p.sync, SYNC_TOP_SIG);
     app_u64* bot_sig = solo ? nullptr : jacobi_word(p.sync, SYNC_BOT_SIG);
+    /* LL words: ours at p.ll, the neighbours' where mapped (only the
+     * boundary blocks have a context, and only they use them). The peer
+     * table is symmetric: the PE above sends us LL words iff we reach it. */
+    const bool ll = !solo && p.ll_on != 0 && (owns_top || owns_bottom);
+    app_u64* ll_up = ll ? (app_u64*)cpnet_ptr(ctx, (const void*)p.ll, (int)p.top_pe) : nullptr;
+    app_u64* ll_down = ll ? (app_u64*)cpnet_ptr(ctx, (const void*)p.ll, (int)p.bottom_pe) : nullptr;
+    const app_u64* ll_mine = (const app_u64*)p.ll;
+    /* LL words of `side` (0: from the PE above, 1: from below) for round `r`. */
+#define JACOBI_LL(base, r, side) ((base) + ((((r) & 1ull) * 2ull) + (side)) * (app_u64)nx)
     int fail = 0;
     app_i64 it = 0;
     for (; it < p.niter; ++it) {
@@ -341,9 +447,19 @@ __device__ __forceinline__ int jacobi_band_loop(cpnet_handle_t* h, const jacobi_
         bool done_top = false, done_bottom = false;
         if (owns_top) {
             if (!solo) {
-                fail = app_wait_ge(h, ctl, top_sig, (app_u64)it, APP_OP_TOP_HALO, (app_u64)it);
-                if (fail == 0 && chunk == 1)
-                    fail = app_wait_ge(h, ctl, bot_sig, (app_u64)it, APP_OP_BOTTOM_HALO, (app_u64)it);
+                /* Iteration 0 reads the initial halos. */
+                if (ll_up != nullptr && it > 0)
+                    fail = jacobi_ll_recv(h, ctl, JACOBI_LL(ll_mine, (app_u64)it, 0), (float*)src, nx, (app_u64)it,
+                                          APP_OP_TOP_HALO, (app_u64)it);
+                else
+                    fail = app_wait_ge(h, ctl, top_sig, (app_u64)it, APP_OP_TOP_HALO, (app_u64)it);
+                if (fail == 0 && chunk == 1) {
+                    if (ll_down != nullptr && it > 0)
+                        fail = jacobi_ll_recv(h, ctl, JACOBI_LL(ll_mine, (app_u64)it, 1), (float*)src + (chunk + 1) * nx,
+                                              nx, (app_u64)it, APP_OP_BOTTOM_HALO, (app_u64)it);
+                    else
+                        fail = app_wait_ge(h, ctl, bot_sig, (app_u64)it, APP_OP_BOTTOM_HALO, (app_u64)it);
+                }
                 if (fail != 0) break;
             }
             ph.mark(JACOBI_PH_HALO);
@@ -351,11 +467,18 @@ __device__ __forceinline__ int jacobi_band_loop(cpnet_handle_t* h, const jacobi_
             done_top = true;
             done_bottom = chunk == 1;
             if (!solo) {
-                cpnet_putmem_signal_nbi(ctx, dst + p.top_pe_halo * nx, dst + nx, row_bytes, (uint64_t*)bot_sig,
-                                        (uint64_t)it + 1, CPNET_SIGNAL_SET, (int)p.top_pe);
-                if (chunk == 1)
-                    cpnet_putmem_signal_nbi(ctx, dst, dst + nx, row_bytes, (uint64_t*)top_sig, (uint64_t)it + 1,
-                                            CPNET_SIGNAL_SET, (int)p.bottom_pe);
+                if (ll_up != nullptr)
+                    jacobi_ll_send(JACOBI_LL(ll_up, (app_u64)it + 1, 1), dst + nx, nx, (app_u64)it + 1);
+                else
+                    cpnet_putmem_signal_nbi(ctx, dst + p.top_pe_halo * nx, dst + nx, row_bytes, (uint64_t*)bot_sig,
+                                            (uint64_t)it + 1, CPNET_SIGNAL_SET, (int)p.top_pe);
+                if (chunk == 1) {
+                    if (ll_down != nullptr)
+                        jacobi_ll_send(JACOBI_LL(ll_down, (app_u64)it + 1, 0), dst + nx, nx, (app_u64)it + 1);
+                    else
+                        cpnet_putmem_signal_nbi(ctx, dst, dst + nx, row_bytes, (uint64_t*)top_sig, (uint64_t)it + 1,
+                                                CPNET_SIGNAL_SET, (int)p.bottom_pe);
+                }
             } else {
                 jacobi_copy_row(dst, nx, 1, chunk + 1);
                 if (chunk == 1) jacobi_copy_row(dst, nx, 1, 0);
@@ -364,13 +487,19 @@ __device__ __forceinline__ int jacobi_band_loop(cpnet_handle_t* h, const jacobi_
         }
         if (owns_bottom && !done_bottom) {
             if (!solo) {
-                fail = app_wait_ge(h, ctl, bot_sig, (app_u64)it, APP_OP_BOTTOM_HALO, (app_u64)it);
+                if (ll_down != nullptr && it > 0)
+                    fail = jacobi_ll_recv(h, ctl, JACOBI_LL(ll_mine, (app_u64)it, 1), (float*)src + (chunk + 1) * nx, nx,
+                                          (app_u64)it, APP_OP_BOTTOM_HALO, (app_u64)it);
+                else
+                    fail = app_wait_ge(h, ctl, bot_sig, (app_u64)it, APP_OP_BOTTOM_HALO, (app_u64)it);
                 if (fail != 0) break;
             }
             ph.mark(JACOBI_PH_HALO);
             partial += jacobi_rows(p, src, dst, chunk, chunk + 1, check);
             done_bottom = true;
-            if (!solo)
+            if (!solo && ll_down != nullptr)
+                jacobi_ll_send(JACOBI_LL(ll_down, (app_u64)it + 1, 0), dst + chunk * nx, nx, (app_u64)it + 1);
+            else if (!solo)
                 cpnet_putmem_signal_nbi(ctx, dst, dst + chunk * nx, row_bytes, (uint64_t*)top_sig,
                                         (uint64_t)it + 1, CPNET_SIGNAL_SET, (int)p.bottom_pe);
             else
@@ -387,58 +516,77 @@ __device__ __forceinline__ int jacobi_band_loop(cpnet_handle_t* h, const jacobi_
             if (threadIdx.x == 0) partials[(it & 1) * nc + b] = s;
         }
         ph.mark(JACOBI_PH_BAND);
-        fail = app_grid_sync(h, ctl, (app_u64)it + 1, (app_u64)it);
+        /* The band blocks' barrier (the norm block does not arrive; it
+         * waits for the same count to read the partials). */
+        fail = app_grid_sync_of(h, ctl, (app_u64)it + 1, (app_u64)it, nc);
         if (fail != 0) break;
+        /* The norm of the previous check iteration decides whether this one
+         * was the last: wait until the norm block has taken it. */
+        bool stop = false;
+        if (it >= 1 && jacobi_is_check(p, it - 1)) {
+            fail = jacobi_wait_verdict(h, ctl, (app_u64)it, &stop);
+            if (fail != 0) break;
+        }
         ph.mark(JACOBI_PH_SYNC);
         ph.count(JACOBI_PH_ITERS);
-        if (app_ld_relaxed_gpu(&ctl[JACOBI_CTL_STOP]) != 0) {
+        if (stop) {
             ++it;
             break;
         }
     }
+#undef JACOBI_LL
     *it_out = it;
     return fail;
 }
 
-/** jacobi_persistent's norm block (b == nc): the norm of the previous check
- *  iteration while the band blocks compute, then the same grid barriers. */
+/** jacobi_persistent's norm block (b == nc): for each check iteration k, in
+ *  order, it waits until the band blocks' barrier of k has passed (their
+ *  partials of k are in), takes the norm of k (jacobi_norm), records it,
+ *  sets JACOBI_CTL_STOP when it is at most JACOBI_TOL, and publishes
+ *  JACOBI_CTL_NORM_DONE = (k + 1) << 1 | stop, which the band blocks wait
+ *  for at the end of iteration k + 1 (the one-iteration rule). It does not arrive at their
+ *  barriers, so its arrival and release are off the iteration's path: the
+ *  norm of k overlaps the band blocks' iteration k + 1, and the next norm
+ *  starts as soon as this one is out. The partials of k (parity k % 2) are
+ *  rewritten at iteration k + 2 only after the band blocks saw NORM_DONE
+ *  >= k + 1. Returns after the norm that stops the run (its next iteration
+ *  is the last, whose norm is not taken, as the CPU variant) or after the
+ *  last iteration's. */
 __device__ __noinline__ int jacobi_norm_loop(cpnet_handle_t* h, const jacobi_norm_args p, cpnet_ctx_t* ctx,
                                              jacobi_timers& ph)
 {
     app_u64* ctl = (app_u64*)p.ctl;
     const double* partials = (const double*)p.partials;
     const app_u64 nc = gridDim.x - 1;
-    bool pending = false;   /* a check iteration whose norm is not taken yet ... */
-    app_i64 pending_at = 0; /* ... this one */
+    app_u64 nnorms = threadIdx.x == 0 ? ctl[JACOBI_CTL_NNORMS] : 0; /* thread 0's count of the list */
+    __shared__ int stop; /* thread 0's verdict, for the whole block */
+    if (threadIdx.x == 0) stop = 0;
     int fail = 0;
-    for (app_i64 it = 0; it < p.niter; ++it) {
-        if (pending) {
-            double norm = 0.0;
-            fail = jacobi_norm(ctx, p, partials + (pending_at & 1) * nc, nc, pending_at, &norm);
-            if (fail != 0) return fail;
-            if (threadIdx.x == 0) {
-                jacobi_record_norm_leader(p, pending_at, norm);
-                if (norm <= JACOBI_TOL) app_st_relaxed_gpu(&ctl[JACOBI_CTL_STOP], (app_u64)it + 1);
-            }
-            pending = false;
-            ph.mark(JACOBI_PH_NORM);
-        }
-        fail = app_grid_sync(h, ctl, (app_u64)it + 1, (app_u64)it);
+    for (app_i64 k = 0; k < p.niter; ++k) {
+        if (!jacobi_is_check(p.nccheck, p.csv, k)) continue;
+        fail = app_wait_ge(h, ctl, &ctl[APP_CTL_BARRIER], ((app_u64)k + 1) * nc, APP_OP_GRID_BARRIER, (app_u64)k);
         if (fail != 0) return fail;
         ph.mark(JACOBI_PH_SYNC);
-        ph.count(JACOBI_PH_ITERS);
-        if (app_ld_relaxed_gpu(&ctl[JACOBI_CTL_STOP]) != 0) return 0;
-        if (jacobi_is_check(p.nccheck, p.csv, it)) {
-            pending = true;
-            pending_at = it;
-        }
-    }
-    if (pending) {
         double norm = 0.0;
-        fail = jacobi_norm(ctx, p, partials + (pending_at & 1) * nc, nc, pending_at, &norm);
-        if (fail == 0 && threadIdx.x == 0) jacobi_record_norm_leader(p, pending_at, norm);
+        fail = jacobi_norm(ctx, p, partials + (k & 1) * nc, nc, k, &norm);
+        if (fail != 0) return fail;
+        if (threadIdx.x == 0) {
+            jacobi_record_norm_leader(p, k, norm, &nnorms);
+            if (norm <= JACOBI_TOL) {
+                app_st_relaxed_gpu(&ctl[JACOBI_CTL_STOP], (app_u64)k + 2);
+                stop = 1;
+            }
+            /* Release: the record before the band blocks (jacobi_wait_verdict's
+             * acquire) go on; the verdict rides in the word. */
+            app_fence_gpu();
+            app_st_relaxed_gpu(&ctl[JACOBI_CTL_NORM_DONE], ((app_u64)k + 1) << 1 | (app_u64)stop);
+        }
+        ph.mark(JACOBI_PH_NORM);
+        ph.count(JACOBI_PH_ITERS);
+        __syncthreads();
+        if (stop != 0) return 0;
     }
-    return fail;
+    return 0;
 }
 
 extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_persistent(cpnet_handle_t h, jacobi_params p)
@@ -551,7 +699,10 @@ extern "C" __global__ void __launch_bounds__(JACOBI_THREADS) jacobi_comm(cpnet_h
         double norm = 0.0;
         const jacobi_norm_args na = jacobi_norm_args_of(p);
         fail = jacobi_norm(&ctx, na, (const double*)p.partials, (app_u64)p.blocks, it, &norm);
-        if (fail == 0 && threadIdx.x == 0) jacobi_record_norm_leader(na, it, norm);
+        if (fail == 0 && threadIdx.x == 0) {
+            app_u64 nnorms = ((const app_u64*)p.ctl)[JACOBI_CTL_NNORMS];
+            jacobi_record_norm_leader(na, it, norm, &nnorms);
+        }
     }
     if (fail == 0) {
         const int d = cpnet_ctx_destroy(&ctx);

@@ -111,6 +111,11 @@ typedef struct cpnet_ctx {
     uint32_t payload_bytes;    /**< bytes per payload slot (0: none) */
     uint32_t n_teams;          /**< handle.n_teams: entries of the team table (0: none) */
     const cpnet_team_desc_t* teams; /**< handle.teams (the team table, cpnet/team.cuh), or NULL */
+    cpnet_team_desc_t world;   /**< the CPNET_TEAM_WORLD entry, copied at create (world_ok): the
+                                    world team is never rewritten, so a collective on it reads
+                                    shared memory instead of the table (an L2 round trip a call) */
+    uint32_t world_ok;         /**< 1: `world` holds a live entry */
+    uint32_t world_all_p2p;    /**< 1: every other world PE's heap is peer-mapped (`peers`) */
 } cpnet_ctx_t;
 
 namespace cpnet_detail {
@@ -557,6 +562,8 @@ __device__ __noinline__ inline int create(const cpnet_handle_t* h, cpnet_ctx_t* 
     ctx->payload_bytes = 0;
     ctx->n_teams = h->teams != 0 ? h->n_teams : 0;
     ctx->teams = (const cpnet_team_desc_t*)h->teams;
+    ctx->world_ok = 0;
+    ctx->world_all_p2p = 0;
 
     if (h->queues == 0 || (h->queues & (CPNET_SLOT_BYTES - 1)) != 0 || h->n_queues == 0)
         return CPNET_E_BAD_ADDR;
@@ -591,6 +598,19 @@ __device__ __noinline__ inline int create(const cpnet_handle_t* h, cpnet_ctx_t* 
         ctx->cached_consumed = cpnet_ld_relaxed_sys_u64(&prod->cached_consumed);
         /* Errors of earlier owners are not ours. */
         ctx->seen_error_seq = cpnet_ld_relaxed_sys_u64(&ctx->ctl->error_seq);
+        /* The world team's entry and peer mapping, once per context (plain
+         * loads: the host wrote the world entry before any kernel ran and
+         * never rewrites it; the peer table is fixed for the job). */
+        if (ctx->teams != nullptr && ctx->n_teams > CPNET_TEAM_WORLD && ctx->teams[CPNET_TEAM_WORLD].size > 0) {
+            ctx->world = ctx->teams[CPNET_TEAM_WORLD];
+            ctx->world_ok = 1;
+            uint32_t all = ctx->peers != nullptr ? 1u : 0u;
+            for (int32_t j = 0; all != 0 && j < ctx->world.size; ++j) {
+                const int32_t pe = ctx->world.start + j * ctx->world.stride;
+                if (j != ctx->world.my_idx && (pe < 0 || pe >= ctx->n_pes || ctx->peers[pe] == 0)) all = 0;
+            }
+            ctx->world_all_p2p = all;
+        }
         /* For the proxy's error reports only; no ordering needed. */
         cpnet_st_relaxed_sys_u32(&prod->owner, ctx->wg);
         /* Claim signal (cmd.h): release orders the in_use store above before

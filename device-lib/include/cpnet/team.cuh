@@ -216,9 +216,13 @@ __device__ __forceinline__ const cpnet_team_desc_t* team_entry(const cpnet_ctx_t
 __device__ __forceinline__ int team_get(const cpnet_ctx_t* ctx, cpnet_team_t team, cpnet_team_desc_t* d)
 {
     if (ctx->ctl == nullptr) return CPNET_E_NO_QUEUE;
-    const cpnet_team_desc_t* e = team_entry(ctx, team);
-    if (e == nullptr) return CPNET_E_BAD_TEAM;
-    *d = *e;
+    if (team == CPNET_TEAM_WORLD && ctx->world_ok != 0) {
+        *d = ctx->world; /* the context's copy (cpnet_ctx_t.world) */
+    } else {
+        const cpnet_team_desc_t* e = team_entry(ctx, team);
+        if (e == nullptr) return CPNET_E_BAD_TEAM;
+        *d = *e;
+    }
     if (d->my_idx < 0 || d->my_idx >= d->size || d->stride < 1) return CPNET_E_BAD_TEAM;
     const uint64_t n = (uint64_t)d->size;
     const uint64_t end = d->scratch + d->data_off + 4 * n * d->chunk; /* data and LL buffers */
@@ -293,16 +297,15 @@ __device__ __forceinline__ int team_fail(cpnet_ctx_t* ctx, int e)
 __device__ __forceinline__ uint64_t team_next_leader(const cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, bool round)
 {
     uint64_t* seq = team_word(ctx, d, CPNET_TEAM_SCR_SEQ);
+    uint64_t* rw = team_word(ctx, d, CPNET_TEAM_SCR_ROUND);
+    /* Both loads before either store, so that their latencies overlap (a
+     * store after each load waited for that load: two L2 round trips on
+     * every collective call). */
     const uint64_t e = cpnet_ld_relaxed_sys_u64(seq) + 1;
+    const uint64_t r = round ? cpnet_ld_relaxed_sys_u64(rw) : 0;
     cpnet_st_relaxed_sys_u64(seq, e);
-    uint64_t buf = 0;
-    if (round) {
-        uint64_t* rw = team_word(ctx, d, CPNET_TEAM_SCR_ROUND);
-        const uint64_t r = cpnet_ld_relaxed_sys_u64(rw);
-        cpnet_st_relaxed_sys_u64(rw, r + 1);
-        buf = r % 2;
-    }
-    return e << 1 | buf;
+    if (round) cpnet_st_relaxed_sys_u64(rw, r + 1);
+    return e << 1 | (r % 2);
 }
 __device__ __forceinline__ uint64_t team_next(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, bool round)
 {

@@ -389,6 +389,10 @@ __device__ __noinline__ inline int team_small_round(cpnet_ctx_t* ctx, const cpne
     __syncthreads();
     const uint32_t t = thread_rank();
     if (t >= np) return CPNET_E_OK;
+    /* The next member's heap base, loaded while thread 0 takes the epoch
+     * (with two members the only one: its latency overlaps the epoch's). */
+    const int j1 = (d.my_idx + 1) % d.size;
+    const uint64_t base1 = team_p2p(ctx, d, j1);
     if (t == 0) {
         small_eb = team_next_leader(ctx, d, true);
         small_err = fence_wait_leader(ctx);
@@ -404,7 +408,7 @@ __device__ __noinline__ inline int team_small_round(cpnet_ctx_t* ctx, const cpne
     const uint64_t to_off = heap_offset(ctx, team_ll(ctx, d, *buf, d.my_idx));
     for (int k = 1; k < d.size; ++k) {
         const int j = (d.my_idx + k) % d.size;
-        uint64_t* const to = (uint64_t*)(team_p2p(ctx, d, j) + to_off);
+        uint64_t* const to = (uint64_t*)((k == 1 ? base1 : team_p2p(ctx, d, j)) + to_off);
         for (uint64_t w = t; w < words; w += np)
             cpnet_st_relaxed_sys_u64(to + w, team_ll_word(team_src_word(source, bytes, w), e));
     }
@@ -504,7 +508,7 @@ __device__ __forceinline__ int team_reduce(cpnet_ctx_t* ctx, cpnet_team_t team, 
     /* The same choice on every member: the same size and chunk, a symmetric
      * peer table. */
     if (nreduce <= CPNET_TEAM_SMALL_MAX_BYTES / sizeof(T) && nreduce * sizeof(T) <= team_ll_max(d) &&
-        team_all_p2p(ctx, d))
+        (team == CPNET_TEAM_WORLD && ctx->world_ok != 0 ? ctx->world_all_p2p != 0 : team_all_p2p(ctx, d)))
         return team_reduce_small<T, OP>(ctx, d, dest, source, nreduce);
     const uint64_t per_round = d.chunk / sizeof(T);
     uint64_t done = 0;
