@@ -33,7 +33,13 @@
 //! a source's combine buffer for i + 1 only after that source's dispatch
 //! for i + 1 (so the source has read it).
 //!
-//! Layout (one symmetric allocation, every region 64-byte aligned):
+//! The GPU kernel ([`gpu`]) takes the same steps over buffers packed per
+//! source instead: no records (an output returns to the position its token
+//! came from), and a PE on the network path gets a source's tokens as a few
+//! large puts rather than one per row.
+//!
+//! Layout of the CPU variant (one symmetric allocation, every region 64-byte
+//! aligned):
 //! `x[T][H]` bf16; `recv[E/n][n][T][H]` bf16 (slot `(el, src, slot)`);
 //! `meta[E/n][n][T]` u64 (`t | j << 32`); `counts[n][E/n]` u64 (row per
 //! source); `disp_sig[n]`, `comb_sig[n]` u64; `comb[T][k][H]` bf16;

@@ -9,17 +9,24 @@
 //! many band blocks as fit on the GPU beside one more, or `-wgs` of them)
 //! runs the whole loop. With three or more band blocks, block 0 owns row 1
 //! alone and the last band block row `chunk` alone: each waits for its halo
-//! signal of the previous iteration, computes its row and pushes it to the
-//! neighbour PE with `cpnet_putmem_signal_nbi` (SET signal = iteration +
-//! 1), while the other blocks compute the interior without ever waiting on
-//! the network. A grid barrier (the kernel's own, on a device counter)
-//! closes each iteration. The extra block, the norm block, owns no rows: it
-//! takes the L2 norm of the previous check iteration while the band blocks
-//! compute the next one, through the library's reduce to all
-//! (`cpnet_double_sum_reduce` on `CPNET_TEAM_WORLD`, issue 22), so a norm
-//! decides one iteration after its own, as in the CPU variant. The CPU
-//! variant keeps its own exchange (every PE's partial into a slot of every
-//! PE, put-with-signal ADD on a per-parity counter).
+//! of the previous iteration, computes its row and pushes it to the
+//! neighbour PE, while the other blocks compute the interior without ever
+//! waiting on the network. Where the kernel reaches the neighbour's heap
+//! (`cpnet_ptr`: peer stores), the row goes as LL words (each float and
+//! the round in one 8-byte store; the neighbour's boundary block polls and
+//! unpacks them), else (and with `-halo-put`) with
+//! `cpnet_putmem_signal_nbi` (SET signal = iteration + 1), whose release
+//! waits for the row's stores to be acknowledged first. A grid barrier of
+//! the band blocks (the kernel's own, on a device counter) closes each
+//! iteration. The extra block, the norm block, owns no rows and does not
+//! arrive at that barrier: it waits for its count, takes the L2 norm of that
+//! check iteration while the band blocks compute the next one, through the
+//! library's reduce to all (`cpnet_double_sum_reduce` on
+//! `CPNET_TEAM_WORLD`, issue 22), and publishes its verdict, which the band
+//! blocks wait for after their next barrier: a norm decides one iteration
+//! after its own, as in the CPU variant. The CPU variant keeps its own
+//! exchange (every PE's partial into a slot of every PE, put-with-signal
+//! ADD on a per-parity counter).
 //!
 //! # `-variant inter-kernel`
 //!
