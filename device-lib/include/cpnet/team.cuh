@@ -529,6 +529,7 @@ __device__ __noinline__ inline int team_fcollect(cpnet_ctx_t* ctx, cpnet_team_t 
     cpnet_team_desc_t d;
     const int bad = team_get(ctx, team, &d);
     if (bad != CPNET_E_OK) return team_fail(ctx, bad);
+    if (team_small_blocks_fit(ctx, team, d, nbytes)) return team_small_blocks(ctx, d, dest, source, nbytes, 0);
     const uint64_t e = team_next(ctx, d, false) >> 1;
     uint8_t* const at = (uint8_t*)dest + (uint64_t)d.my_idx * nbytes;
     return team_blocks_to_all(ctx, d, e, [&](int, void** to, const void** from, uint64_t* n) {
@@ -545,6 +546,7 @@ __device__ __noinline__ inline int team_alltoall(cpnet_ctx_t* ctx, cpnet_team_t 
     cpnet_team_desc_t d;
     const int bad = team_get(ctx, team, &d);
     if (bad != CPNET_E_OK) return team_fail(ctx, bad);
+    if (team_small_blocks_fit(ctx, team, d, nbytes)) return team_small_blocks(ctx, d, dest, source, nbytes, nbytes);
     const uint64_t e = team_next(ctx, d, false) >> 1;
     uint8_t* const at = (uint8_t*)dest + (uint64_t)d.my_idx * nbytes;
     return team_blocks_to_all(ctx, d, e, [&](int j, void** to, const void** from, uint64_t* n) {

@@ -376,10 +376,12 @@ __device__ __forceinline__ uint32_t team_src_word(const void* source, uint64_t b
  * each of the p threads: CPNET_E_OK, the fence's failure, or the wait's
  * (abort code, CPNET_E_TIMEOUT reported as team_ll_wait does); the other
  * threads get CPNET_E_OK and nothing else. Not inlined and not typed: every
- * reduction shares it.
+ * reduction shares it, and so do the short fcollect and alltoall
+ * (team_small_blocks), which send member j the bytes at `source + j *
+ * src_stride` (0: the same bytes to everyone).
  */
 __device__ __noinline__ inline int team_small_round(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, const void* source,
-                                                    uint64_t bytes, uint64_t* buf, uint32_t* p)
+                                                    uint64_t bytes, uint64_t* buf, uint32_t* p, uint64_t src_stride = 0)
 {
     __shared__ int small_err;
     __shared__ uint64_t small_eb;
@@ -409,8 +411,9 @@ __device__ __noinline__ inline int team_small_round(cpnet_ctx_t* ctx, const cpne
     for (int k = 1; k < d.size; ++k) {
         const int j = (d.my_idx + k) % d.size;
         uint64_t* const to = (uint64_t*)((k == 1 ? base1 : team_p2p(ctx, d, j)) + to_off);
+        const void* const from = (const uint8_t*)source + (uint64_t)j * src_stride;
         for (uint64_t w = t; w < words; w += np)
-            cpnet_st_relaxed_sys_u64(to + w, team_ll_word(team_src_word(source, bytes, w), e));
+            cpnet_st_relaxed_sys_u64(to + w, team_ll_word(team_src_word(from, bytes, w), e));
     }
     const uint32_t flag = (uint32_t)e;
     for (int j = 0; j < d.size; ++j) {
@@ -467,6 +470,71 @@ __device__ __forceinline__ int team_reduce_small(cpnet_ctx_t* ctx, const cpnet_t
             for (int j = 1; j < d.size; ++j)
                 acc = combiner<T, OP>::apply(acc, j == d.my_idx ? source[i] : team_ll_elem<T>(ctx, d, buf, j, i));
             dest[i] = acc;
+        }
+    }
+    return team_small_finish(ctx, r);
+}
+
+/** Largest fcollect and alltoall block (bytes per member pair) that takes
+ *  the short path (team_small_blocks) where every other member is
+ *  peer-mapped: LL words on the block's first warps, as the short
+ *  reduction. 0 turns it off. */
+#ifndef CPNET_TEAM_SMALL_BLOCK_MAX_BYTES
+#define CPNET_TEAM_SMALL_BLOCK_MAX_BYTES 1024ull
+#endif
+
+/** Whether a `bytes` block per member pair on `d` takes the short path:
+ *  the same answer on every member (the same bytes, chunk and symmetric
+ *  peer table). */
+__device__ __forceinline__ bool team_small_blocks_fit(const cpnet_ctx_t* ctx, cpnet_team_t team,
+                                                      const cpnet_team_desc_t& d, uint64_t bytes)
+{
+    return bytes > 0 && bytes <= CPNET_TEAM_SMALL_BLOCK_MAX_BYTES && bytes <= team_ll_max(d) && d.size > 1 &&
+           (team == CPNET_TEAM_WORLD && ctx->world_ok != 0 ? ctx->world_all_p2p != 0 : team_all_p2p(ctx, d));
+}
+
+/**
+ * fcollect (`src_stride` 0) or alltoall (`src_stride` = `bytes`) of
+ * `bytes` per member pair over a team whose other members are all
+ * peer-mapped (team_small_blocks_fit), collective over the block: one short
+ * round (team_small_round: member j gets the bytes at source + j *
+ * src_stride as LL words in its LL slot for this PE, this PE polls every
+ * other member's), then the same threads unpack member j's words into
+ * `dest + j * bytes` and copy this PE's own block, and team_small_finish.
+ * The LL words never reach `dest` itself, so a member's block is complete
+ * when the call returns. Buffers and epochs are the reductions' (a round
+ * each), whose argument covers reuse: member j writes a buffer again two
+ * rounds later, after this PE's next round reached it, sent after this PE
+ * unpacked. Unlike the signal path it sends no data put into the peer's
+ * `dest` and no signal.
+ */
+__device__ __noinline__ inline int team_small_blocks(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, void* dest,
+                                                     const void* source, uint64_t bytes, uint64_t src_stride)
+{
+    uint64_t buf = 0;
+    uint32_t np = 0;
+    const int r = team_small_round(ctx, d, source, bytes, &buf, &np, src_stride);
+    const uint32_t t = thread_rank();
+    if (r == CPNET_E_OK && t < np) {
+        const uint64_t words = team_ll_words(bytes);
+        for (int j = 0; j < d.size; ++j) {
+            uint8_t* const to = (uint8_t*)dest + (uint64_t)j * bytes;
+            if (j == d.my_idx) {
+                const uint8_t* const from = (const uint8_t*)source + (uint64_t)j * src_stride;
+                for (uint64_t b = t; b < bytes; b += np) to[b] = from[b];
+                continue;
+            }
+            const uint64_t* const slot = team_ll(ctx, d, buf, j);
+            for (uint64_t w = t; w < words; w += np) {
+                /* This thread polled word w of every sender in the round. */
+                const uint32_t v = (uint32_t)cpnet_ld_relaxed_sys_u64(slot + w);
+                const uint64_t b = 4 * w;
+                if (((uint64_t)to & 3) == 0 && b + 4 <= bytes) {
+                    *(uint32_t*)(to + b) = v;
+                } else {
+                    for (uint64_t k = 0; k < 4 && b + k < bytes; ++k) to[b + k] = (uint8_t)(v >> (8 * k));
+                }
+            }
         }
     }
     return team_small_finish(ctx, r);
