@@ -2,7 +2,9 @@
  * team queries, split_strided (even PEs, odd PEs; a team of one),
  * translate_pe, team_sync, broadcast, fcollect, collect (sizes differ per
  * PE), alltoall, and every reduction on int, long, double and unsigned,
- * in place too; results are computed independently and compared. */
+ * in place too; fcollect and alltoall on a split team; collectives and a
+ * split of SHMEM_TEAM_SHARED (this PE alone); results are computed
+ * independently and compared. */
 #include <string.h>
 #include "check.h"
 
@@ -120,6 +122,32 @@ int main(void) {
     /* broadcast within the sub-team from its team PE 0 (world PE me % 2) */
     shmem_int_broadcast(mine, bdst, bsrc, 10, 0);
     for (int i = 0; i < 10; i++) CHECK_EQ(bdst[i], (me % 2) * 1000 + i);
+    /* fcollect and alltoall within the sub-team (team PE t is world PE
+     * me % 2 + 2 t) */
+    int tsize = shmem_team_n_pes(mine);
+    shmem_long_fcollect(mine, fdst, fsrc, 3);
+    for (int t = 0; t < tsize; t++)
+        for (int i = 0; i < 3; i++) CHECK_EQ(fdst[3 * t + i], 10 * (me % 2 + 2 * t) + i);
+    shmem_int_alltoall(mine, adst, asrc, 2);
+    for (int t = 0; t < tsize; t++)
+        for (int k = 0; k < 2; k++) CHECK_EQ(adst[2 * t + k], 100 * (me % 2 + 2 * t) + 10 * (me / 2) + k);
+    /* SHMEM_TEAM_SHARED is this PE alone: its collectives are copies, and
+     * its split is a team of one */
+    int *si = shmem_malloc(4 * sizeof(int)), *so = shmem_malloc(4 * sizeof(int));
+    for (int i = 0; i < 4; i++) si[i] = me + i;
+    shmem_int_sum_reduce(SHMEM_TEAM_SHARED, so, si, 4);
+    for (int i = 0; i < 4; i++) CHECK_EQ(so[i], me + i);
+    shmem_long_fcollect(SHMEM_TEAM_SHARED, fdst, fsrc, 3);
+    for (int i = 0; i < 3; i++) CHECK_EQ(fdst[i], 10 * me + i);
+    shmem_team_t self;
+    CHECK_EQ(shmem_team_split_strided(SHMEM_TEAM_SHARED, 0, 1, 1, NULL, 0, &self), 0);
+    CHECK(self != SHMEM_TEAM_INVALID);
+    CHECK_EQ(shmem_team_n_pes(self), 1);
+    CHECK_EQ(shmem_team_translate_pe(self, 0, SHMEM_TEAM_WORLD), me);
+    shmem_int_broadcast(self, bdst, bsrc, 10, 0);
+    for (int i = 0; i < 10; i++) CHECK_EQ(bdst[i], bsrc[i]);
+    shmem_team_sync(self);
+    shmem_team_destroy(self);
     /* a context on the sub-team: PE numbers are team numbers */
     shmem_ctx_t tctx;
     CHECK_EQ(shmem_team_create_ctx(mine, 0, &tctx), 0);

@@ -27,9 +27,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(c, "outside-heap")) shmem_long_put(priv, sym, 16, (me + 1) % n);
     else if (!strcmp(c, "global-dest")) shmem_long_p(&global, 1, (me + 1) % n);
     else if (!strcmp(c, "size-too-big")) {
-        /* a range that starts in the heap and runs past its end */
-        size_t heap = (size_t)64 << 20; /* CPNET_HEAP_SIZE default */
-        shmem_getmem(priv, sym, heap, (me + 1) % n);
+        /* a range that starts in the heap and runs past its end: twice
+         * the CPNET_HEAP_SIZE default (64 MiB; the heap is that plus the
+         * runtime's team scratch), so it does not depend on where `sym`
+         * landed */
+        size_t heap = (size_t)64 << 20;
+        shmem_getmem(priv, sym, 2 * heap, (me + 1) % n);
     } else if (!strcmp(c, "misaligned-amo")) shmem_long_atomic_add((long *)((char *)sym + 4), 1, 0);
     else if (!strcmp(c, "bad-free")) shmem_free(sym + 1);
     else if (!strcmp(c, "bad-cmp")) shmem_long_wait_until(sym, 99, 0);

@@ -8,7 +8,7 @@ use std::sync::{Mutex, RwLock};
 
 use cpnet_device::cpu::SymAddr;
 
-use crate::state::{self, STAGING_CTXS, STAGING_MAX, State, TEAM_SCRATCH, TEAM_SLOTS, fatal, lock};
+use crate::state::{self, STAGING_CTXS, STAGING_MAX, State, fatal, lock};
 
 /// `SHMEM_THREAD_MULTIPLE`: the highest thread level, which cpnet grants.
 pub const CPNET_THREAD_MULTIPLE: c_int = 3;
@@ -46,12 +46,11 @@ pub unsafe extern "C" fn cpnet_init_thread(requested: c_int, provided: *mut c_in
     };
     let heap = *pe.heap();
     let heap_size = heap.size();
-    let team_bytes = TEAM_SLOTS as u64 * TEAM_SCRATCH;
     let staging_len = (STAGING_MAX.min(heap_size / 8 / STAGING_CTXS) / 64) * 64;
     if staging_len < 1024 {
         fatal(routine, &format!("the symmetric heap ({heap_size} bytes, CPNET_HEAP_SIZE) is too small: cpnet needs at least 128 KiB"));
     }
-    let reserved = match pe.shmalloc(team_bytes + STAGING_CTXS * staging_len) {
+    let reserved = match pe.shmalloc(STAGING_CTXS * staging_len) {
         Ok(off) => off,
         Err(e) => fatal(routine, &e.to_string()),
     };
@@ -61,7 +60,8 @@ pub unsafe extern "C" fn cpnet_init_thread(requested: c_int, provided: *mut c_in
         Ok(w) => w,
         Err(e) => fatal(routine, &e.to_string()),
     };
-    let staging_base = reserved.0 + team_bytes;
+    let staging_base = reserved.0;
+    let world = pe.team_world();
     let default_ctx = Box::new(state::Ctx {
         inner: Mutex::new(state::CtxInner {
             wg: Some(wg0),
@@ -88,12 +88,11 @@ pub unsafe extern "C" fn cpnet_init_thread(requested: c_int, provided: *mut c_in
         staging_free: Mutex::new((1..STAGING_CTXS).rev().collect()),
         staging_base,
         staging_len,
-        team_base: reserved.0,
         teams: Mutex::new(std::array::from_fn(|_| None)),
         allocs: Mutex::new(BTreeMap::new()),
         next_wg: AtomicU32::new(1),
     });
-    crate::team::install_predefined(&st);
+    crate::team::install_predefined(&st, world);
     if state::install(st).is_err() {
         fatal(routine, "initialized twice at the same time by two threads");
     }
@@ -121,6 +120,7 @@ pub unsafe extern "C" fn cpnet_finalize(routine: *const c_char) {
         crate::rma::close_ctx(&st, &c, routine);
     }
     crate::rma::close_ctx(&st, &st.default_ctx, routine);
+    crate::team::close_all(&st, routine);
     let pe = lock(&st.pe).take();
     if let Some(pe) = pe
         && let Err(e) = pe.finalize()

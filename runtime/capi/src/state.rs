@@ -12,8 +12,9 @@
 //!
 //! | offset | bytes | use |
 //! |---|---|---|
-//! | 0 | `TEAM_SLOTS * TEAM_SCRATCH` | per team slot: the sync counters and a word for collect's sizes ([`crate::team`]) |
-//! | after | `STAGING_CTXS * staging` | per context: a staging area, the source of puts from private memory and the landing place of gets into it ([`crate::rma`]) |
+//! | 0 | `STAGING_CTXS * staging` | per context: a staging area, the source of puts from private memory and the landing place of gets into it ([`crate::rma`]) |
+//!
+//! The teams' scratch is the runtime's (its team table, [`crate::team`]).
 //!
 //! The proxy reads put sources and writes get results only inside the
 //! symmetric heap (offsets, never raw pointers: DESIGN.md), so data from or
@@ -29,10 +30,9 @@ use rt::{Pe, WorkGroup};
 
 use crate::team::Team;
 
-/// Team slots (handles 1..=TEAM_SLOTS): world, shared and 62 split teams.
+/// Team slots of a PE (handles 1..=TEAM_SLOTS): world, shared and 62
+/// split teams.
 pub(crate) const TEAM_SLOTS: usize = 64;
-/// Scratch bytes per team slot in the reserved heap.
-pub(crate) const TEAM_SCRATCH: u64 = 256;
 /// Contexts that can hold a staging area at once (the default one included).
 pub(crate) const STAGING_CTXS: u64 = 16;
 /// Staging bytes per context, at most (less when the heap is small:
@@ -68,8 +68,6 @@ pub(crate) struct State {
     /// Offset of the first staging area, and bytes per area.
     pub(crate) staging_base: u64,
     pub(crate) staging_len: u64,
-    /// Offset of the team scratch region.
-    pub(crate) team_base: u64,
     /// Team slots; slot `i` is handle `i + 1`.
     pub(crate) teams: Mutex<[Option<std::sync::Arc<Team>>; TEAM_SLOTS]>,
     /// User allocations: the offset handed out -> (offset allocated, bytes asked).

@@ -1,40 +1,37 @@
 //! Teams and team collectives (OpenSHMEM 1.5 §9.4 "Team management
-//! routines", §9.9 "Collective routines").
+//! routines", §9.9 "Collective routines") of the C API, on the library's
+//! teams and collectives.
 //!
 //! A team is a strided set of world PEs (`start + i * stride`, `i` in
-//! `0..size`) in one of [`TEAM_SLOTS`] slots; its handle is the slot + 1
-//! (`SHMEM_TEAM_WORLD` = 1, `SHMEM_TEAM_SHARED` = 2: this PE alone, since
-//! CPU PEs are separate processes whose heaps only the fabric reaches, so
-//! `shmem_ptr` reaches no other PE). Each slot has [`TEAM_SCRATCH`] bytes at
-//! the same heap offset on every PE: counters for the team's sync and one
-//! exchange word.
+//! `0..size`) in one of [`TEAM_SLOTS`] slots of this PE; its handle is the
+//! slot + 1 (`SHMEM_TEAM_WORLD` = 1, `SHMEM_TEAM_SHARED` = 2). Handles are
+//! local: the same team may have different handles on different PEs.
 //!
-//! # Algorithms
+//! A team is the runtime's ([`rt::Team`]: `SHMEM_TEAM_WORLD` is
+//! [`rt::Pe::team_world`], a split is [`rt::Pe::team_split_strided`], its
+//! entry and scratch in the runtime's team table), and its collectives are
+//! the library's CPU work-group collectives (`team_sync`, `broadcastmem`,
+//! `fcollectmem`, `collectmem`, `alltoallmem`, `reduce`;
+//! device-lib/src/cpu/team.rs, docs/collectives.md) on the default
+//! context's work-group: the puts and signals of the same protocol a GPU
+//! block runs, not a get per member. `SHMEM_TEAM_SHARED` is this PE alone
+//! (CPU PEs are separate processes whose heaps only the fabric reaches, so
+//! `shmem_ptr` reaches no other PE) and has no runtime team, nor have the
+//! teams split from it: their collectives are local copies.
+//! `shmem_alltoalls` (strided), which the library has no collective for, is
+//! the library's sync, a get per element from each member, and a sync.
 //!
-//! * sync: a dissemination barrier; in round `k` each member adds 1 to
-//!   counter `k` of the member `2^k` further on (a non-blocking AMO) and
-//!   waits until its own counter `k` reaches the number of syncs so far
-//!   (counters only grow, so no reset is needed between syncs).
-//! * broadcast, fcollect, collect, alltoall, reductions: sync; each member
-//!   reads what it needs from the others' symmetric source with gets; sync
-//!   (so no source is overwritten before every member has read it). A
-//!   reduction stores `dest` only after the second sync, so `dest` may be
-//!   `source`.
+//! One collective runs at a time per team and PE (the library's rule): each
+//! holds the team's lock.
 
 use std::ffi::{c_char, c_int, c_long, c_void};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use cpnet_device::cpu::SymAddr;
-use cpnet_device::sync::{Deadline, Spin};
+use cpnet_device::layout::TeamDesc;
 
-use crate::state::{self, State, TEAM_SCRATCH, TEAM_SLOTS, fatal, lock};
+use crate::state::{self, State, TEAM_SLOTS, fatal, lock};
 use crate::{CpnetTeam, CpnetTeamConfig};
-
-/// Sync counter words per team (rounds: enough for 2^16 PEs).
-const SYNC_WORDS: u64 = 16;
-/// The exchange word (collect's sizes, split's free-slot masks).
-const XCHG_WORD: u64 = 16;
 
 /// A team: a strided set of world PEs.
 pub(crate) struct Team {
@@ -46,20 +43,53 @@ pub(crate) struct Team {
     pub(crate) size: i32,
     /// This PE's number in the team, `None` if not a member.
     pub(crate) my_idx: Option<i32>,
-    /// Slot index.
+    /// Slot index (the handle is slot + 1).
     pub(crate) slot: usize,
     /// The `num_contexts` of the team's configuration.
     pub(crate) num_contexts: c_int,
-    /// Syncs this PE has entered on the team; held through every
-    /// collective, which also serializes the team's collectives.
-    syncs: std::sync::Mutex<u64>,
+    /// The runtime's team, `None` for a team of this PE alone (taken by
+    /// destroy).
+    rt: Mutex<Option<rt::Team>>,
+    /// Its table entry, for the collectives (`None`: this PE alone).
+    desc: Option<TeamDesc>,
+    /// The team's own work-group for its collectives, made at the first
+    /// one; held through each, so one runs at a time per team and PE (the
+    /// library's rule), and collectives on different teams from different
+    /// threads never wait for each other's lock (`None` while none could
+    /// be made: the default context's is used then).
+    wg: Mutex<Option<rt::WorkGroup>>,
 }
 
 impl Team {
-    pub(crate) fn new(start: i32, stride: i32, size: i32, me: i32, slot: usize, num_contexts: c_int) -> Team {
-        let rel = me - start;
-        let my_idx = (rel >= 0 && rel % stride == 0 && rel / stride < size).then_some(rel / stride);
-        Team { start, stride, size, my_idx, slot, num_contexts, syncs: std::sync::Mutex::new(0) }
+    /// The team of `rt`'s PEs (world numbering) in `slot`.
+    fn of_runtime(rt: rt::Team, slot: usize, num_contexts: c_int) -> Team {
+        let d = *rt.desc();
+        Team {
+            start: d.start,
+            stride: d.stride,
+            size: d.size,
+            my_idx: (d.my_idx >= 0).then_some(d.my_idx),
+            slot,
+            num_contexts,
+            rt: Mutex::new(Some(rt)),
+            desc: Some(d),
+            wg: Mutex::new(None),
+        }
+    }
+
+    /// World PE `me` alone, in `slot`.
+    fn alone(me: i32, slot: usize, num_contexts: c_int) -> Team {
+        Team {
+            start: me,
+            stride: 1,
+            size: 1,
+            my_idx: Some(0),
+            slot,
+            num_contexts,
+            rt: Mutex::new(None),
+            desc: None,
+            wg: Mutex::new(None),
+        }
     }
 
     fn world(&self, idx: i32) -> i32 {
@@ -78,18 +108,6 @@ pub(crate) fn lookup(st: &State, routine: *const c_char, handle: *mut CpnetTeam)
     fatal(routine, &format!("{handle:p} is not a valid team (SHMEM_TEAM_INVALID, or destroyed)"))
 }
 
-/// The heap offset of word `w` of `slot`'s scratch.
-fn scratch(st: &State, slot: usize, w: u64) -> SymAddr {
-    SymAddr(st.team_base + slot as u64 * TEAM_SCRATCH + 8 * w)
-}
-
-/// The local scratch word as an atomic.
-fn scratch_word(st: &State, slot: usize, w: u64) -> &AtomicU64 {
-    // SAFETY: the scratch region is inside the heap (reserved at init),
-    // 8-aligned, and only accessed atomically (AMOs of other PEs, these loads).
-    unsafe { AtomicU64::from_ptr(st.addr(scratch(st, slot, w).0).cast()) }
-}
-
 fn member(routine: *const c_char, t: &Team) -> i32 {
     match t.my_idx {
         Some(i) => i,
@@ -97,48 +115,56 @@ fn member(routine: *const c_char, t: &Team) -> i32 {
     }
 }
 
-/// The team's sync, with the team's lock held (`syncs`).
-fn sync_locked(st: &State, routine: *const c_char, t: &Team, syncs: &mut u64) {
-    let me = member(routine, t);
-    *syncs += 1;
-    let epoch = *syncs;
-    let n = t.size;
-    let mut k = 0u64;
-    while (1i64 << k) < i64::from(n) {
-        let partner = t.world((me + (1 << k)) % n);
-        {
+/// Run `f` on `t`'s work-group (made now if it has none; the default
+/// context's if no queue is free for it), holding it; fatal on its error.
+fn on_team<R>(
+    st: &State,
+    routine: *const c_char,
+    t: &Team,
+    f: impl FnOnce(&mut rt::WorkGroup) -> Result<R, cpnet_device::cpu::Error>,
+) -> R {
+    let mut own = lock(&t.wg);
+    if own.is_none() {
+        let id = st.next_wg.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *own = lock(&st.pe).as_ref().and_then(|pe| pe.ctx_create(id).ok());
+    }
+    let r = match own.as_mut() {
+        Some(wg) => f(wg),
+        None => {
             let mut inner = lock(&st.default_ctx.inner);
-            if let Err(e) = inner.wg(routine).atomic_add::<u64>(scratch(st, t.slot, k), 1, partner) {
-                fatal(routine, &e.to_string());
-            }
+            f(inner.wg(routine))
         }
-        let w = scratch_word(st, t.slot, k);
-        let deadline = Deadline::after(st.wait_timeout);
-        let spin = Spin::new();
-        // Acquire: pairs with the provider's delivery of the partner's add,
-        // which the partner issued after everything it did before the sync.
-        while w.load(Ordering::Acquire) < epoch {
-            if deadline.expired() {
-                fatal(
-                    routine,
-                    &format!(
-                        "timed out after {:?} (CPNET_WAIT_TIMEOUT) in the team's sync: round {k}, waiting for team PE {}",
-                        st.wait_timeout.unwrap_or_default(),
-                        (me - (1 << k)).rem_euclid(n)
-                    ),
-                );
-            }
-            spin.step();
+    };
+    match r {
+        Ok(v) => v,
+        Err(e) => fatal(routine, &e.to_string()),
+    }
+}
+
+/// Destroy the team work-groups (finalize, before the PE ends); their
+/// failures are reported and make finalize fail.
+pub(crate) fn close_all(st: &State, routine: *const c_char) {
+    let teams: Vec<Arc<Team>> = lock(&st.teams).iter().flatten().cloned().collect();
+    for t in teams {
+        let taken = lock(&t.wg).take();
+        if let Some(wg) = taken
+            && let Err(e) = wg.destroy()
+        {
+            fatal(routine, &e.to_string());
         }
-        k += 1;
     }
 }
 
 /// Register the predefined teams (init).
-pub(crate) fn install_predefined(st: &State) {
+pub(crate) fn install_predefined(st: &State, world: rt::Team) {
     let mut teams = lock(&st.teams);
-    teams[0] = Some(Arc::new(Team::new(0, 1, st.n_pes, st.me, 0, 0)));
-    teams[1] = Some(Arc::new(Team::new(st.me, 1, 1, st.me, 1, 0)));
+    teams[0] = Some(Arc::new(Team::of_runtime(world, 0, 0)));
+    teams[1] = Some(Arc::new(Team::alone(st.me, 1, 0)));
+}
+
+/// A free slot of this PE (from 2), or `None`.
+fn free_slot(st: &State) -> Option<usize> {
+    lock(&st.teams).iter().enumerate().skip(2).find(|(_, t)| t.is_none()).map(|(s, _)| s)
 }
 
 /// This PE's number in `team`, -1 if not a member or `team` is
@@ -219,13 +245,16 @@ pub unsafe extern "C" fn cpnet_team_translate_pe(src_team: *mut CpnetTeam, src_p
 
 /// Make a team of the `size` PEs `start, start + stride, ...` (numbers in
 /// `parent`) (§9.4.5 `shmem_team_split_strided`). **Collective** over
-/// `parent` (every member calls it with the same arguments). Returns 0 and
-/// stores the new handle (`SHMEM_TEAM_INVALID`, null, on PEs outside it)
-/// in `*new_team`; nonzero, with `SHMEM_TEAM_INVALID`, when the triplet
-/// does not fit in `parent` or no team slot (64 teams) is free on every
-/// member.
+/// `parent` (every member calls it with the same arguments): the runtime's
+/// split ([`rt::Pe::team_split_strided`]: the members agree on a free entry
+/// of the runtime's team table). Returns 0 and stores the new handle
+/// (`SHMEM_TEAM_INVALID`, null, on PEs outside it) in `*new_team`; nonzero,
+/// with `SHMEM_TEAM_INVALID`, when the triplet does not fit in `parent` or
+/// no table entry is free on every member.
 ///
-/// Errors (fatal): before init; a bad `parent`; this PE not in `parent`.
+/// Errors (fatal): before init; a bad `parent`; this PE not in `parent`; no
+/// free handle on this PE (64 teams held); a failed agreement (a member
+/// that never calls it: a wait timeout).
 ///
 /// # Safety
 /// 1. `new_team` is writable; `config` readable when non-null.
@@ -249,62 +278,66 @@ pub unsafe extern "C" fn cpnet_team_split_strided(
     // SAFETY: writable (contract 1).
     unsafe { *new_team = std::ptr::null_mut() };
     let p = lookup(st, routine, parent);
-    let me_p = member(routine, &p);
+    member(routine, &p);
+    // The same verdict on every member: the same arguments.
     let fits = size >= 1
         && start >= 0
         && (stride >= 1 || size == 1)
         && i64::from(start) + i64::from(size - 1) * i64::from(stride.max(1)) < i64::from(p.size);
-    // Agree on a slot free on every parent member: AND of the free masks.
-    let mut syncs = lock(&p.syncs);
-    let free: u64 = {
-        let teams = lock(&st.teams);
-        (2..TEAM_SLOTS).filter(|&s| teams[s].is_none()).fold(0, |m, s| m | 1 << s)
-    };
-    // Release: read by the other members' gets after the sync below.
-    scratch_word(st, p.slot, XCHG_WORD).store(free, Ordering::Release);
-    sync_locked(st, routine, &p, &mut syncs);
-    let mut all = free;
-    for j in (0..p.size).filter(|&j| j != me_p) {
-        let mut inner = lock(&st.default_ctx.inner);
-        match inner.wg(routine).g::<u64>(scratch(st, p.slot, XCHG_WORD), p.world(j)) {
-            Ok(m) => all &= m,
-            Err(e) => fatal(routine, &e.to_string()),
-        }
-    }
-    sync_locked(st, routine, &p, &mut syncs);
-    if !fits || all == 0 {
+    if !fits {
         return 1;
     }
-    let slot = all.trailing_zeros() as usize;
-    let stride = stride.max(1);
+    // A handle for the team is checked first: refusing after the split
+    // would leave the other members with a team this PE does not hold.
+    if free_slot(st).is_none() {
+        fatal(routine, &format!("no free team handle: this PE holds {TEAM_SLOTS} teams (destroy one first)"));
+    }
     let num_contexts = if !config.is_null() && config_mask & 1 != 0 {
         // SAFETY: readable when non-null (contract 1).
         unsafe { (*config).num_contexts }
     } else {
         0
     };
-    let t = Team::new(p.world(start), stride * p.stride, size, st.me, slot, num_contexts);
-    let is_member = t.my_idx.is_some();
-    if is_member {
-        for w in 0..SYNC_WORDS + 1 {
-            scratch_word(st, slot, w).store(0, Ordering::Relaxed);
+    let made = {
+        // The parent's scratch carries the agreement: no collective of this
+        // PE on the parent meanwhile.
+        let _parent_wg = lock(&p.wg);
+        let parent_rt = lock(&p.rt);
+        match parent_rt.as_ref() {
+            // A team of this PE alone: its only split is itself.
+            None => Ok(Some(None)),
+            Some(prt) => {
+                let pe = lock(&st.pe);
+                let Some(pe) = pe.as_ref() else { fatal(routine, "the PE was finalized") };
+                pe.team_split_strided(prt, start, stride.max(1), size).map(|t| t.map(Some))
+            }
         }
-        lock(&st.teams)[slot] = Some(Arc::new(t));
-    }
-    // The zeroed counters are in place on every member before any member
-    // syncs on the new team.
-    sync_locked(st, routine, &p, &mut syncs);
-    if is_member {
-        // SAFETY: writable (contract 1).
-        unsafe { *new_team = (slot + 1) as *mut CpnetTeam };
-    }
+    };
+    let child = match made {
+        Ok(Some(c)) => c,
+        Ok(None) => return 0,
+        Err(rt::Error::Team { .. }) => return 1,
+        Err(e) => fatal(routine, &e.to_string()),
+    };
+    let Some(slot) = free_slot(st) else {
+        fatal(routine, &format!("no free team handle: this PE holds {TEAM_SLOTS} teams (destroy one first)"))
+    };
+    let t = match child {
+        Some(c) => Team::of_runtime(c, slot, num_contexts),
+        None => Team::alone(st.me, slot, num_contexts),
+    };
+    lock(&st.teams)[slot] = Some(Arc::new(t));
+    // SAFETY: writable (contract 1).
+    unsafe { *new_team = (slot + 1) as *mut CpnetTeam };
     0
 }
 
 /// Free `team` (§9.4.7 `shmem_team_destroy`). **Collective** over the
-/// team. `SHMEM_TEAM_INVALID` is ignored; the predefined teams are refused.
+/// team (the runtime's destroy: a sync, then the table entry is free).
+/// `SHMEM_TEAM_INVALID` is ignored; the predefined teams are refused.
 ///
-/// Errors (fatal): before init; a handle that is no team; a predefined team.
+/// Errors (fatal): before init; a handle that is no team; a predefined
+/// team; the sync's failure.
 ///
 /// # Safety
 /// `routine` is null or a NUL-terminated string (the headers pass literals).
@@ -319,6 +352,21 @@ pub unsafe extern "C" fn cpnet_team_destroy(team: *mut CpnetTeam, routine: *cons
         fatal(routine, "SHMEM_TEAM_WORLD and SHMEM_TEAM_SHARED cannot be destroyed");
     }
     lock(&st.teams)[t.slot] = None;
+    let own = lock(&t.wg).take();
+    if let Some(wg) = own
+        && let Err(e) = wg.destroy()
+    {
+        fatal(routine, &e.to_string());
+    }
+    let taken = lock(&t.rt).take();
+    if let Some(r) = taken {
+        let pe = lock(&st.pe);
+        if let Some(pe) = pe.as_ref()
+            && let Err(e) = pe.team_destroy(r)
+        {
+            fatal(routine, &e.to_string());
+        }
+    }
 }
 
 /// Wait until every member of `team` has called it (§9.9.3 `shmem_team_sync`;
@@ -334,8 +382,10 @@ pub unsafe extern "C" fn cpnet_team_destroy(team: *mut CpnetTeam, routine: *cons
 pub unsafe extern "C" fn cpnet_team_sync(team: *mut CpnetTeam, routine: *const c_char) -> c_int {
     let st = state::get(routine);
     let t = lookup(st, routine, team);
-    let mut syncs = lock(&t.syncs);
-    sync_locked(st, routine, &t, &mut syncs);
+    member(routine, &t);
+    if let Some(d) = &t.desc {
+        on_team(st, routine, &t, |wg| wg.team_sync(d));
+    }
     0
 }
 
@@ -353,18 +403,18 @@ fn fetch(st: &State, routine: *const c_char, dst: *mut u8, src: SymAddr, nbytes:
     crate::rma::get(st, &mut inner, routine, dst, src, nbytes, pe, false);
 }
 
-/// Check and enter a team collective: the team, this PE's number, and the
-/// team's lock (already through the opening sync).
-fn begin<'a>(st: &State, routine: *const c_char, t: &'a Team) -> (i32, std::sync::MutexGuard<'a, u64>) {
-    let me = member(routine, t);
-    let mut syncs = lock(&t.syncs);
-    sync_locked(st, routine, t, &mut syncs);
-    (me, syncs)
+/// A local copy of `n` heap bytes (a team of this PE alone).
+fn local_copy(st: &State, dest: SymAddr, source: SymAddr, n: u64) {
+    if n > 0 && dest != source {
+        // SAFETY: both ranges are inside the heap (checked by the caller);
+        // `copy` allows them to overlap.
+        unsafe { std::ptr::copy(st.addr(source.0), st.addr(dest.0), n as usize) };
+    }
 }
 
 /// Copy `nbytes` of `source` on team PE `root` to `dest` on every member,
-/// root included (§9.9.7 `shmem_broadcast`, `shmem_broadcastmem`).
-/// **Collective** over `team`. Returns 0.
+/// root included (§9.9.7 `shmem_broadcast`, `shmem_broadcastmem`): the
+/// library's `broadcastmem`. **Collective** over `team`. Returns 0.
 ///
 /// Errors (fatal): before init; a bad team; `root` outside it; `dest` or
 /// `source` outside the heap (`nbytes` that do not fit).
@@ -381,17 +431,17 @@ pub unsafe extern "C" fn cpnet_team_broadcast(team: *mut CpnetTeam, dest: *mut c
     let n = nbytes as u64;
     let d = st.sym(routine, "dest", dest.cast(), n);
     let s = st.sym(routine, "source", source.cast(), n);
-    let (_, mut syncs) = begin(st, routine, &t);
-    if n > 0 && d != s {
-        fetch(st, routine, st.addr(d.0), s, n, t.world(root));
+    member(routine, &t);
+    match &t.desc {
+        Some(td) => on_team(st, routine, &t, |wg| wg.broadcastmem(td, d, s, n, root)),
+        None => local_copy(st, d, s, n),
     }
-    sync_locked(st, routine, &t, &mut syncs);
     0
 }
 
 /// Concatenate every member's `nbytes` of `source` into `dest` in team PE
-/// order (§9.9.8 `shmem_fcollect`, `shmem_fcollectmem`). **Collective**.
-/// Returns 0.
+/// order (§9.9.8 `shmem_fcollect`, `shmem_fcollectmem`): the library's
+/// `fcollectmem`. **Collective**. Returns 0.
 ///
 /// Errors (fatal): as [`cpnet_team_broadcast`]; `dest` must hold
 /// `nbytes * team size` bytes.
@@ -405,19 +455,22 @@ pub unsafe extern "C" fn cpnet_team_fcollect(team: *mut CpnetTeam, dest: *mut c_
     let n = nbytes as u64;
     let d = st.sym(routine, "dest", dest.cast(), n * t.size as u64);
     let s = st.sym(routine, "source", source.cast(), n);
-    let (_, mut syncs) = begin(st, routine, &t);
-    for j in 0..t.size {
-        fetch(st, routine, st.addr(d.0 + j as u64 * n), s, n, t.world(j));
+    member(routine, &t);
+    match &t.desc {
+        Some(td) => on_team(st, routine, &t, |wg| wg.fcollectmem(td, d, s, n)),
+        None => local_copy(st, d, s, n),
     }
-    sync_locked(st, routine, &t, &mut syncs);
     0
 }
 
 /// Concatenate every member's `nbytes` (which may differ between members)
 /// of `source` into `dest` in team PE order (§9.9.8 `shmem_collect`,
-/// `shmem_collectmem`). **Collective**. Returns 0.
+/// `shmem_collectmem`): the library's `collectmem` (the sizes, then the
+/// blocks). **Collective**. Returns 0.
 ///
-/// Errors (fatal): as [`cpnet_team_fcollect`], with the total size.
+/// Errors (fatal): as [`cpnet_team_fcollect`]; a `dest` whose range for the
+/// sum of the sizes leaves the heap (the library's error from the member
+/// whose put would leave it).
 ///
 /// # Safety
 /// `routine` is null or a NUL-terminated string (the headers pass literals).
@@ -427,38 +480,22 @@ pub unsafe extern "C" fn cpnet_team_collect(team: *mut CpnetTeam, dest: *mut c_v
     let t = lookup(st, routine, team);
     let n = nbytes as u64;
     let s = st.sym(routine, "source", source.cast(), n);
-    let me = member(routine, &t);
-    // Release: the others read it with gets after the opening sync.
-    scratch_word(st, t.slot, XCHG_WORD).store(n, Ordering::Release);
-    let (_, mut syncs) = begin(st, routine, &t);
-    let mut sizes = Vec::with_capacity(t.size as usize);
-    for j in 0..t.size {
-        if j == me {
-            sizes.push(n);
-        } else {
-            let mut inner = lock(&st.default_ctx.inner);
-            match inner.wg(routine).g::<u64>(scratch(st, t.slot, XCHG_WORD), t.world(j)) {
-                Ok(v) => sizes.push(v),
-                Err(e) => fatal(routine, &e.to_string()),
-            }
+    member(routine, &t);
+    // At least this PE's own block must fit; the library checks the rest.
+    let d = st.sym(routine, "dest", dest.cast(), n);
+    match &t.desc {
+        Some(td) => {
+            on_team(st, routine, &t, |wg| wg.collectmem(td, d, s, n));
         }
+        None => local_copy(st, d, s, n),
     }
-    let total: u64 = sizes.iter().sum();
-    let d = st.sym(routine, "dest", dest.cast(), total);
-    let mut at = d.0;
-    for (j, &len) in sizes.iter().enumerate() {
-        if len > 0 {
-            fetch(st, routine, st.addr(at), s, len, t.world(j as i32));
-        }
-        at += len;
-    }
-    sync_locked(st, routine, &t, &mut syncs);
     0
 }
 
 /// Exchange `nbytes` blocks: block `j` of every member's `source` goes to
 /// block `i` of member `j`'s `dest`, `i` being the sender (§9.9.5
-/// `shmem_alltoall`, `shmem_alltoallmem`). **Collective**. Returns 0.
+/// `shmem_alltoall`, `shmem_alltoallmem`): the library's `alltoallmem`.
+/// **Collective**. Returns 0.
 ///
 /// Errors (fatal): as [`cpnet_team_fcollect`]; both hold `nbytes * size` bytes.
 ///
@@ -472,11 +509,11 @@ pub unsafe extern "C" fn cpnet_team_alltoall(team: *mut CpnetTeam, dest: *mut c_
     let all = n * t.size as u64;
     let d = st.sym(routine, "dest", dest.cast(), all);
     let s = st.sym(routine, "source", source.cast(), all);
-    let (me, mut syncs) = begin(st, routine, &t);
-    for j in 0..t.size {
-        fetch(st, routine, st.addr(d.0 + j as u64 * n), s.add(me as u64 * n), n, t.world(j));
+    member(routine, &t);
+    match &t.desc {
+        Some(td) => on_team(st, routine, &t, |wg| wg.alltoallmem(td, d, s, n)),
+        None => local_copy(st, d, s, n),
     }
-    sync_locked(st, routine, &t, &mut syncs);
     0
 }
 
@@ -484,7 +521,9 @@ pub unsafe extern "C" fn cpnet_team_alltoall(team: *mut CpnetTeam, dest: *mut c_
 /// member `i` sends member `j` the `nelems` elements of `elem_size` bytes
 /// at `source` elements `(j * nelems + k) * sst`, which land at `dest`
 /// elements `(i * nelems + k) * dst` of member `j`, `k` in `0..nelems`.
-/// **Collective**. Returns 0.
+/// **Collective**: the library's team sync, a get per element from each
+/// member's `source`, and a sync (so no source changes before every member
+/// read it). Returns 0.
 ///
 /// Errors (fatal): as [`cpnet_team_alltoall`]; strides below 1.
 ///
@@ -512,23 +551,30 @@ pub unsafe extern "C" fn cpnet_team_alltoalls(
     let span = |stride: isize| if per == 0 { 0 } else { ((per - 1) * stride as u64 + 1) * size };
     let d = st.sym(routine, "dest", dest.cast(), span(dst));
     let s = st.sym(routine, "source", source.cast(), span(sst));
-    let (me, mut syncs) = begin(st, routine, &t);
+    let me = member(routine, &t);
+    if let Some(td) = &t.desc {
+        on_team(st, routine, &t, |wg| wg.team_sync(td));
+    }
     for j in 0..t.size {
         for k in 0..nelems as u64 {
+            // Member j's elements for this PE (i = me) come from its source.
             let from = s.add((me as u64 * nelems as u64 + k) * sst as u64 * size);
             let to = d.0 + (j as u64 * nelems as u64 + k) * dst as u64 * size;
             fetch(st, routine, st.addr(to), from, size, t.world(j));
         }
     }
-    sync_locked(st, routine, &t, &mut syncs);
+    if let Some(td) = &t.desc {
+        on_team(st, routine, &t, |wg| wg.team_sync(td));
+    }
     0
 }
 
 /// Combine `nreduce` elements of type `ty` (`CPNET_TYPE_*`) of every
 /// member's `source` by `op` (`CPNET_OP_AND` ... `CPNET_OP_PROD`) into
 /// `dest` on every member (§9.9.9 "Reduction routines":
-/// `shmem_<TYPE>_<op>_reduce`). **Collective**. `dest` may be `source`.
-/// Returns 0.
+/// `shmem_<TYPE>_<op>_reduce`): the library's `reduce` (every member gets
+/// the same bits: the contributions are folded in team order).
+/// **Collective**. `dest` may be `source`. Returns 0.
 ///
 /// Errors (fatal): as [`cpnet_team_broadcast`]; an operation the type does
 /// not have (bitwise ones on floating point).
@@ -552,23 +598,29 @@ pub unsafe extern "C" fn cpnet_team_reduce(
     if size == 0 {
         fatal(routine, &format!("type code {ty} is not a reduction type"));
     }
-    if !crate::reduce::supports(ty, op) {
+    let Some(rop) = crate::reduce::op_of(ty, op) else {
         fatal(routine, &format!("reduction operation {op} is not defined for type code {ty}"));
-    }
+    };
     let n = (nreduce * size) as u64;
     let d = st.sym(routine, "dest", dest.cast(), n);
     let s = st.sym(routine, "source", source.cast(), n);
-    let (_, mut syncs) = begin(st, routine, &t);
-    let mut acc = vec![0u8; n as usize];
-    let mut other = vec![0u8; n as usize];
-    fetch(st, routine, acc.as_mut_ptr(), s, n, t.world(0));
-    for j in 1..t.size {
-        fetch(st, routine, other.as_mut_ptr(), s, n, t.world(j));
-        crate::reduce::combine(ty, op, &mut acc, &other);
-    }
-    // Every member has read every source before any dest changes.
-    sync_locked(st, routine, &t, &mut syncs);
-    // SAFETY: dest is inside the heap for n bytes (checked).
-    unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), st.addr(d.0), n as usize) };
+    member(routine, &t);
+    let Some(td) = &t.desc else {
+        local_copy(st, d, s, n);
+        return 0;
+    };
+    let k = nreduce as u64;
+    on_team(st, routine, &t, |wg| match ty {
+        crate::CPNET_TYPE_INT8 => wg.reduce::<i8>(td, rop, d, s, k),
+        crate::CPNET_TYPE_INT16 => wg.reduce::<i16>(td, rop, d, s, k),
+        crate::CPNET_TYPE_INT32 => wg.reduce::<i32>(td, rop, d, s, k),
+        crate::CPNET_TYPE_INT64 => wg.reduce::<i64>(td, rop, d, s, k),
+        crate::CPNET_TYPE_UINT8 => wg.reduce::<u8>(td, rop, d, s, k),
+        crate::CPNET_TYPE_UINT16 => wg.reduce::<u16>(td, rop, d, s, k),
+        crate::CPNET_TYPE_UINT32 => wg.reduce::<u32>(td, rop, d, s, k),
+        crate::CPNET_TYPE_UINT64 => wg.reduce::<u64>(td, rop, d, s, k),
+        crate::CPNET_TYPE_FLOAT => wg.reduce::<f32>(td, rop, d, s, k),
+        _ => wg.reduce::<f64>(td, rop, d, s, k),
+    });
     0
 }
