@@ -103,19 +103,23 @@ template <int OP> struct combiner<cpnet_bfloat16_t, OP> {
 #endif
 template <typename T, int OP>
 __device__ __forceinline__ void team_fold(const cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, uint64_t buf, T* dest,
-                                          uint64_t n)
+                                          uint64_t n, const T* own = nullptr)
 {
     constexpr int U = CPNET_TEAM_FOLD_UNROLL;
     const uint64_t nt = (uint64_t)blockDim.x * blockDim.y * blockDim.z;
-    const T* s0 = (const T*)team_data(ctx, d, buf, 0);
+    const T* const slots = (const T*)team_data(ctx, d, buf, 0);
     const uint64_t stride = d.chunk / sizeof(T); /* elements between two senders' slots */
+    /* Member j's elements: its slot, or `own` (this PE's source, not
+     * copied into its slot) for this PE. */
+    auto from = [&](int j) { return own != nullptr && j == d.my_idx ? own : slots + (uint64_t)j * stride; };
+    const T* s0 = from(0);
     for (uint64_t i = thread_rank(); i < n; i += U * nt) {
         T acc[U];
 #pragma unroll
         for (int u = 0; u < U; ++u)
             if (i + u * nt < n) acc[u] = s0[i + u * nt];
         for (int j = 1; j < d.size; ++j) {
-            const T* sj = s0 + (uint64_t)j * stride;
+            const T* sj = from(j);
             T x[U];
 #pragma unroll
             for (int u = 0; u < U; ++u)
@@ -546,22 +550,41 @@ __device__ __noinline__ inline int team_small_blocks(cpnet_ctx_t* ctx, const cpn
  *  (signal SIG[me] = epoch), fence, wait for every other member's slot.
  *  Not inlined and not typed: every reduction shares it. */
 __device__ __noinline__ inline int team_reduce_round(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, const void* source,
-                                                     uint64_t bytes, uint64_t* buf)
+                                                     uint64_t bytes, uint64_t* buf, bool direct = false)
 {
     const uint64_t eb = team_next(ctx, d, true);
     const uint64_t e = eb >> 1;
     *buf = eb & 1;
     uint8_t* const mine = team_data(ctx, d, *buf, d.my_idx);
-    team_local_copy(mine, source, bytes);
+    /* `direct` (every other member peer-mapped): the block's stores read
+     * `source` itself and are done when the puts return, so the fold can
+     * read this PE's part from `source` and `dest` may still be `source`;
+     * through the queue the proxy reads the slot later, so the part is
+     * copied there first. */
+    if (!direct) team_local_copy(mine, source, bytes);
+    const void* const from = direct ? source : (const void*)mine;
     uint64_t* const sig_me = team_sig(ctx, d, d.my_idx);
     for (int k = 1; k < d.size; ++k) {
         const int j = (d.my_idx + k) % d.size;
-        cpnet_putmem_signal_nbi(ctx, mine, mine, bytes, sig_me, e, CPNET_SIGNAL_SET, team_world_pe(d, j));
+        cpnet_putmem_signal_nbi(ctx, mine, from, bytes, sig_me, e, CPNET_SIGNAL_SET, team_world_pe(d, j));
     }
     /* The fence (cpnet_fence: every thread's own fence of its p2p stores,
      * then the leader's part), then the waits, in one barrier pair. */
     team_fence_threads(ctx);
     return team_wait_all(ctx, d, e, true);
+}
+
+/** Whether a signal round of `bytes` from `source` on a team whose other
+ *  members are all peer-mapped goes entirely by the block's own stores
+ *  (p2p_remote's conditions for its puts: at most
+ *  CPNET_P2P_BYTES_PER_THREAD per thread, `source` in the heap), so that
+ *  team_reduce_round may send `source` itself (`direct`). */
+__device__ __forceinline__ bool team_round_direct(const cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, const void* source,
+                                                  uint64_t bytes)
+{
+    const uint64_t nt = (uint64_t)blockDim.x * blockDim.y * blockDim.z;
+    if (CPNET_P2P_BYTES_PER_THREAD != 0 && bytes > (uint64_t)CPNET_P2P_BYTES_PER_THREAD * nt) return false;
+    return bytes <= CPNET_INLINE_MAX || in_heap(ctx, source, bytes);
 }
 
 /** Reduce to all (team.rs reduce): rounds of team_reduce_round, each
@@ -575,8 +598,8 @@ __device__ __forceinline__ int team_reduce(cpnet_ctx_t* ctx, cpnet_team_t team, 
     if (bad != CPNET_E_OK) return team_fail(ctx, bad);
     /* The same choice on every member: the same size and chunk, a symmetric
      * peer table. */
-    if (nreduce <= CPNET_TEAM_SMALL_MAX_BYTES / sizeof(T) && nreduce * sizeof(T) <= team_ll_max(d) &&
-        (team == CPNET_TEAM_WORLD && ctx->world_ok != 0 ? ctx->world_all_p2p != 0 : team_all_p2p(ctx, d)))
+    const bool all_p2p = team == CPNET_TEAM_WORLD && ctx->world_ok != 0 ? ctx->world_all_p2p != 0 : team_all_p2p(ctx, d);
+    if (nreduce <= CPNET_TEAM_SMALL_MAX_BYTES / sizeof(T) && nreduce * sizeof(T) <= team_ll_max(d) && all_p2p)
         return team_reduce_small<T, OP>(ctx, d, dest, source, nreduce);
     const uint64_t per_round = d.chunk / sizeof(T);
     uint64_t done = 0;
@@ -586,12 +609,15 @@ __device__ __forceinline__ int team_reduce(cpnet_ctx_t* ctx, cpnet_team_t team, 
         uint64_t buf = 0;
         /* The same choice on every member: the same n, the same chunk. */
         const bool ll = n * sizeof(T) <= team_ll_max(d);
+        /* This PE's choice alone (the others see the same data either
+         * way): every put of the round is the block's own stores. */
+        const bool direct = !ll && all_p2p && team_round_direct(ctx, d, source + done, n * sizeof(T));
         const int r = ll ? team_reduce_round_ll(ctx, d, source + done, n * sizeof(T), &buf)
-                         : team_reduce_round(ctx, d, source + done, n * sizeof(T), &buf);
+                         : team_reduce_round(ctx, d, source + done, n * sizeof(T), &buf, direct);
         if (r != CPNET_E_OK) return r;
         if (n > 0) {
             if (ll) team_fold_ll<T, OP>(ctx, d, buf, dest + done, n);
-            else team_fold<T, OP>(ctx, d, buf, dest + done, n);
+            else team_fold<T, OP>(ctx, d, buf, dest + done, n, direct ? source + done : nullptr);
         }
         done += n;
         if (done >= nreduce) break;
