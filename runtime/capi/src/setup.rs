@@ -61,7 +61,6 @@ pub unsafe extern "C" fn cpnet_init_thread(requested: c_int, provided: *mut c_in
         Err(e) => fatal(routine, &e.to_string()),
     };
     let staging_base = reserved.0;
-    let world = pe.team_world();
     let default_ctx = Box::new(state::Ctx {
         inner: Mutex::new(state::CtxInner {
             wg: Some(wg0),
@@ -92,7 +91,7 @@ pub unsafe extern "C" fn cpnet_init_thread(requested: c_int, provided: *mut c_in
         allocs: Mutex::new(BTreeMap::new()),
         next_wg: AtomicU32::new(1),
     });
-    crate::team::install_predefined(&st, world);
+    crate::team::install_predefined(&st);
     if state::install(st).is_err() {
         fatal(routine, "initialized twice at the same time by two threads");
     }

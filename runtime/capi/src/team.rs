@@ -52,17 +52,21 @@ pub(crate) struct Team {
     rt: Mutex<Option<rt::Team>>,
     /// Its table entry, for the collectives (`None`: this PE alone).
     desc: Option<TeamDesc>,
-    /// The team's own work-group for its collectives, made at the first
-    /// one; held through each, so one runs at a time per team and PE (the
+    /// The team's own work-group for its collectives, made with the team;
+    /// held through each, so one runs at a time per team and PE (the
     /// library's rule), and collectives on different teams from different
-    /// threads never wait for each other's lock (`None` while none could
-    /// be made: the default context's is used then).
+    /// threads never wait for each other's lock (`None` where no queue was
+    /// free: the default context's is used then).
     wg: Mutex<Option<rt::WorkGroup>>,
 }
 
 impl Team {
-    /// The team of `rt`'s PEs (world numbering) in `slot`.
-    fn of_runtime(rt: rt::Team, slot: usize, num_contexts: c_int) -> Team {
+    /// The team of `rt`'s PEs (world numbering) in `slot`, with a
+    /// work-group of its own made on `pe` (made here, under the caller's
+    /// lock of the PE, not at the first collective: a collective never
+    /// waits for that lock, which a split holds while it waits for the
+    /// other members).
+    fn of_runtime(st: &State, pe: &rt::Pe, rt: rt::Team, slot: usize, num_contexts: c_int) -> Team {
         let d = *rt.desc();
         Team {
             start: d.start,
@@ -73,7 +77,7 @@ impl Team {
             num_contexts,
             rt: Mutex::new(Some(rt)),
             desc: Some(d),
-            wg: Mutex::new(None),
+            wg: Mutex::new(pe.ctx_create(st.next_wg.fetch_add(1, std::sync::atomic::Ordering::Relaxed)).ok()),
         }
     }
 
@@ -115,8 +119,8 @@ fn member(routine: *const c_char, t: &Team) -> i32 {
     }
 }
 
-/// Run `f` on `t`'s work-group (made now if it has none; the default
-/// context's if no queue is free for it), holding it; fatal on its error.
+/// Run `f` on `t`'s work-group (the default context's where it has none),
+/// holding it; fatal on its error.
 fn on_team<R>(
     st: &State,
     routine: *const c_char,
@@ -124,10 +128,6 @@ fn on_team<R>(
     f: impl FnOnce(&mut rt::WorkGroup) -> Result<R, cpnet_device::cpu::Error>,
 ) -> R {
     let mut own = lock(&t.wg);
-    if own.is_none() {
-        let id = st.next_wg.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        *own = lock(&st.pe).as_ref().and_then(|pe| pe.ctx_create(id).ok());
-    }
     let r = match own.as_mut() {
         Some(wg) => f(wg),
         None => {
@@ -155,10 +155,15 @@ pub(crate) fn close_all(st: &State, routine: *const c_char) {
     }
 }
 
-/// Register the predefined teams (init).
-pub(crate) fn install_predefined(st: &State, world: rt::Team) {
+/// Register the predefined teams (init, before the state is shared).
+pub(crate) fn install_predefined(st: &State) {
+    let world = {
+        let pe = lock(&st.pe);
+        let pe = pe.as_ref().expect("init holds the PE");
+        Team::of_runtime(st, pe, pe.team_world(), 0, 0)
+    };
     let mut teams = lock(&st.teams);
-    teams[0] = Some(Arc::new(Team::of_runtime(world, 0, 0)));
+    teams[0] = Some(Arc::new(world));
     teams[1] = Some(Arc::new(Team::alone(st.me, 1, 0)));
 }
 
@@ -298,35 +303,33 @@ pub unsafe extern "C" fn cpnet_team_split_strided(
     } else {
         0
     };
-    let made = {
-        // The parent's scratch carries the agreement: no collective of this
-        // PE on the parent meanwhile.
-        let _parent_wg = lock(&p.wg);
-        let parent_rt = lock(&p.rt);
-        match parent_rt.as_ref() {
-            // A team of this PE alone: its only split is itself.
-            None => Ok(Some(None)),
-            Some(prt) => {
-                let pe = lock(&st.pe);
-                let Some(pe) = pe.as_ref() else { fatal(routine, "the PE was finalized") };
-                pe.team_split_strided(prt, start, stride.max(1), size).map(|t| t.map(Some))
-            }
-        }
+    // The parent's scratch carries the agreement: no collective of this PE
+    // on the parent meanwhile.
+    let _parent_wg = lock(&p.wg);
+    let parent_rt = lock(&p.rt);
+    let pe = lock(&st.pe);
+    let Some(pe) = pe.as_ref() else { fatal(routine, "the PE was finalized") };
+    let child = match parent_rt.as_ref() {
+        // A team of this PE alone: its only split is itself.
+        None => None,
+        Some(prt) => match pe.team_split_strided(prt, start, stride.max(1), size) {
+            Ok(Some(c)) => Some(c),
+            Ok(None) => return 0,
+            Err(rt::Error::Team { .. }) => return 1,
+            Err(e) => fatal(routine, &e.to_string()),
+        },
     };
-    let child = match made {
-        Ok(Some(c)) => c,
-        Ok(None) => return 0,
-        Err(rt::Error::Team { .. }) => return 1,
-        Err(e) => fatal(routine, &e.to_string()),
-    };
-    let Some(slot) = free_slot(st) else {
+    // The slot is taken under the table's lock (another thread may be
+    // splitting another team meanwhile).
+    let mut teams = lock(&st.teams);
+    let Some(slot) = (2..TEAM_SLOTS).find(|&s| teams[s].is_none()) else {
         fatal(routine, &format!("no free team handle: this PE holds {TEAM_SLOTS} teams (destroy one first)"))
     };
     let t = match child {
-        Some(c) => Team::of_runtime(c, slot, num_contexts),
+        Some(c) => Team::of_runtime(st, pe, c, slot, num_contexts),
         None => Team::alone(st.me, slot, num_contexts),
     };
-    lock(&st.teams)[slot] = Some(Arc::new(t));
+    teams[slot] = Some(Arc::new(t));
     // SAFETY: writable (contract 1).
     unsafe { *new_team = (slot + 1) as *mut CpnetTeam };
     0
