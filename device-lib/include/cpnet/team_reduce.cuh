@@ -346,10 +346,13 @@ __device__ __forceinline__ void team_small_sync(uint32_t p)
     else asm volatile("bar.sync 1, %0;" ::"r"(p) : "memory");
 }
 
-/** Every member but this PE is peer-mapped: a round is LL words only (the
- *  same answer on every member, the peer table being symmetric). */
-__device__ __forceinline__ bool team_all_p2p(const cpnet_ctx_t* ctx, const cpnet_team_desc_t& d)
+/** Every member of `team` (entry `d`) but this PE is peer-mapped: a round
+ *  is LL words only (the same answer on every member, the peer table being
+ *  symmetric). The world team's answer is the context's
+ *  (cpnet_ctx_t.world_all_p2p, taken at create). */
+__device__ __forceinline__ bool team_all_p2p(const cpnet_ctx_t* ctx, cpnet_team_t team, const cpnet_team_desc_t& d)
 {
+    if (team == CPNET_TEAM_WORLD && ctx->world_ok != 0) return ctx->world_all_p2p != 0;
     for (int j = 0; j < d.size; ++j)
         if (j != d.my_idx && team_p2p(ctx, d, j) == 0) return false;
     return true;
@@ -494,7 +497,7 @@ __device__ __forceinline__ bool team_small_blocks_fit(const cpnet_ctx_t* ctx, cp
                                                       const cpnet_team_desc_t& d, uint64_t bytes)
 {
     return bytes > 0 && bytes <= CPNET_TEAM_SMALL_BLOCK_MAX_BYTES && bytes <= team_ll_max(d) && d.size > 1 &&
-           (team == CPNET_TEAM_WORLD && ctx->world_ok != 0 ? ctx->world_all_p2p != 0 : team_all_p2p(ctx, d));
+           team_all_p2p(ctx, team, d);
 }
 
 /**
@@ -598,7 +601,7 @@ __device__ __forceinline__ int team_reduce(cpnet_ctx_t* ctx, cpnet_team_t team, 
     if (bad != CPNET_E_OK) return team_fail(ctx, bad);
     /* The same choice on every member: the same size and chunk, a symmetric
      * peer table. */
-    const bool all_p2p = team == CPNET_TEAM_WORLD && ctx->world_ok != 0 ? ctx->world_all_p2p != 0 : team_all_p2p(ctx, d);
+    const bool all_p2p = team_all_p2p(ctx, team, d);
     if (nreduce <= CPNET_TEAM_SMALL_MAX_BYTES / sizeof(T) && nreduce * sizeof(T) <= team_ll_max(d) && all_p2p)
         return team_reduce_small<T, OP>(ctx, d, dest, source, nreduce);
     const uint64_t per_round = d.chunk / sizeof(T);

@@ -167,9 +167,14 @@ pub(crate) fn install_predefined(st: &State) {
     teams[1] = Some(Arc::new(Team::alone(st.me, 1, 0)));
 }
 
-/// A free slot of this PE (from 2), or `None`.
-fn free_slot(st: &State) -> Option<usize> {
-    lock(&st.teams).iter().enumerate().skip(2).find(|(_, t)| t.is_none()).map(|(s, _)| s)
+/// A free slot of the table (from 2, after the predefined teams), or `None`.
+fn free_slot(teams: &[Option<Arc<Team>>]) -> Option<usize> {
+    (2..teams.len()).find(|&s| teams[s].is_none())
+}
+
+/// The fatal error of a split with no free slot.
+fn no_free_handle(routine: *const c_char) -> ! {
+    fatal(routine, &format!("no free team handle: this PE holds {TEAM_SLOTS} teams (destroy one first)"))
 }
 
 /// This PE's number in `team`, -1 if not a member or `team` is
@@ -294,8 +299,8 @@ pub unsafe extern "C" fn cpnet_team_split_strided(
     }
     // A handle for the team is checked first: refusing after the split
     // would leave the other members with a team this PE does not hold.
-    if free_slot(st).is_none() {
-        fatal(routine, &format!("no free team handle: this PE holds {TEAM_SLOTS} teams (destroy one first)"));
+    if free_slot(&*lock(&st.teams)).is_none() {
+        no_free_handle(routine);
     }
     let num_contexts = if !config.is_null() && config_mask & 1 != 0 {
         // SAFETY: readable when non-null (contract 1).
@@ -322,9 +327,7 @@ pub unsafe extern "C" fn cpnet_team_split_strided(
     // The slot is taken under the table's lock (another thread may be
     // splitting another team meanwhile).
     let mut teams = lock(&st.teams);
-    let Some(slot) = (2..TEAM_SLOTS).find(|&s| teams[s].is_none()) else {
-        fatal(routine, &format!("no free team handle: this PE holds {TEAM_SLOTS} teams (destroy one first)"))
-    };
+    let Some(slot) = free_slot(&*teams) else { no_free_handle(routine) };
     let t = match child {
         Some(c) => Team::of_runtime(st, pe, c, slot, num_contexts),
         None => Team::alone(st.me, slot, num_contexts),
