@@ -608,6 +608,9 @@ fn moe_bad_arguments_fail_clearly() {
     let j = job(2, SHM, env!("CARGO_BIN_EXE_moe"), &["-experts", "4", "-k", "5"], Duration::from_secs(60));
     assert!(!j.status.success(), "{}", j.all);
     assert!(j.all.contains("-topk 5 must be in 1..=experts (4)"), "{}", j.all);
+    let j = job(2, SHM, env!("CARGO_BIN_EXE_moe"), &["-bulk-min", "0"], Duration::from_secs(60));
+    assert!(!j.status.success(), "{}", j.all);
+    assert!(j.all.contains("-bulk-min must be at least 1 byte"), "{}", j.all);
 }
 
 /// `cpnet-providers` (issue 19 item 3) asks this machine's libfabric with
