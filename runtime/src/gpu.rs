@@ -47,11 +47,13 @@ pub use queues::{GpuQueues, MappedHost};
 mod module;
 mod alltoall_grid;
 mod on_stream;
+mod reduce_grid;
 mod team;
 
 pub use module::{build_module, is_loaded, persistent_blocks};
 pub use on_stream::ON_STREAM_THREADS;
 pub use alltoall_grid::GRID_MIN_BYTES as ALLTOALL_GRID_MIN_BYTES;
+pub use reduce_grid::GRID_MIN_BYTES as REDUCE_GRID_MIN_BYTES;
 use module::landing_agent;
 
 /// Whether the CUDA driver library can be loaded (without loading CUDA).

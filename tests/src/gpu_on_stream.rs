@@ -6,7 +6,7 @@
 
 use anyhow::{Context, Result, ensure};
 use cpnet::GpuPe;
-use cpnet::device::cpu::{ReduceOp, SymAddr};
+use cpnet::device::cpu::{ReduceOp, ReduceType, SymAddr};
 use cpnet::team::Team;
 
 /// Elements (and bytes per PE for the byte collectives) each case moves:
@@ -135,6 +135,67 @@ fn check_big_alltoall(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: Sy
     Ok(())
 }
 
+/// Bytes of the large reductions' buffers: a u64 case of 1 Mi + 1
+/// elements, so the grid form's blocks each take a long run.
+const BIG_REDUCE: usize = (1 << 20) * 8 + 8;
+
+/// One reduction of `n` elements of `T` with `op` on `team` (`dest` ==
+/// `source` when `in_place`), PE p's element i being `v(p, i)`, every
+/// element checked against the fold in team order that the library
+/// promises (`ReduceType::combine`, so half and bfloat16 round as it does).
+/// **Collective** over the team.
+#[allow(clippy::too_many_arguments)]
+fn check_reduce<T: ReduceType>(
+    pe: &GpuPe,
+    team: &Team,
+    name: &str,
+    op: ReduceOp,
+    (src, dst): (SymAddr, SymAddr),
+    n: usize,
+    in_place: bool,
+    v: impl Fn(i32, usize) -> T,
+) -> Result<()> {
+    let world = |i: i32| team.world_pe(i).expect("a member index of the team");
+    let dst = if in_place { src } else { dst };
+    let mut mine = vec![0u8; n * T::SIZE];
+    for (i, b) in mine.chunks_exact_mut(T::SIZE).enumerate() {
+        v(pe.my_pe(), i).write(b);
+    }
+    pe.write_heap(src, &mine)?;
+    pe.team_reduce_on_stream::<T>(team, op, dst, src, n, pe.stream())?;
+    pe.synchronize()?;
+    let mut got = vec![0u8; n * T::SIZE];
+    pe.read_heap(dst, &mut got)?;
+    for (i, g) in got.chunks_exact(T::SIZE).enumerate() {
+        let want = (1..team.n_pes()).fold(v(world(0), i), |a, p| T::combine(op, a, v(world(p), i)));
+        let g = T::read(g);
+        ensure!(g == want, "{name}: {} {} reduce of {n} elements on a stream{}: element {i} is {g:?}, expected {want:?}",
+            T::NAME, op.name(), if in_place { " (in place)" } else { "" });
+    }
+    pe.team_sync_on_stream(team, false, pe.stream())?;
+    pe.synchronize().context("sync after a check")
+}
+
+/// The large reductions on `team` (the grid form on peer stores from
+/// `REDUCE_GRID_MIN_BYTES`, one block otherwise): float sum just above the
+/// threshold and odd (also 4 bytes off 16-byte alignment, float max),
+/// int32 min, bfloat16 sum (rounded per step), u64 xor
+/// of 1 Mi + 1 elements out of place and in place. **Collective** over the
+/// team.
+fn check_big_reduce(pe: &GpuPe, team: &Team, name: &str, bufs: (SymAddr, SymAddr)) -> Result<()> {
+    let near = cpnet::gpu::REDUCE_GRID_MIN_BYTES as usize / 4 + 5;
+    check_reduce::<f32>(pe, team, name, ReduceOp::Sum, bufs, near, false, |p, i| ((p as usize * 7 + i) % 1000) as f32 * 0.25)?;
+    // 4 bytes past 16-byte alignment: the grid's element-by-element loop.
+    let off = (SymAddr(bufs.0.0 + 4), SymAddr(bufs.1.0 + 4));
+    check_reduce::<f32>(pe, team, name, ReduceOp::Max, off, near, false, |p, i| ((p as usize * 13 + i) % 977) as f32 - 400.0)?;
+    check_reduce::<i32>(pe, team, name, ReduceOp::Min, bufs, near * 2, false, |p, i| (val(p, i) % 100_003) as i32 - 50_000)?;
+    check_reduce::<half::bf16>(pe, team, name, ReduceOp::Sum, bufs, near * 2, false, |p, i| half::bf16::from_f32(((p as usize + i) % 300) as f32 * 1.5))?;
+    let words = BIG_REDUCE / 8;
+    check_reduce::<u64>(pe, team, name, ReduceOp::Xor, bufs, words, false, val)?;
+    check_reduce::<u64>(pe, team, name, ReduceOp::Sum, bufs, words, true, |p, i| val(p, i) ^ 0x5555)?;
+    Ok(())
+}
+
 /// The scenario: the world team, then the even PEs' split (its members
 /// only; the others wait at the world barrier). **Collective.**
 ///
@@ -147,16 +208,21 @@ pub fn on_stream(pe: &GpuPe) -> Result<()> {
     let (src, dst) = (pe.shmalloc(bytes)?, pe.shmalloc(bytes)?);
     let big = (BIG * pe.n_pes() as usize) as u64;
     let (bsrc, bdst) = (pe.shmalloc(big)?, pe.shmalloc(big)?);
+    let (rsrc, rdst) = (pe.shmalloc(BIG_REDUCE as u64)?, pe.shmalloc(BIG_REDUCE as u64)?);
     check_team(pe, &world, "world", src, dst).context("team world")?;
     check_big_alltoall(pe, &world, "world", bsrc, bdst).context("team world")?;
-    println!("on-stream PE {}: world team ({} PEs): reduce, broadcast, fcollect, alltoall (also {BIG} B per pair), sync, barrier OK", pe.my_pe(), world.n_pes());
+    check_big_reduce(pe, &world, "world", (rsrc, rdst)).context("team world")?;
+    println!("on-stream PE {}: world team ({} PEs): reduce (also up to {BIG_REDUCE} B), broadcast, fcollect, alltoall (also {BIG} B per pair), sync, barrier OK", pe.my_pe(), world.n_pes());
     let even = pe.team_split_strided(&world, 0, 2, (pe.n_pes() + 1) / 2)?;
     if let Some(t) = &even {
         check_team(pe, t, "even PEs", src, dst).context("team of the even PEs")?;
         check_big_alltoall(pe, t, "even PEs", bsrc, bdst).context("team of the even PEs")?;
+        check_big_reduce(pe, t, "even PEs", (rsrc, rdst)).context("team of the even PEs")?;
         println!("on-stream PE {}: even-PE team ({} PEs) OK", pe.my_pe(), t.n_pes());
     }
     pe.barrier_all()?;
+    pe.shfree(rdst)?;
+    pe.shfree(rsrc)?;
     pe.shfree(bdst)?;
     pe.shfree(bsrc)?;
     pe.shfree(dst)?;

@@ -15,6 +15,7 @@ pub mod collectives;
 pub mod gpu;
 pub mod gpu_coll;
 pub mod gpu_on_stream;
+pub mod gpu_on_stream_bench;
 pub mod isolation;
 
 use rand::rngs::StdRng;

@@ -25,6 +25,11 @@
 //!   kernel ends and its contexts quiet), synchronized with the next step at
 //!   the kernel boundary: the pipelining across steps is lost, as in the
 //!   paper's Inter-Kernel baseline. Timed on the host around the launches.
+//!   A size the library takes (`-algo team`, or `auto` up to `-team-max`)
+//!   is one `GpuPe::team_reduce_on_stream` call per allreduce instead: the
+//!   library's host-side form, launched as NCCL's allreduce is (one block;
+//!   from `cpnet::gpu::REDUCE_GRID_MIN_BYTES` a grid where the heaps are
+//!   mapped).
 //!
 //! The check (`-check 1`) and the output are the CPU variant's: inputs are
 //! small integers, so every type's sum is exact and `#wrong` counts every
@@ -34,7 +39,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail, ensure};
 use cpnet::GpuPe;
-use cpnet::device::cpu::SymAddr;
+use cpnet::device::cpu::{ReduceOp, SymAddr};
 use cudarc::driver::{
     CudaFunction, CudaModule, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
@@ -302,8 +307,16 @@ impl GpuRings {
                 p.warmup = 0;
                 p.iters = 1;
                 let steps = 2 * (n as i64 - 1);
+                let world = pe.team_world();
                 let one = |p: &mut ArParams| -> anyhow::Result<()> {
-                    if steps == 0 || p.team != 0 {
+                    if p.team != 0 {
+                        // The library's host-side form: one block, or a
+                        // grid from REDUCE_GRID_MIN_BYTES where the heaps
+                        // are mapped (runtime/src/gpu/reduce_grid.rs).
+                        pe.team_reduce_on_stream::<T>(&world, ReduceOp::Sum, layout.output, layout.input, count, s)?;
+                        return Ok(());
+                    }
+                    if steps == 0 {
                         (p.s0, p.s1) = (0, 0);
                         return launch(p);
                     }

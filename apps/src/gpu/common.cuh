@@ -25,6 +25,11 @@ typedef long long app_i64;
 #define APP_TIGHT_POLLS 16
 /** Sleep between later polls (ns). */
 #define APP_POLL_SLEEP_NS 64
+/** Read the grid's failure word every this many polls (power of two): it
+ *  is one more L2 round trip after each poll, which doubled the period of a
+ *  grid barrier's tight polls (session 20: the barrier was about 4.5 of a
+ *  single-GPU Jacobi iteration's 7.4-7.9 µs). */
+#define APP_FAIL_CHECK_EVERY 8
 /** Check the clock every this many polls (power of two). */
 #define APP_CHECK_EVERY 64
 /** Read the abort word only once a wait has lasted this long. */
@@ -104,8 +109,8 @@ __device__ __forceinline__ bool app_failed(const app_u64* ctl)
 
 /** The bounded poll of every app wait (leader only): call `pause` after each
  *  poll that found nothing. Returns 0 to go on, -1 when another block failed
- *  (already recorded), or a CPNET_E_* (abort code, CPNET_E_TIMEOUT) that the
- *  caller records. */
+ *  (already recorded; seen within APP_FAIL_CHECK_EVERY polls), or a
+ *  CPNET_E_* (abort code, CPNET_E_TIMEOUT) that the caller records. */
 struct app_spin {
     app_u64 start;
     unsigned polls;
@@ -115,7 +120,7 @@ struct app_spin {
     __device__ __forceinline__ int pause(const cpnet_handle_t* h, const app_u64* ctl)
     {
         ++polls;
-        if (app_failed(ctl)) return -1;
+        if ((polls & (APP_FAIL_CHECK_EVERY - 1)) == 0 && app_failed(ctl)) return -1;
         if ((polls & (APP_CHECK_EVERY - 1)) == 0) {
             const app_u64 waited = cpnet_globaltimer_ns() - start;
             if (waited > APP_ABORT_CHECK_AFTER_NS) {
@@ -133,36 +138,45 @@ struct app_spin {
     __device__ __forceinline__ app_u64 elapsed() const { return cpnet_globaltimer_ns() - start; }
 };
 
-/** Leader only: poll the heap word `word` (written by the proxy or a peer
- *  kernel) with system-scope acquire loads until it is >= `value`, so data
- *  delivered before the word (put-with-signal) is visible. Returns 0, -1
- *  (another block failed) or the recorded failure. */
+/** Leader only: poll the word `word` (a heap word written by the proxy or
+ *  a peer kernel, or a control word of this launch) with system-scope
+ *  acquire loads until it is >= `value`, so data delivered before the word
+ *  (put-with-signal) is visible; `*seen` (if given) gets the value that
+ *  ended the wait, or the last one read. Returns 0, -1 (another block
+ *  failed) or the recorded failure, whose report gives the word's heap
+ *  offset (~0 outside the heap). */
 __device__ __noinline__ int app_wait_ge_leader(const cpnet_handle_t* h, app_u64* ctl, const app_u64* word,
-                                               app_u64 value, app_u64 op, app_u64 iter)
+                                               app_u64 value, app_u64 op, app_u64 iter, app_u64* seen = nullptr)
 {
     app_spin sp;
     for (;;) {
         const app_u64 v = cpnet_ld_acquire_sys_u64((const uint64_t*)word);
+        if (seen != nullptr) *seen = v;
         if (v >= value) return 0;
         const int e = sp.pause(h, ctl);
         if (e != 0) {
-            if (e > 0)
-                app_fail_leader(ctl, e, op, iter, h->my_pe, (app_u64)word - h->heap_base, value, v);
+            if (e > 0) {
+                const app_u64 off = (app_u64)word - h->heap_base;
+                app_fail_leader(ctl, e, op, iter, h->my_pe, off < h->heap_size ? off : ~0ull, value, v);
+            }
             return e;
         }
     }
 }
 
-/** app_wait_ge_leader for the whole block: returns the same result in every
- *  thread; on success the data is visible to every thread. */
+/** app_wait_ge_leader for the whole block: returns the same result, and
+ *  `*seen` (if given) the same value, in every thread; on success the data
+ *  is visible to every thread. */
 __device__ __forceinline__ int app_wait_ge(const cpnet_handle_t* h, app_u64* ctl, const app_u64* word,
-                                           app_u64 value, app_u64 op, app_u64 iter)
+                                           app_u64 value, app_u64 op, app_u64 iter, app_u64* seen = nullptr)
 {
     __shared__ int app_wait_result;
+    __shared__ app_u64 app_wait_seen;
     __syncthreads();
-    if (threadIdx.x == 0) app_wait_result = app_wait_ge_leader(h, ctl, word, value, op, iter);
+    if (threadIdx.x == 0) app_wait_result = app_wait_ge_leader(h, ctl, word, value, op, iter, &app_wait_seen);
     __syncthreads();
     const int r = app_wait_result;
+    if (seen != nullptr) *seen = app_wait_seen;
     __syncthreads();
     return r;
 }

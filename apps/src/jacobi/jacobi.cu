@@ -378,32 +378,14 @@ __device__ __noinline__ int jacobi_ll_recv(const cpnet_handle_t* h, app_u64* ctl
  *  it - 1 (whole block): JACOBI_CTL_NORM_DONE = (k + 1) << 1 | stop for the
  *  last norm k taken, polled by thread 0 with acquire loads (pairing with
  *  the norm block's fence before its store), so one load gives both the
- *  progress and the verdict. Returns 0 with `*stop`, or the failure
- *  (recorded), the same in every thread. */
-__device__ __noinline__ int jacobi_wait_verdict(const cpnet_handle_t* h, app_u64* ctl, app_u64 it, bool* stop)
+ *  progress and the verdict: (k + 1) >= it is the word >= it << 1. Returns
+ *  0 with `*stop`, or the failure (recorded), the same in every thread. */
+__device__ __forceinline__ int jacobi_wait_verdict(const cpnet_handle_t* h, app_u64* ctl, app_u64 it, bool* stop)
 {
-    __shared__ int verdict_r, verdict_stop;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        app_spin sp;
-        int r = 0;
-        app_u64 v;
-        for (;;) {
-            v = cpnet_ld_acquire_sys_u64((const uint64_t*)&ctl[JACOBI_CTL_NORM_DONE]);
-            if ((v >> 1) >= it) break;
-            r = sp.pause(h, ctl);
-            if (r != 0) {
-                if (r > 0)
-                    app_fail_leader(ctl, r, APP_OP_NORM, it, h->my_pe, ~0ull, it << 1, v);
-                break;
-            }
-        }
-        verdict_r = r;
-        verdict_stop = (int)(v & 1ull);
-    }
-    __syncthreads();
-    *stop = verdict_stop != 0;
-    return verdict_r;
+    app_u64 v = 0;
+    const int r = app_wait_ge(h, ctl, &ctl[JACOBI_CTL_NORM_DONE], it << 1, APP_OP_NORM, it, &v);
+    *stop = (v & 1ull) != 0;
+    return r;
 }
 
 /** jacobi_persistent's band blocks (b < nc): the halos, the stencil and the

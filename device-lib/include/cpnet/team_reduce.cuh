@@ -74,25 +74,21 @@ template <int OP> struct combiner<double, OP> {
     __device__ __forceinline__ static double apply(double a, double b) { return combine_float<double, OP>(a, b); }
 };
 /* half, bfloat16: in float, rounded once (see cpnet_half_t). min/max keep
- * the original bits. */
-template <int OP> struct combiner<cpnet_half_t, OP> {
-    __device__ __forceinline__ static cpnet_half_t apply(cpnet_half_t a, cpnet_half_t b)
+ * the original bits. One body over the type's two conversions. */
+template <typename H, float (*TO)(H), H (*FROM)(float), int OP> struct combiner_f16 {
+    __device__ __forceinline__ static H apply(H a, H b)
     {
-        const float x = cpnet_half_to_float(a), y = cpnet_half_to_float(b);
+        const float x = TO(a), y = TO(b);
         if constexpr (OP == RED_MIN) return y < x ? b : a;
         else if constexpr (OP == RED_MAX) return y > x ? b : a;
-        else return cpnet_float_to_half(combine_f32<OP>(x, y));
+        else return FROM(combine_f32<OP>(x, y));
     }
 };
-template <int OP> struct combiner<cpnet_bfloat16_t, OP> {
-    __device__ __forceinline__ static cpnet_bfloat16_t apply(cpnet_bfloat16_t a, cpnet_bfloat16_t b)
-    {
-        const float x = cpnet_bfloat16_to_float(a), y = cpnet_bfloat16_to_float(b);
-        if constexpr (OP == RED_MIN) return y < x ? b : a;
-        else if constexpr (OP == RED_MAX) return y > x ? b : a;
-        else return cpnet_float_to_bfloat16(combine_f32<OP>(x, y));
-    }
-};
+template <int OP>
+struct combiner<cpnet_half_t, OP> : combiner_f16<cpnet_half_t, cpnet_half_to_float, cpnet_float_to_half, OP> {};
+template <int OP>
+struct combiner<cpnet_bfloat16_t, OP>
+    : combiner_f16<cpnet_bfloat16_t, cpnet_bfloat16_to_float, cpnet_float_to_bfloat16, OP> {};
 
 /** Fold the `n` elements of every member's slot of buffer `buf`, in team
  *  order, into `dest` (collective). Each thread takes CPNET_TEAM_FOLD_UNROLL
@@ -572,8 +568,13 @@ __device__ __noinline__ inline int team_reduce_round(cpnet_ctx_t* ctx, const cpn
         cpnet_putmem_signal_nbi(ctx, mine, from, bytes, sig_me, e, CPNET_SIGNAL_SET, team_world_pe(d, j));
     }
     /* The fence (cpnet_fence: every thread's own fence of its p2p stores,
-     * then the leader's part), then the waits, in one barrier pair. */
-    team_fence_threads(ctx);
+     * then the leader's part), then the waits, in one barrier pair. A
+     * direct round skips the threads' fences: every put went by the
+     * block's stores with a SET signal, which the leader stored with
+     * st.release.sys after p2p_put_signal's block barrier, cumulative over
+     * every thread's stores (the argument of team_sync's quiet, team.cuh);
+     * the reduction's closing team_quiet_fenced rests on those releases. */
+    if (!direct) team_fence_threads(ctx);
     return team_wait_all(ctx, d, e, true);
 }
 
@@ -625,7 +626,8 @@ __device__ __forceinline__ int team_reduce(cpnet_ctx_t* ctx, cpnet_team_t team, 
         done += n;
         if (done >= nreduce) break;
     }
-    /* The quiet: every thread fenced its p2p stores in the last round. */
+    /* The quiet: every thread fenced its p2p stores in the last round, or
+     * (direct) the leader's signals released them. */
     return team_quiet_fenced(ctx);
 }
 

@@ -15,7 +15,9 @@
 //!    the same order);
 //! 2. every block copies its slice of every pair (`nbytes` cut into
 //!    16-byte multiples, one run per block) into member `j`'s `dest` at
-//!    `my_idx x nbytes`, its own pair by a local copy; then `fence.sc.sys`
+//!    `my_idx x nbytes`, its own pair by a local copy, block `b` starting
+//!    with the pair `b mod size` places after its own (so the local copy
+//!    and the stores to each member run at once); then `fence.sc.sys`
 //!    and, except block 0, a count in `done` (device memory of this launch,
 //!    zeroed before it);
 //! 3. block 0 waits for the count to reach `blocks - 1` (acquire), then
@@ -124,8 +126,12 @@ cpnet_alltoall_grid(cpnet_handle_t h, int team, a2a_grid_args a)
     const uint64_t per = ((a.nbytes + gridDim.x - 1) / gridDim.x + 15) & ~(uint64_t)15;
     const uint64_t lo = blockIdx.x * per < a.nbytes ? blockIdx.x * per : a.nbytes;
     const uint64_t hi = lo + per < a.nbytes ? lo + per : a.nbytes;
+    /* Block b starts at pair b mod size: at any moment the grid copies
+     * its own pair and stores to every other member at once, instead of
+     * every block copying the local pair first and then all storing to the
+     * same member (session 21: 16 MiB per pair took local + remote time). */
     for (int k = 0; k < a.size && lo < hi; ++k) {{
-        const int j = (a.my_idx + k) % a.size;
+        const int j = (a.my_idx + k + (int)(blockIdx.x % (unsigned)a.size)) % a.size;
         uint8_t* to = (uint8_t*)a.peers[j] + (uint64_t)a.my_idx * a.nbytes + lo;
         const uint8_t* from = (const uint8_t*)a.source + (uint64_t)j * a.nbytes + lo;
         block_copy(to, from, hi - lo);
@@ -170,66 +176,89 @@ cpnet_alltoall_grid(cpnet_handle_t h, int team, a2a_grid_args a)
 }
 
 impl GpuPe {
-    /// Member `j`'s `dest` as this process maps it, for every member, where
-    /// the grid form can run an alltoall of `nbytes` per pair on `team`:
-    /// at least [`GRID_MIN_BYTES`], peer-to-peer stores on, every other
-    /// member's heap mapped here, at most [`GRID_MAX_MEMBERS`] members.
-    fn grid_peers(&self, team: &Team, dest: SymAddr, nbytes: u64) -> Option<[u64; GRID_MAX_MEMBERS]> {
+    /// `addr` as this process maps it in every member of `team` (its own:
+    /// `dev_ptr(addr)`), where a grid form can run on `team`: peer-to-peer
+    /// stores on, every other member's heap mapped here, at most
+    /// [`GRID_MAX_MEMBERS`] members. Shared with the grid reduce
+    /// (`reduce_grid.rs`).
+    pub(super) fn member_ptrs(&self, team: &Team, addr: SymAddr) -> Option<[u64; GRID_MAX_MEMBERS]> {
         let d = team.desc();
         let size = usize::try_from(d.size).ok()?;
-        if nbytes < GRID_MIN_BYTES || self.p2p.is_none() || size > GRID_MAX_MEMBERS || d.my_idx < 0 {
+        if self.p2p.is_none() || size > GRID_MAX_MEMBERS || d.my_idx < 0 {
             return None;
         }
-        let mut peers = [0u64; GRID_MAX_MEMBERS];
-        for (j, p) in peers.iter_mut().enumerate().take(size) {
+        let mut ptrs = [0u64; GRID_MAX_MEMBERS];
+        for (j, p) in ptrs.iter_mut().enumerate().take(size) {
             *p = if j as i32 == d.my_idx {
-                self.dev_ptr(dest)
+                self.dev_ptr(addr)
             } else {
-                self.peers.bases.get((d.start + j as i32 * d.stride) as usize).copied().flatten()? + dest.0
+                self.peers.bases.get((d.start + j as i32 * d.stride) as usize).copied().flatten()? + addr.0
             };
         }
-        Some(peers)
+        Some(ptrs)
     }
 
-    /// The alltoall on a grid, if it can run there (see [`GpuPe::grid_peers`]):
-    /// `Ok(true)` once launched, `Ok(false)` for the one-block form.
-    pub(super) fn alltoall_grid(&self, team: &Team, dest: SymAddr, source: SymAddr, nbytes: u64, stream: &CudaStream) -> Result<bool> {
-        let Some(peers) = self.grid_peers(team, dest, nbytes) else { return Ok(false) };
-        let f = self.on_stream_function("cpnet_alltoall_grid", &kernel())?;
-        let blocks = nbytes.div_ceil(GRID_BYTES_PER_BLOCK).clamp(1, u64::from(GRID_MAX_BLOCKS)) as u32;
+    /// Launch a grid form: `words` 8-byte words of device memory for this
+    /// launch alone, zeroed, are allocated on `stream` before `launch(ptr)`
+    /// and freed after it in stream order (so launches on other streams
+    /// never share them).
+    ///
+    /// # Errors
+    /// The CUDA calls, and `launch`'s.
+    pub(super) fn launch_with_words(
+        &self,
+        stream: &CudaStream,
+        words: usize,
+        launch: impl FnOnce(u64) -> Result<()>,
+    ) -> Result<()> {
         self.bind()?;
         let cu = stream.cu_stream();
-        let cuda = |what: &'static str| move |source| GpuError::Cuda { what, source };
-        // The count of this launch, in stream order: allocated and zeroed
-        // before the kernel, freed after it, on the caller's stream (so
-        // launches on other streams never share one).
+        let cuda = |call: &'static str| move |source| GpuError::Cuda { what: call, source };
+        let bytes = 8 * words.max(1);
         // SAFETY: `cu` is the caller's live stream of this PE's context
-        // (bound above); 8 bytes allocated here, zeroed and freed below.
-        let done = unsafe { result::malloc_async(cu, 8) }.map_err(cuda("cuMemAllocAsync (grid alltoall's count)"))?;
-        // SAFETY: `done` is the 8-byte allocation above, ordered on `cu`.
-        if let Err(e) = unsafe { result::memset_d8_async(done, 0, 8, cu) } {
-            // SAFETY: `done` came from malloc_async on `cu` and nothing uses it.
-            let _ = unsafe { result::free_async(done, cu) };
-            return Err(cuda("cuMemsetD8Async (grid alltoall's count)")(e).into());
+        // (bound above); `bytes` allocated here, zeroed and freed below.
+        let mem = unsafe { result::malloc_async(cu, bytes) }.map_err(cuda("cuMemAllocAsync (a grid form's words)"))?;
+        // SAFETY: `mem` is the allocation above, `bytes` long, ordered on `cu`.
+        if let Err(e) = unsafe { result::memset_d8_async(mem, 0, bytes, cu) } {
+            // SAFETY: `mem` came from malloc_async on `cu` and nothing uses it.
+            let _ = unsafe { result::free_async(mem, cu) };
+            return Err(cuda("cuMemsetD8Async (a grid form's words)")(e).into());
         }
-        let d = team.desc();
-        let args = GridArgs { dest: self.dev_ptr(dest), source: self.dev_ptr(source), nbytes, done, peers, my_idx: d.my_idx, size: d.size };
-        let (h, t) = (self.handle(), team.id());
-        let mut b = stream.launch_builder(&f);
-        b.arg(&h).arg(&t).arg(&args);
-        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (ON_STREAM_THREADS, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: the arguments match cpnet_alltoall_grid(cpnet_handle_t,
-        // int, a2a_grid_args) (GridArgs mirrors the struct, asserted on both
-        // sides); `dest` and `source` were checked inside the heap by the
-        // caller for n_pes x nbytes; the peers' addresses are their heaps'
-        // IPC mappings in this context (grid_peers) plus the same offset,
-        // inside their heaps since every member's heap has this PE's size;
-        // `done` lives until its stream-ordered free after the kernel.
-        let launched = unsafe { b.launch(cfg) }.map_err(cuda("cuLaunchKernel (grid alltoall)"));
-        // SAFETY: `done` came from malloc_async on `cu`; the free is ordered
+        let launched = launch(mem);
+        // SAFETY: `mem` came from malloc_async on `cu`; the free is ordered
         // after the kernel (or after the memset if the launch failed).
-        unsafe { result::free_async(done, cu) }.map_err(cuda("cuMemFreeAsync (grid alltoall's count)"))?;
-        launched?;
+        unsafe { result::free_async(mem, cu) }.map_err(cuda("cuMemFreeAsync (a grid form's words)"))?;
+        launched
+    }
+
+    /// The alltoall on a grid, if it can run there (at least
+    /// [`GRID_MIN_BYTES`] per pair, [`GpuPe::member_ptrs`]): `Ok(true)`
+    /// once launched, `Ok(false)` for the one-block form.
+    pub(super) fn alltoall_grid(&self, team: &Team, dest: SymAddr, source: SymAddr, nbytes: u64, stream: &CudaStream) -> Result<bool> {
+        if nbytes < GRID_MIN_BYTES {
+            return Ok(false);
+        }
+        let Some(peers) = self.member_ptrs(team, dest) else { return Ok(false) };
+        let f = self.on_stream_function("cpnet_alltoall_grid", &kernel())?;
+        let blocks = nbytes.div_ceil(GRID_BYTES_PER_BLOCK).clamp(1, u64::from(GRID_MAX_BLOCKS)) as u32;
+        let d = team.desc();
+        let (h, t) = (self.handle(), team.id());
+        self.launch_with_words(stream, 1, |done| {
+            let args = GridArgs { dest: self.dev_ptr(dest), source: self.dev_ptr(source), nbytes, done, peers, my_idx: d.my_idx, size: d.size };
+            let mut b = stream.launch_builder(&f);
+            b.arg(&h).arg(&t).arg(&args);
+            let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (ON_STREAM_THREADS, 1, 1), shared_mem_bytes: 0 };
+            // SAFETY: the arguments match cpnet_alltoall_grid(cpnet_handle_t,
+            // int, a2a_grid_args) (GridArgs mirrors the struct, asserted on
+            // both sides); `dest` and `source` were checked inside the heap
+            // by the caller for n_pes x nbytes; the peers' addresses are
+            // their heaps' IPC mappings in this context (member_ptrs) plus
+            // the same offset, inside their heaps since every member's heap
+            // has this PE's size; `done` lives until its stream-ordered free
+            // after the kernel (launch_with_words).
+            unsafe { b.launch(cfg) }.map_err(|source| GpuError::Cuda { what: "cuLaunchKernel (grid alltoall)", source })?;
+            Ok(())
+        })?;
         Ok(true)
     }
 }

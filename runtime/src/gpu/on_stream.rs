@@ -97,6 +97,15 @@ impl GpuPe {
         self.on_stream_built(name, name, || source.to_owned())
     }
 
+    /// Function `name` of the module built from `source()`, kept under
+    /// `key` (a grid form with one module per type: `reduce_grid.rs`).
+    ///
+    /// # Errors
+    /// NVRTC or the module load.
+    pub(super) fn on_stream_built_fn(&self, key: &str, name: &str, source: impl FnOnce() -> String) -> Result<CudaFunction> {
+        self.on_stream_built(key, name, source)
+    }
+
     /// Function `name` of the module built from `source()`, kept under `key`.
     fn on_stream_built(&self, key: &str, name: &str, source: impl FnOnce() -> String) -> Result<CudaFunction> {
         let mut built = self.on_stream.built.lock().unwrap_or_else(PoisonError::into_inner);
@@ -167,6 +176,9 @@ impl GpuPe {
         }
         let bytes = (nreduce as u64).saturating_mul(T::SIZE as u64);
         self.on_stream_ranges(dest, bytes, source, bytes)?;
+        if self.reduce_grid::<T>(team, op, dest, source, nreduce as u64, stream)? {
+            return Ok(());
+        }
         let call = format!("reduce_as(cpnet_{}_{}_reduce, &ctx, team, dest, source, n)", T::NAME, op.name());
         self.launch_on_stream(&call, stream, team, Args { dest, source, n: nreduce as u64, root: 0 })
     }

@@ -27,6 +27,7 @@ use cpnet::device::layout::TeamDesc;
 use cpnet::gpu::GpuError;
 use cpnet_tests::check_eq;
 use cpnet_tests::gpu::{self, LOG_WORDS};
+use cpnet_tests::gpu_on_stream_bench::{self, a2a_sizes, print_a2a};
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
 #[derive(Parser)]
@@ -117,6 +118,21 @@ enum Scenario {
         #[arg(long)]
         on_stream: bool,
     },
+    /// Float sum reduce to all through `GpuPe::team_reduce_on_stream` on
+    /// CPNET_TEAM_WORLD, 4 KiB to `max` bytes x4, launched back to back on
+    /// the PE's stream and timed on the host as scripts/nccl_allreduce.py
+    /// times NCCL's allreduce (one block below
+    /// cpnet::gpu::REDUCE_GRID_MIN_BYTES, a grid from there where heaps are
+    /// mapped); the last result checked element by element. PE 0 prints.
+    /// The heap must hold 2 x `max` bytes (CPNET_HEAP_SIZE).
+    ReduceBench {
+        /// Calls per size up to 1 MiB (fewer above: about 1 GiB moved per size).
+        #[arg(long, default_value_t = 200)]
+        iters: u64,
+        /// The largest array, bytes (K, M suffixes).
+        #[arg(long, default_value = "16M", value_parser = parse_size)]
+        max: u64,
+    },
     /// The host-side `_on_stream` team collectives (GpuPe::team_*_on_stream)
     /// on the world team and an even-PE split, every element checked.
     OnStream,
@@ -164,7 +180,8 @@ fn main() -> ExitCode {
         Scenario::Collectives => collectives(&pe, threads),
         Scenario::CollBench { iters, small_max } => coll_bench(&pe, threads, iters, small_max),
         Scenario::A2aBench { iters, max, on_stream: false } => a2a_bench(&pe, threads, iters, max),
-        Scenario::A2aBench { iters, max, on_stream: true } => a2a_bench_on_stream(&pe, iters, max),
+        Scenario::A2aBench { iters, max, on_stream: true } => gpu_on_stream_bench::alltoall(&pe, iters, max),
+        Scenario::ReduceBench { iters, max } => gpu_on_stream_bench::reduce(&pe, iters, max),
         Scenario::OnStream => cpnet_tests::gpu_on_stream::on_stream(&pe),
     };
     match r.and_then(|()| pe.finalize().context("finalize")) {
@@ -966,27 +983,6 @@ fn collectives(pe: &GpuPe, threads: u32) -> Result<()> {
     verdict(fails)
 }
 
-/// The alltoall benchmarks' sizes per pair (1 KiB, x4, up to `max`) and
-/// calls per size (`iters` up to 1 MiB, then about as many bytes in all,
-/// at least 5).
-fn a2a_sizes(iters: u64, max: u64) -> (Vec<u64>, Vec<u64>) {
-    let sizes: Vec<u64> = std::iter::successors(Some(1024u64), |s| Some(s * 4)).take_while(|&s| s <= max.max(1024)).collect();
-    let counts = sizes.iter().map(|&s| if s <= 1 << 20 { iters } else { (iters * (1 << 20) / s).max(5) }).collect();
-    (sizes, counts)
-}
-
-/// PE 0's alltoall table: `title`, then per size the calls, ns per call
-/// (`ns`) in µs, and algbw as nccl_alltoall.py computes it (the bytes this
-/// PE sends to the others per second).
-fn print_a2a(title: &str, n: u64, sizes: &[u64], counts: &[u64], ns: &[u64]) {
-    println!("a2a-bench: {title}");
-    println!("a2a-bench: {:>10} {:>8} {:>10} {:>10}", "bytes/pair", "calls", "time(us)", "algbw(GB/s)");
-    for ((s, c), t) in sizes.iter().zip(counts).zip(ns) {
-        let bw = (n - 1) as f64 * *s as f64 / (*t as f64).max(1.0);
-        println!("a2a-bench: {s:>10} {c:>8} {:>10.2} {bw:>10.2}", *t as f64 / 1e3);
-    }
-}
-
 /// Alltoall latency on CPNET_TEAM_WORLD, 1 KiB to `max` bytes per pair.
 fn a2a_bench(pe: &GpuPe, threads: u32, iters: u64, max: u64) -> Result<()> {
     use cpnet_tests::gpu_coll;
@@ -1030,60 +1026,6 @@ fn a2a_bench(pe: &GpuPe, threads: u32, iters: u64, max: u64) -> Result<()> {
         let path = if h.0.peers != 0 { "p2p stores" } else { "queue (network path)" };
         print_a2a(&format!("{n} PEs, team world, cpnet_alltoallmem, 1 block x {threads} threads, {path}"), n, &sizes, &counts, &ns);
     }
-    Ok(())
-}
-
-/// Alltoall through `GpuPe::team_alltoall_on_stream` on CPNET_TEAM_WORLD,
-/// 1 KiB to `max` bytes per pair: per size a warm-up call, then `iters`
-/// (fewer above 1 MiB) back to back on the PE's stream, timed on the host
-/// from the first launch to the end of the synchronize, as
-/// scripts/nccl_alltoall.py times NCCL's (CUDA events around the loop).
-/// The last call's result is checked word by word. PE 0 prints.
-fn a2a_bench_on_stream(pe: &GpuPe, iters: u64, max: u64) -> Result<()> {
-    let me = pe.my_pe();
-    let n = pe.n_pes() as u64;
-    let (sizes, counts) = a2a_sizes(iters, max);
-    let span = n * sizes.last().copied().unwrap_or(1024);
-    let alloc = |what: &str, bytes: u64| {
-        pe.shmalloc(bytes).with_context(|| format!("a2a-bench {what}: {bytes} bytes (both buffers need {}: raise CPNET_HEAP_SIZE)", 2 * span))
-    };
-    let (src, dst) = (alloc("source", span)?, alloc("dest", span)?);
-    // Word i of this PE's source: its number and i, so every word of a
-    // result names where it came from.
-    let words = (span / 8) as usize;
-    pe.write_heap(src, &u64s_bytes(&(0..words as u64).map(|i| (me as u64) << 48 | i).collect::<Vec<_>>()))?;
-    let world = pe.team_world();
-    let s = pe.stream();
-    let mut ns = Vec::new();
-    for (&size, &c) in sizes.iter().zip(&counts) {
-        pe.team_alltoall_on_stream(&world, dst, src, size as usize, s)?;
-        pe.synchronize()?;
-        pe.barrier_all()?;
-        let t = std::time::Instant::now();
-        for _ in 0..c {
-            pe.team_alltoall_on_stream(&world, dst, src, size as usize, s)?;
-        }
-        pe.synchronize()?;
-        ns.push(t.elapsed().as_nanos() as u64 / c.max(1));
-        pe.barrier_all()?;
-        let got = read_u64s(pe, dst, (n * size / 8) as usize)?;
-        let per = (size / 8) as usize;
-        for (i, &g) in got.iter().enumerate() {
-            // Block j of my dest is block `me` of PE j's source.
-            let (j, k) = ((i / per) as u64, (me as u64 * size / 8) + (i % per) as u64);
-            ensure!(g == j << 48 | k, "a2a-bench --on-stream: {size} B per pair: word {i} is {g:#x}, expected {:#x}", j << 48 | k);
-        }
-        pe.barrier_all()?;
-    }
-    if me == 0 {
-        let path = if pe.handle().0.peers != 0 { "p2p stores" } else { "queue (network path)" };
-        let grid = cpnet::gpu::ALLTOALL_GRID_MIN_BYTES;
-        let title = format!("{n} PEs, team world, team_alltoall_on_stream (one block below {grid} B per pair, a grid from there where heaps are mapped), {path}");
-        print_a2a(&title, n, &sizes, &counts, &ns);
-    }
-    pe.barrier_all()?;
-    pe.shfree(dst)?;
-    pe.shfree(src)?;
     Ok(())
 }
 
