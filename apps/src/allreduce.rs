@@ -152,7 +152,10 @@ pub struct Args {
     pub min_ring_bytes: u64,
     /// Which algorithm runs a size: the library's reduce to all over
     /// `CPNET_TEAM_WORLD` (`team`: one work-group calls
-    /// `cpnet_<type>_sum_reduce`, or `CpuCtx::reduce` on CPU PEs), the
+    /// `cpnet_<type>_sum_reduce`, or `CpuCtx::reduce` on CPU PEs; with
+    /// `-variant inter-kernel`, one `GpuPe::team_reduce_on_stream` call per
+    /// allreduce, a grid from `cpnet::gpu::REDUCE_GRID_MIN_BYTES` where the
+    /// heaps are mapped), the
     /// multi-ring allreduce (`ring`), or `auto`: the library up to
     /// `-team-max` bytes, the rings above.
     #[arg(long, value_enum, default_value_t = Algo::Auto)]

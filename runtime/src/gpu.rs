@@ -46,6 +46,7 @@ mod queues;
 pub use queues::{GpuQueues, MappedHost};
 mod module;
 mod alltoall_grid;
+mod grid;
 mod on_stream;
 mod reduce_grid;
 mod team;

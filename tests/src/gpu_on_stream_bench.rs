@@ -150,10 +150,11 @@ pub fn reduce(pe: &GpuPe, iters: u64, max: u64) -> Result<()> {
         let path = if pe.handle().0.peers != 0 { "p2p stores" } else { "queue (network path)" };
         let grid = cpnet::gpu::REDUCE_GRID_MIN_BYTES;
         println!("reduce-bench: {n} PEs, team world, float sum, team_reduce_on_stream (one block below {grid} B, a grid from there where heaps are mapped), {path}");
-        println!("reduce-bench: {:>10} {:>8} {:>10} {:>10}", "bytes", "calls", "time(us)", "busbw(GB/s)");
+        println!("reduce-bench: {:>10} {:>8} {:>10} {:>10} {:>6}", "bytes", "calls", "time(us)", "busbw(GB/s)", "form");
         for ((s, c), t) in sizes.iter().zip(&counts).zip(&ns) {
             let bw = *s as f64 / (*t as f64).max(1.0) * 2.0 * f64::from(n - 1) / f64::from(n);
-            println!("reduce-bench: {s:>10} {c:>8} {:>10.2} {bw:>10.2}", *t as f64 / 1e3);
+            let form = if pe.team_reduce_on_stream_is_grid(&world, *s) { "grid" } else { "block" };
+            println!("reduce-bench: {s:>10} {c:>8} {:>10.2} {bw:>10.2} {form:>6}", *t as f64 / 1e3);
         }
     }
     pe.barrier_all()?;

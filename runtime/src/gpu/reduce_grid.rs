@@ -17,21 +17,12 @@
 //! member's links then carry `2 (size - 1) / size` of the array each way,
 //! a ring allreduce's traffic, without a ring's `2 (size - 1)` steps.
 //!
-//! Two team epochs order it (team.cuh's signals, SET with st.release.sys):
-//!
-//! 1. entry: block 0 opens a context, takes epochs `e` and `e + 1`, SETs
-//!    `SIG[my_idx] = e` at every other member and waits for every member's
-//!    `SIG[j] >= e`: every member's `source` is written (stream order on
-//!    its side) and its `dest` is free. It then releases the grid's other
-//!    blocks through `go` (device memory of this launch, zeroed before it;
-//!    `2`: block 0 failed, leave);
-//! 2. the blocks fold and store their runs, `fence.sc.sys`, and count
-//!    themselves in `done`;
-//! 3. exit: block 0 waits for the count, SETs `SIG[my_idx] = e + 1` at
-//!    every other member (after every block's fence: the stores are seen
-//!    first) and waits for every member's `SIG[j] >= e + 1`: no member
-//!    still loads this PE's `source` or stores into its `dest`. Then it
-//!    closes its context (a quiet).
+//! Two team epochs order it, as `grid.rs` opens and closes a grid form:
+//! an entry epoch (block 0 SETs and waits for every member's signal: every
+//! member's `source` is written and its `dest` free; then it releases the
+//! other blocks), the blocks' folds and stores, each block's fence and
+//! count, and an exit epoch (no member still loads this PE's `source` or
+//! stores into its `dest`).
 //!
 //! Every member takes the grid form or none: the choice depends on the
 //! size, the team and the peer table, the same on every member (the heaps
@@ -43,7 +34,7 @@ use cpnet_device::cpu::{ReduceOp, ReduceType, SymAddr};
 use cudarc::driver::{CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
 
 use super::GpuPe;
-use super::alltoall_grid::GRID_MAX_MEMBERS;
+use super::grid::{GRID_MAX_MEMBERS, prelude};
 use super::on_stream::ON_STREAM_THREADS;
 use crate::error::{GpuError, Result};
 use crate::team::Team;
@@ -93,6 +84,7 @@ const _: () = assert!(size_of::<GridArgs>() == 8 * (4 + 2 * GRID_MAX_MEMBERS) + 
 fn kernel(name: &str, op: &str, red: &str) -> String {
     format!(
         r#"#include <cpnet/device.cuh>
+{prelude}
 #define RED_GRID_MEMBERS {GRID_MAX_MEMBERS}
 #define RED_GRID_UNROLL 8
 #define RED_GRID_VEC_UNROLL 4
@@ -111,83 +103,14 @@ template <typename T> struct red_grid_elem<int (*)(cpnet_ctx_t*, cpnet_team_t, T
 }};
 typedef red_grid_elem<decltype(&cpnet_{name}_{op}_reduce)>::type elem_t;
 
-/* Report `e` through the status block (thread 0), with or without a context. */
-__device__ void red_grid_fail(cpnet_handle_t* h, cpnet_ctx_t* ctx, int e)
-{{
-    if (threadIdx.x != 0) return;
-    cpnet_ctx_t bare = {{}};
-    bare.status = (cpnet_status_t*)h->status;
-    cpnet_detail::report_dev_error(ctx != nullptr ? ctx : &bare, e, h->my_pe, 0, 0, 0, CPNET_CMP_EQ);
-}}
-
-/* Block 0, whole block: SIG[my_idx] = e at every other member, then wait
- * for every member's SIG[j] >= e (team_wait_all). */
-__device__ int red_grid_epoch(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, uint64_t e)
-{{
-    using namespace cpnet_detail;
-    const int r = collective(ctx, [&]() -> int {{
-        for (int k = 1; k < d.size; ++k) {{
-            const int j = (d.my_idx + k) % d.size;
-            const int s = team_signal_leader(ctx, team_sig(ctx, d, d.my_idx), e, team_world_pe(d, j));
-            if (s != CPNET_E_OK) return s;
-        }}
-        return CPNET_E_OK;
-    }});
-    return r != CPNET_E_OK ? r : team_wait_all(ctx, d, e);
-}}
-
 extern "C" __global__ void __launch_bounds__({ON_STREAM_THREADS})
 cpnet_reduce_grid(cpnet_handle_t h, int team, red_grid_args a)
 {{
     using namespace cpnet_detail;
-    __shared__ cpnet_ctx_t ctx;
-    __shared__ cpnet_team_desc_t d;
-    __shared__ uint64_t epoch;
-    __shared__ int go_seen;
-    unsigned long long* go = (unsigned long long*)a.words;
-    unsigned long long* done = go + 1;
-    const bool lead = blockIdx.x == 0;
-    if (lead) {{
-        int e = cpnet_ctx_create(&h, &ctx);
-        if (e != CPNET_E_OK) {{
-            red_grid_fail(&h, nullptr, e);
-            if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)go, 2);
-            return;
-        }}
-        if (threadIdx.x == 0) {{
-            cpnet_team_desc_t t;
-            e = team_get(&ctx, team, &t);
-            if (e == CPNET_E_OK && (t.my_idx != a.my_idx || t.size != a.size)) e = CPNET_E_BAD_TEAM;
-            d = t;
-            ctx.ret = e;
-            if (e == CPNET_E_OK) {{
-                epoch = team_next_leader(&ctx, t, false) >> 1;
-                (void)team_next_leader(&ctx, t, false); /* epoch + 1: the exit */
-            }}
-        }}
-        __syncthreads();
-        e = ctx.ret;
-        if (e == CPNET_E_OK) e = red_grid_epoch(&ctx, d, epoch);
-        /* Release: what block 0 acquired from the members' signals, before
-         * the others' loads of their sources; pairs with the acquire below. */
-        if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)go, e == CPNET_E_OK ? 1 : 2);
-        if (e != CPNET_E_OK) {{
-            red_grid_fail(&h, &ctx, e);
-            cpnet_ctx_destroy(&ctx);
-            return;
-        }}
-    }} else {{
-        if (threadIdx.x == 0) {{
-            unsigned polls = 0;
-            unsigned long long v;
-            while ((v = cpnet_ld_acquire_sys_u64((const uint64_t*)go)) == 0) {{
-                if ((++polls & 1023) == 0 && cpnet_abort_code(&h) != CPNET_E_OK) break;
-            }}
-            go_seen = (int)v;
-        }}
-        __syncthreads();
-        if (go_seen != 1) return;
-    }}
+    __shared__ grid_state st;
+    unsigned long long* words = (unsigned long long*)a.words;
+    /* Entry and exit epochs (grid.rs): loads of every member's source. */
+    if (!grid_open(&h, team, a.my_idx, a.size, words, 2, true, &st)) return;
     /* This member's part, and this block's run of it: whole 16-byte words
      * (V elements) where every buffer is 16-byte aligned, so that a run
      * moves in uint4 loads and stores; only the array's last run ends in a
@@ -207,12 +130,12 @@ cpnet_reduce_grid(cpnet_handle_t h, int team, red_grid_args a)
     if (q == V && V > 1) {{
         /* Whole words: U of them per thread in flight from each member. */
         const int U = RED_GRID_VEC_UNROLL;
-        const uint64_t words = (hi - lo) / V;
-        for (uint64_t w = threadIdx.x; w < words; w += U * nt) {{
+        const uint64_t nw = (hi - lo) / V;
+        for (uint64_t w = threadIdx.x; w < nw; w += U * nt) {{
             elem_t acc[U][V];
 #pragma unroll
             for (int u = 0; u < U; ++u)
-                if (w + u * nt < words) {{
+                if (w + u * nt < nw) {{
                     const uint4 v = ((const uint4*)((const elem_t*)a.src[0] + lo))[w + u * nt];
                     memcpy(acc[u], &v, 16);
                 }}
@@ -221,10 +144,10 @@ cpnet_reduce_grid(cpnet_handle_t h, int team, red_grid_args a)
                 uint4 x[U];
 #pragma unroll
                 for (int u = 0; u < U; ++u)
-                    if (w + u * nt < words) x[u] = sj[w + u * nt];
+                    if (w + u * nt < nw) x[u] = sj[w + u * nt];
 #pragma unroll
                 for (int u = 0; u < U; ++u)
-                    if (w + u * nt < words) {{
+                    if (w + u * nt < nw) {{
                         elem_t e[V];
                         memcpy(e, &x[u], 16);
 #pragma unroll
@@ -235,14 +158,14 @@ cpnet_reduce_grid(cpnet_handle_t h, int team, red_grid_args a)
                 uint4* dj = (uint4*)((elem_t*)a.dst[(a.my_idx + k) % a.size] + lo);
 #pragma unroll
                 for (int u = 0; u < U; ++u)
-                    if (w + u * nt < words) {{
+                    if (w + u * nt < nw) {{
                         uint4 v;
                         memcpy(&v, acc[u], 16);
                         dj[w + u * nt] = v;
                     }}
             }}
         }}
-        i0 = lo + words * V;
+        i0 = lo + nw * V;
     }}
     /* Element by element: the unaligned case, and the array's last partial word. */
     const int U = RED_GRID_UNROLL;
@@ -268,31 +191,10 @@ cpnet_reduce_grid(cpnet_handle_t h, int team, red_grid_args a)
                 if (i + u * nt < hi) dj[i + u * nt] = acc[u];
         }}
     }}
-    __syncthreads();
-    if (threadIdx.x == 0) {{
-        /* Every thread's stores of this block, then the count (block 0's
-         * acquire below pairs with it). */
-        __threadfence_system();
-        if (!lead) atomicAdd(done, 1ull);
-    }}
-    if (!lead) return;
-    if (threadIdx.x == 0) {{
-        unsigned polls = 0;
-        ctx.ret = CPNET_E_OK;
-        while (cpnet_ld_acquire_sys_u64((const uint64_t*)done) < (unsigned long long)(gridDim.x - 1)) {{
-            if ((++polls & 1023) == 0) {{
-                const int ab = cpnet_abort_code(&h);
-                if (ab != CPNET_E_OK) {{ ctx.ret = ab; break; }}
-            }}
-        }}
-    }}
-    __syncthreads();
-    int r = ctx.ret;
-    if (r == CPNET_E_OK) r = red_grid_epoch(&ctx, d, epoch + 1);
-    if (r != CPNET_E_OK) red_grid_fail(&h, &ctx, r);
-    cpnet_ctx_destroy(&ctx);
+    grid_close(&h, words, st.epoch + 1, &st);
 }}
-"#
+"#,
+        prelude = prelude()
     )
 }
 
@@ -310,6 +212,15 @@ fn red_name(op: ReduceOp) -> &'static str {
 }
 
 impl GpuPe {
+    /// Whether [`GpuPe::team_reduce_on_stream`] of `bytes` (elements x
+    /// their size) on `team` runs on a grid: at least [`GRID_MIN_BYTES`],
+    /// peer-to-peer stores on and every other member's heap mapped here
+    /// (else one block). The same answer on every member of a team whose
+    /// members all run on one host with CUDA IPC. Local.
+    pub fn team_reduce_on_stream_is_grid(&self, team: &Team, bytes: u64) -> bool {
+        bytes >= GRID_MIN_BYTES && self.member_ptrs(team, SymAddr(0)).is_some()
+    }
+
     /// The reduce to all on a grid, if it can run there (at least
     /// [`GRID_MIN_BYTES`], [`GpuPe::member_ptrs`] for both buffers):
     /// `Ok(true)` once launched, `Ok(false)` for the one-block form. The
@@ -334,7 +245,7 @@ impl GpuPe {
         let part = bytes.div_ceil(d.size.max(1) as u64);
         let blocks = part.div_ceil(GRID_BYTES_PER_BLOCK).clamp(1, u64::from(GRID_MAX_BLOCKS)) as u32;
         let (h, t) = (self.handle(), team.id());
-        self.launch_with_words(stream, 2, |words| {
+        self.launch_grid(stream, |words| {
             let args = GridArgs { dest: self.dev_ptr(dest), source: self.dev_ptr(source), n: nreduce, words, src, dst, my_idx: d.my_idx, size: d.size };
             let mut b = stream.launch_builder(&f);
             b.arg(&h).arg(&t).arg(&args);
@@ -346,7 +257,7 @@ impl GpuPe {
             // their heaps' IPC mappings in this context (member_ptrs) plus
             // the same offsets, inside their heaps since every member's heap
             // has this PE's size; `words` lives until its stream-ordered free
-            // after the kernel (launch_with_words).
+            // after the kernel (launch_grid).
             unsafe { b.launch(cfg) }.map_err(|source| GpuError::Cuda { what: "cuLaunchKernel (grid reduce)", source })?;
             Ok(())
         })?;
