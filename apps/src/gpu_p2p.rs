@@ -38,9 +38,15 @@ use cpnet::GpuPe;
 use cpnet::device::cpu::SymAddr;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-/// The benchmark kernel (`p2p`), built with the NVRTC helper.
+/// The benchmark kernels (`p2p`, `pingpong`, `pingpong_raw`), built with
+/// the NVRTC helper after [`bounds`]' line: each has `__launch_bounds__`
+/// of the block size it runs with (`--threads`), so that up to 1024 fit
+/// (without bounds, 1024 threads failed to launch: too many registers).
 pub const KERNEL: &str = r#"
 #include <cpnet/device.cuh>
+#ifndef P2P_THREADS
+#define P2P_THREADS 1024
+#endif
 
 /* mode 0: blocking putmem latency, 1: blocking getmem latency: times[i] =
  * duration of timed call i (ns), block 0 only.
@@ -48,7 +54,7 @@ pub const KERNEL: &str = r#"
  * `iters` windows of `window` calls + quiet; times[2b], times[2b+1] = start
  * and end (globaltimer ns) of block b's timed windows.
  * status[b] = the first CPNET_E_* of block b (0: none). */
-extern "C" __global__ void p2p(cpnet_handle_t h, unsigned char* local, unsigned char* remote,
+extern "C" __global__ void __launch_bounds__(P2P_THREADS) p2p(cpnet_handle_t h, unsigned char* local, unsigned char* remote,
                                unsigned long long size, int peer, int mode, unsigned iters,
                                unsigned warmup, unsigned window, unsigned long long* times, int* status)
 {
@@ -94,7 +100,7 @@ extern "C" __global__ void p2p(cpnet_handle_t h, unsigned char* local, unsigned 
  * for its own `sig` to reach i; PE 1 waits for i and answers the same way.
  * With `exchange`, both PEs put first and then wait (a halo exchange).
  * times[0] = duration of the `iters` timed rounds (ns, after `warmup`). */
-extern "C" __global__ void pingpong(cpnet_handle_t h, unsigned char* buf, const unsigned char* src,
+extern "C" __global__ void __launch_bounds__(P2P_THREADS) pingpong(cpnet_handle_t h, unsigned char* buf, const unsigned char* src,
                                     unsigned long long* sig, unsigned long long size, unsigned iters,
                                     unsigned warmup, int exchange, unsigned long long* times, int* status)
 {
@@ -138,7 +144,7 @@ extern "C" __global__ void pingpong(cpnet_handle_t h, unsigned char* buf, const 
  *   release and no separate flag, 2 x size bytes on the wire.
  * status[0] = 0, -2 if PE 1's heap is not mapped here, -3 if a round did not
  * arrive within 10 s. */
-extern "C" __global__ void pingpong_raw(cpnet_handle_t h, unsigned char* buf, const unsigned char* src,
+extern "C" __global__ void __launch_bounds__(P2P_THREADS) pingpong_raw(cpnet_handle_t h, unsigned char* buf, const unsigned char* src,
                                         unsigned long long* sig, unsigned long long size, unsigned iters,
                                         unsigned warmup, int mode, unsigned long long* times, int* status)
 {
@@ -228,8 +234,8 @@ pub struct P2pArgs {
     /// Work-groups issuing concurrently in the bandwidth runs.
     #[arg(long, default_value_t = 1)]
     pub wgs: u32,
-    /// Threads per work-group.
-    #[arg(long, default_value_t = 32)]
+    /// Threads per work-group, 1-1024.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub threads: u32,
     /// Also write the table to this CSV file (PE 0).
     #[arg(long)]
@@ -299,7 +305,7 @@ pub fn run(pe: &GpuPe, cli: &P2pArgs) -> Result<()> {
     if cli.pingpong {
         return pingpong(pe, cli, &sizes);
     }
-    let module = pe.build_module("p2p.cu", KERNEL)?;
+    let module = pe.build_module("p2p.cu", &(bounds(cli.threads) + KERNEL))?;
     let func = module.load_function("p2p").context("load kernel p2p")?;
     let src = pe.shmalloc(cli.max)?; // PE 0: the put source
     let dst = pe.shmalloc(cli.max)?; // PE 1: the put destination and get source
@@ -373,11 +379,16 @@ pub fn run(pe: &GpuPe, cli: &P2pArgs) -> Result<()> {
     Ok(())
 }
 
+/// The line before [`KERNEL`] that sets its launch bounds to `threads`.
+fn bounds(threads: u32) -> String {
+    format!("#define P2P_THREADS {threads}\n")
+}
+
 /// `--pingpong` (**collective**: PEs 0 and 1 run the `pingpong` kernel at
 /// once, the others wait in the barriers; PE 0 prints one line per size).
 fn pingpong(pe: &GpuPe, cli: &P2pArgs, sizes: &[u64]) -> Result<()> {
     let me = pe.my_pe();
-    let module = pe.build_module("p2p.cu", KERNEL)?;
+    let module = pe.build_module("p2p.cu", &(bounds(cli.threads) + KERNEL))?;
     let func = module.load_function("pingpong").context("load kernel pingpong")?;
     let raw = module.load_function("pingpong_raw").context("load kernel pingpong_raw")?;
     let src = pe.shmalloc(cli.max)?;
