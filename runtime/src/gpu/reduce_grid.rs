@@ -103,6 +103,47 @@ template <typename T> struct red_grid_elem<int (*)(cpnet_ctx_t*, cpnet_team_t, T
 }};
 typedef red_grid_elem<decltype(&cpnet_{name}_{op}_reduce)>::type elem_t;
 
+/* Words [0, nw) of type W (sizeof(W) / sizeof(elem_t) elements each) from
+ * element `lo` on (whole block): each thread takes U words at a time
+ * (w, w + nt, ...), loads them from every member's source together (U
+ * loads in flight per member), folds in team order and stores the result
+ * into every member's dest. */
+template <typename W, int U>
+__device__ __forceinline__ void red_grid_run(const red_grid_args& a, uint64_t lo, uint64_t nw)
+{{
+    constexpr int V = sizeof(W) / sizeof(elem_t);
+    const uint64_t nt = blockDim.x;
+    for (uint64_t w = threadIdx.x; w < nw; w += U * nt) {{
+        elem_t acc[U][V];
+        for (int j = 0; j < a.size; ++j) {{
+            const W* sj = (const W*)((const elem_t*)a.src[j] + lo);
+            W x[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (w + u * nt < nw) x[u] = sj[w + u * nt];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {{
+                if (w + u * nt >= nw) continue;
+                elem_t e[V];
+                memcpy(e, &x[u], sizeof(W));
+#pragma unroll
+                for (int k = 0; k < V; ++k)
+                    acc[u][k] = j == 0 ? e[k] : cpnet_detail::combiner<elem_t, cpnet_detail::{red}>::apply(acc[u][k], e[k]);
+            }}
+        }}
+        for (int k = 0; k < a.size; ++k) {{
+            W* dj = (W*)((elem_t*)a.dst[(a.my_idx + k) % a.size] + lo);
+#pragma unroll
+            for (int u = 0; u < U; ++u) {{
+                if (w + u * nt >= nw) continue;
+                W v;
+                memcpy(&v, acc[u], sizeof(W));
+                dj[w + u * nt] = v;
+            }}
+        }}
+    }}
+}}
+
 extern "C" __global__ void __launch_bounds__({ON_STREAM_THREADS})
 cpnet_reduce_grid(cpnet_handle_t h, int team, red_grid_args a)
 {{
@@ -125,72 +166,12 @@ cpnet_reduce_grid(cpnet_handle_t h, int team, red_grid_args a)
     const uint64_t per = ((phi - plo + gridDim.x - 1) / gridDim.x + q - 1) / q * q;
     const uint64_t lo = plo + blockIdx.x * per < phi ? plo + blockIdx.x * per : phi;
     const uint64_t hi = lo + per < phi ? lo + per : phi;
-    const uint64_t nt = blockDim.x;
-    uint64_t i0 = lo;
-    if (q == V && V > 1) {{
-        /* Whole words: U of them per thread in flight from each member. */
-        const int U = RED_GRID_VEC_UNROLL;
-        const uint64_t nw = (hi - lo) / V;
-        for (uint64_t w = threadIdx.x; w < nw; w += U * nt) {{
-            elem_t acc[U][V];
-#pragma unroll
-            for (int u = 0; u < U; ++u)
-                if (w + u * nt < nw) {{
-                    const uint4 v = ((const uint4*)((const elem_t*)a.src[0] + lo))[w + u * nt];
-                    memcpy(acc[u], &v, 16);
-                }}
-            for (int j = 1; j < a.size; ++j) {{
-                const uint4* sj = (const uint4*)((const elem_t*)a.src[j] + lo);
-                uint4 x[U];
-#pragma unroll
-                for (int u = 0; u < U; ++u)
-                    if (w + u * nt < nw) x[u] = sj[w + u * nt];
-#pragma unroll
-                for (int u = 0; u < U; ++u)
-                    if (w + u * nt < nw) {{
-                        elem_t e[V];
-                        memcpy(e, &x[u], 16);
-#pragma unroll
-                        for (uint64_t k = 0; k < V; ++k) acc[u][k] = combiner<elem_t, {red}>::apply(acc[u][k], e[k]);
-                    }}
-            }}
-            for (int k = 0; k < a.size; ++k) {{
-                uint4* dj = (uint4*)((elem_t*)a.dst[(a.my_idx + k) % a.size] + lo);
-#pragma unroll
-                for (int u = 0; u < U; ++u)
-                    if (w + u * nt < nw) {{
-                        uint4 v;
-                        memcpy(&v, acc[u], 16);
-                        dj[w + u * nt] = v;
-                    }}
-            }}
-        }}
-        i0 = lo + nw * V;
-    }}
-    /* Element by element: the unaligned case, and the array's last partial word. */
-    const int U = RED_GRID_UNROLL;
-    for (uint64_t i = i0 + threadIdx.x; i < hi; i += U * nt) {{
-        elem_t acc[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-            if (i + u * nt < hi) acc[u] = ((const elem_t*)a.src[0])[i + u * nt];
-        for (int j = 1; j < a.size; ++j) {{
-            const elem_t* sj = (const elem_t*)a.src[j];
-            elem_t x[U];
-#pragma unroll
-            for (int u = 0; u < U; ++u)
-                if (i + u * nt < hi) x[u] = sj[i + u * nt];
-#pragma unroll
-            for (int u = 0; u < U; ++u)
-                if (i + u * nt < hi) acc[u] = combiner<elem_t, {red}>::apply(acc[u], x[u]);
-        }}
-        for (int k = 0; k < a.size; ++k) {{
-            elem_t* dj = (elem_t*)a.dst[(a.my_idx + k) % a.size];
-#pragma unroll
-            for (int u = 0; u < U; ++u)
-                if (i + u * nt < hi) dj[i + u * nt] = acc[u];
-        }}
-    }}
+    /* Whole 16-byte words, U of them per thread in flight from each
+     * member; then element by element (the unaligned case, and the array's
+     * last partial word). */
+    const uint64_t nw = q == V && V > 1 ? (hi - lo) / V : 0;
+    if (nw > 0) red_grid_run<uint4, RED_GRID_VEC_UNROLL>(a, lo, nw);
+    red_grid_run<elem_t, RED_GRID_UNROLL>(a, lo + nw * V, hi - lo - nw * V);
     grid_close(&h, words, st.epoch + 1, &st);
 }}
 "#,
