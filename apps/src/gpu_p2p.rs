@@ -39,7 +39,7 @@ use cpnet::device::cpu::SymAddr;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 /// The benchmark kernels (`p2p`, `pingpong`, `pingpong_raw`), built with
-/// the NVRTC helper after [`bounds`]' line: each has `__launch_bounds__`
+/// the NVRTC helper after `bounds`' line: each has `__launch_bounds__`
 /// of the block size it runs with (`--threads`), so that up to 1024 fit
 /// (without bounds, 1024 threads failed to launch: too many registers).
 pub const KERNEL: &str = r#"

@@ -150,9 +150,14 @@ impl GpuPe {
     /// Reduce to all on `stream` (`nvshmemx_TYPENAME_OP_reduce_on_stream`;
     /// OpenSHMEM 1.5 §9.9.12): `nreduce` elements of type `T` at `source`
     /// of every member of `team`, combined with `op` in team order, into
-    /// `dest` of every member (every member gets the same bits).
-    /// **Collective** over `team`: every member enqueues it; returns once
-    /// launched.
+    /// `dest` of every member (every member gets the same bits; `dest ==
+    /// source` allowed). **Collective** over `team`: every member enqueues
+    /// it; returns once launched. From 64 KiB
+    /// (`cpnet::gpu::REDUCE_GRID_MIN_BYTES`) on a team whose members all
+    /// map each other's heaps it runs on a grid of up to 128 blocks
+    /// (`reduce_grid.rs`: a reduce-scatter and an allgather by the blocks'
+    /// loads and stores), else on one block;
+    /// [`GpuPe::team_reduce_on_stream_is_grid`] says which.
     ///
     /// # Errors
     /// [`Error::Team`]: a bitwise `op` on a float type; [`Error::OutsideHeap`]:
