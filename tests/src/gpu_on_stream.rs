@@ -9,6 +9,8 @@ use cpnet::GpuPe;
 use cpnet::device::cpu::{ReduceOp, ReduceType, SymAddr};
 use cpnet::team::Team;
 
+use crate::heap_words::bytes_u64s;
+
 /// Elements (and bytes per PE for the byte collectives) each case moves:
 /// odd, and more than one round of the team scratch's chunk for the
 /// reductions' u64 case.
@@ -17,10 +19,6 @@ const N: usize = 1001;
 /// PE `pe`'s value `i` (a deterministic pattern the checks recompute).
 fn val(pe: i32, i: usize) -> u64 {
     (pe as u64 + 1) * 1_000_003 + i as u64 * 7919
-}
-
-fn u64s(b: &[u8]) -> Vec<u64> {
-    b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
 }
 
 fn f64s(b: &[u8]) -> Vec<f64> {
@@ -54,13 +52,13 @@ fn check_team(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: SymAddr) -
     pe.synchronize()?;
     pe.read_heap(dst, &mut got[..N * 8])?;
     let want: Vec<u64> = (0..N).map(|i| (0..n).fold(0u64, |a, p| a.wrapping_add(val(world(p), i)))).collect();
-    ensure!(u64s(&got[..N * 8]) == want, "{name}: u64 sum reduce on a stream differs");
+    ensure!(bytes_u64s(&got[..N * 8]) == want, "{name}: u64 sum reduce on a stream differs");
     settle()?;
     pe.team_reduce_on_stream::<u64>(team, ReduceOp::Xor, dst, src, N, s)?;
     pe.synchronize()?;
     pe.read_heap(dst, &mut got[..N * 8])?;
     let want: Vec<u64> = (0..N).map(|i| (0..n).fold(0u64, |a, p| a ^ val(world(p), i))).collect();
-    ensure!(u64s(&got[..N * 8]) == want, "{name}: u64 xor reduce on a stream differs");
+    ensure!(bytes_u64s(&got[..N * 8]) == want, "{name}: u64 xor reduce on a stream differs");
     settle()?;
     let fl: Vec<u8> = (0..N).flat_map(|i| (val(pe.my_pe(), i) as f64 * 0.5).to_le_bytes()).collect();
     pe.write_heap(src, &fl)?;
@@ -78,20 +76,20 @@ fn check_team(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: SymAddr) -
     pe.synchronize()?;
     pe.read_heap(dst, &mut got[..N * 8])?;
     let want: Vec<u64> = (0..N).map(|i| val(world(root), i)).collect();
-    ensure!(u64s(&got[..N * 8]) == want, "{name}: broadcast on a stream differs");
+    ensure!(bytes_u64s(&got[..N * 8]) == want, "{name}: broadcast on a stream differs");
     settle()?;
     pe.team_fcollect_on_stream(team, dst, src, N * 8, s)?;
     pe.synchronize()?;
     pe.read_heap(dst, &mut got)?;
     let want: Vec<u64> = (0..n).flat_map(|p| (0..N).map(move |i| val(world(p), i))).collect();
-    ensure!(u64s(&got) == want, "{name}: fcollect on a stream differs");
+    ensure!(bytes_u64s(&got) == want, "{name}: fcollect on a stream differs");
     settle()?;
     pe.team_alltoall_on_stream(team, dst, src, N * 8, s)?;
     pe.synchronize()?;
     pe.read_heap(dst, &mut got)?;
     // Block i of my dest is block `me` of member i's source.
     let want: Vec<u64> = (0..n).flat_map(|p| (0..N).map(move |i| val(world(p), me as usize * N + i))).collect();
-    ensure!(u64s(&got) == want, "{name}: alltoall on a stream differs");
+    ensure!(bytes_u64s(&got) == want, "{name}: alltoall on a stream differs");
     settle()?;
 
     // sync and barrier, twice each.
@@ -125,7 +123,7 @@ fn check_big_alltoall(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: Sy
         let mut got = vec![0u8; BIG * n];
         pe.read_heap(dst, &mut got)?;
         let want: Vec<u64> = (0..n).flat_map(|p| (0..words).map(move |i| v(world(p), me as usize * words + i))).collect();
-        let got = u64s(&got);
+        let got = bytes_u64s(&got);
         if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
             anyhow::bail!("{name}: alltoall of {BIG} bytes per pair, round {round}: word {i} (from member {}) is {:#x}, expected {:#x}", i / words, got[i], want[i]);
         }

@@ -8,25 +8,41 @@
 
 use anyhow::{Context, Result, ensure};
 use cpnet::GpuPe;
-use cpnet::device::cpu::{ReduceOp, SymAddr};
+use cpnet::device::cpu::ReduceOp;
 
-fn read_u64s(pe: &GpuPe, a: SymAddr, n: usize) -> Result<Vec<u64>> {
-    let mut b = vec![0u8; n * 8];
-    pe.read_heap(a, &mut b)?;
-    Ok(b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect())
-}
+use crate::heap_words::{read_u64s, u64s_bytes};
 
-fn u64s_bytes(words: &[u64]) -> Vec<u8> {
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+/// A benchmark's sizes (`first`, x4, up to `max`) and calls per size
+/// (`iters` up to 1 MiB, then about as many bytes in all, at least
+/// `min_calls`).
+pub fn sizes_and_calls(first: u64, iters: u64, max: u64, min_calls: u64) -> (Vec<u64>, Vec<u64>) {
+    let sizes: Vec<u64> = std::iter::successors(Some(first), |s| Some(s * 4)).take_while(|&s| s <= max.max(first)).collect();
+    let counts = sizes.iter().map(|&s| if s <= 1 << 20 { iters } else { (iters * (1 << 20) / s).max(min_calls) }).collect();
+    (sizes, counts)
 }
 
 /// The alltoall benchmarks' sizes per pair (1 KiB, x4, up to `max`) and
-/// calls per size (`iters` up to 1 MiB, then about as many bytes in all,
-/// at least 5).
+/// calls per size (at least 5 above 1 MiB).
 pub fn a2a_sizes(iters: u64, max: u64) -> (Vec<u64>, Vec<u64>) {
-    let sizes: Vec<u64> = std::iter::successors(Some(1024u64), |s| Some(s * 4)).take_while(|&s| s <= max.max(1024)).collect();
-    let counts = sizes.iter().map(|&s| if s <= 1 << 20 { iters } else { (iters * (1 << 20) / s).max(5) }).collect();
-    (sizes, counts)
+    sizes_and_calls(1024, iters, max, 5)
+}
+
+/// One size's time per call (ns): a warm-up `call`, then `calls` of them
+/// back to back on the PE's stream, from a host barrier (the PEs start
+/// together) to the synchronize after the last; a barrier after it, so the
+/// last result may be read. **Collective.**
+fn time_calls(pe: &GpuPe, calls: u64, mut call: impl FnMut() -> Result<()>) -> Result<u64> {
+    call()?;
+    pe.synchronize()?;
+    pe.barrier_all()?;
+    let t = std::time::Instant::now();
+    for _ in 0..calls {
+        call()?;
+    }
+    pe.synchronize()?;
+    let ns = t.elapsed().as_nanos() as u64 / calls.max(1);
+    pe.barrier_all()?;
+    Ok(ns)
 }
 
 /// PE 0's alltoall table: `title`, then per size the calls, ns per call
@@ -64,16 +80,7 @@ pub fn alltoall(pe: &GpuPe, iters: u64, max: u64) -> Result<()> {
     let s = pe.stream();
     let mut ns = Vec::new();
     for (&size, &c) in sizes.iter().zip(&counts) {
-        pe.team_alltoall_on_stream(&world, dst, src, size as usize, s)?;
-        pe.synchronize()?;
-        pe.barrier_all()?;
-        let t = std::time::Instant::now();
-        for _ in 0..c {
-            pe.team_alltoall_on_stream(&world, dst, src, size as usize, s)?;
-        }
-        pe.synchronize()?;
-        ns.push(t.elapsed().as_nanos() as u64 / c.max(1));
-        pe.barrier_all()?;
+        ns.push(time_calls(pe, c, || Ok(pe.team_alltoall_on_stream(&world, dst, src, size as usize, s)?))?);
         let got = read_u64s(pe, dst, (n * size / 8) as usize)?;
         let per = (size / 8) as usize;
         for (i, &g) in got.iter().enumerate() {
@@ -110,10 +117,9 @@ pub fn alltoall(pe: &GpuPe, iters: u64, max: u64) -> Result<()> {
 pub fn reduce(pe: &GpuPe, iters: u64, max: u64) -> Result<()> {
     let me = pe.my_pe();
     let n = pe.n_pes();
-    let sizes: Vec<u64> = std::iter::successors(Some(4096u64), |s| Some(s * 4)).take_while(|&s| s <= max.max(4096)).collect();
     // At least 20 calls (nccl_allreduce.py's count from 16 MiB): with 12,
     // the PEs' skew after the host barrier added 10-20 µs a call at 16 MiB.
-    let counts: Vec<u64> = sizes.iter().map(|&s| if s <= 1 << 20 { iters } else { (iters * (1 << 20) / s).max(20) }).collect();
+    let (sizes, counts) = sizes_and_calls(4096, iters, max, 20);
     let span = sizes.last().copied().unwrap_or(4096);
     let alloc = |what: &str| {
         pe.shmalloc(span).with_context(|| format!("reduce-bench {what}: {span} bytes (both buffers need {}: raise CPNET_HEAP_SIZE)", 2 * span))
@@ -127,16 +133,7 @@ pub fn reduce(pe: &GpuPe, iters: u64, max: u64) -> Result<()> {
     let mut ns = Vec::new();
     for (&size, &c) in sizes.iter().zip(&counts) {
         let count = (size / 4) as usize;
-        pe.team_reduce_on_stream::<f32>(&world, ReduceOp::Sum, dst, src, count, s)?;
-        pe.synchronize()?;
-        pe.barrier_all()?;
-        let t = std::time::Instant::now();
-        for _ in 0..c {
-            pe.team_reduce_on_stream::<f32>(&world, ReduceOp::Sum, dst, src, count, s)?;
-        }
-        pe.synchronize()?;
-        ns.push(t.elapsed().as_nanos() as u64 / c.max(1));
-        pe.barrier_all()?;
+        ns.push(time_calls(pe, c, || Ok(pe.team_reduce_on_stream::<f32>(&world, ReduceOp::Sum, dst, src, count, s)?))?);
         let mut got = vec![0u8; size as usize];
         pe.read_heap(dst, &mut got)?;
         for (i, g) in got.chunks_exact(4).enumerate() {

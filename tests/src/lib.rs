@@ -16,6 +16,7 @@ pub mod gpu;
 pub mod gpu_coll;
 pub mod gpu_on_stream;
 pub mod gpu_on_stream_bench;
+pub mod heap_words;
 pub mod isolation;
 
 use rand::rngs::StdRng;

@@ -28,6 +28,7 @@ use cpnet::gpu::GpuError;
 use cpnet_tests::check_eq;
 use cpnet_tests::gpu::{self, LOG_WORDS};
 use cpnet_tests::gpu_on_stream_bench::{self, a2a_sizes, print_a2a};
+use cpnet_tests::heap_words::{bytes_u64s, read_u64s, u64s_bytes};
 use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
 #[derive(Parser)]
@@ -229,18 +230,6 @@ fn read(pe: &GpuPe, a: SymAddr, len: u64) -> Result<Vec<u8>> {
     Ok(v)
 }
 
-/// `n` little-endian u64 words of the local heap at `a`.
-fn read_u64s(pe: &GpuPe, a: SymAddr, n: usize) -> Result<Vec<u64>> {
-    Ok(read(pe, a, 8 * n as u64)?.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect())
-}
-
-fn u64s_bytes(words: &[u64]) -> Vec<u8> {
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
-}
-
-fn bytes_u64s(b: &[u8]) -> Vec<u64> {
-    b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
-}
 
 /// The blocks' failure logs at `logs`, checked.
 fn check_logs(pe: &GpuPe, k: &Kernel, logs: SymAddr, blocks: u32) -> Result<()> {
