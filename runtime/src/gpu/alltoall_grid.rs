@@ -26,12 +26,12 @@
 //! with the same signal) pair up.
 
 use cpnet_device::cpu::SymAddr;
-use cudarc::driver::{CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaStream, DeviceRepr};
 
 use super::GpuPe;
 use super::grid::{GRID_MAX_MEMBERS, prelude};
 use super::on_stream::ON_STREAM_THREADS;
-use crate::error::{GpuError, Result};
+use crate::error::Result;
 use crate::team::Team;
 
 /// Bytes per pair from which the alltoall runs on a grid (where it can).
@@ -117,26 +117,26 @@ impl GpuPe {
             return Ok(false);
         }
         let Some(dst) = self.member_ptrs(team, dest) else { return Ok(false) };
-        let f = self.on_stream_function("cpnet_alltoall_grid", &kernel())?;
+        let f = self.on_stream_built("cpnet_alltoall_grid", "cpnet_alltoall_grid", kernel)?;
         let blocks = nbytes.div_ceil(GRID_BYTES_PER_BLOCK).clamp(1, u64::from(GRID_MAX_BLOCKS)) as u32;
         let d = team.desc();
-        let (h, t) = (self.handle(), team.id());
-        self.launch_grid(stream, |words| {
-            let args = GridArgs { dest: self.dev_ptr(dest), source: self.dev_ptr(source), nbytes, words, dst, my_idx: d.my_idx, size: d.size };
-            let mut b = stream.launch_builder(&f);
-            b.arg(&h).arg(&t).arg(&args);
-            let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (ON_STREAM_THREADS, 1, 1), shared_mem_bytes: 0 };
-            // SAFETY: the arguments match cpnet_alltoall_grid(cpnet_handle_t,
-            // int, a2a_grid_args) (GridArgs mirrors the struct, asserted on
-            // both sides); `dest` and `source` were checked inside the heap
-            // by the caller for n_pes x nbytes; the members' addresses are
-            // their heaps' IPC mappings in this context (member_ptrs) plus
-            // the same offsets, inside their heaps since every member's heap
-            // has this PE's size; `words` lives until its stream-ordered
-            // free after the kernel (launch_grid).
-            unsafe { b.launch(cfg) }.map_err(|source| GpuError::Cuda { what: "cuLaunchKernel (grid alltoall)", source })?;
-            Ok(())
-        })?;
+        // SAFETY: kernel() declares cpnet_alltoall_grid(cpnet_handle_t,
+        // int, a2a_grid_args), which GridArgs mirrors (asserted on both
+        // sides); `dest` and `source` were checked inside the heap by the
+        // caller for n_pes x nbytes; the members' addresses are their heaps'
+        // IPC mappings in this context (member_ptrs) plus the same offset,
+        // inside their heaps since every member's heap has this PE's size.
+        unsafe {
+            self.launch_grid(stream, &f, team, blocks, "cuLaunchKernel (grid alltoall)", |words| GridArgs {
+                dest: self.dev_ptr(dest),
+                source: self.dev_ptr(source),
+                nbytes,
+                words,
+                dst,
+                my_idx: d.my_idx,
+                size: d.size,
+            })
+        }?;
         Ok(true)
     }
 }

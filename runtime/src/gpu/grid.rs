@@ -29,9 +29,10 @@
 //! failure goes to the status block: [`GpuPe::synchronize`] reports it.
 
 use cpnet_device::cpu::SymAddr;
-use cudarc::driver::{CudaStream, result};
+use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, result};
 
 use super::GpuPe;
+use super::on_stream::ON_STREAM_THREADS;
 use crate::error::{GpuError, Result};
 use crate::team::Team;
 
@@ -183,14 +184,31 @@ impl GpuPe {
         Some(ptrs)
     }
 
-    /// Launch a grid form: two 8-byte words of device memory for this
-    /// launch alone (`go`, `done`), zeroed, are allocated on `stream`
-    /// before `launch(ptr)` and freed after it in stream order (so launches
-    /// on other streams never share them).
+    /// Launch grid form `f` on `stream`: `blocks` blocks of
+    /// [`ON_STREAM_THREADS`] threads, with the handle, `team`'s id and the
+    /// argument struct `args(words)`, where `words` are two 8-byte words of
+    /// device memory for this launch alone (`go`, `done`), zeroed,
+    /// allocated on `stream` before the launch and freed after it in
+    /// stream order (so launches on other streams never share them).
+    /// `what` names the launch in its error.
+    ///
+    /// # Safety
+    /// `f`'s parameters are `(cpnet_handle_t, int, A)`, `A` laid out as the
+    /// kernel's argument struct, and every device address in the struct
+    /// `args` builds is valid for what the kernel does with it until the
+    /// kernel ends (the launch's own words are: freed after it).
     ///
     /// # Errors
-    /// The CUDA calls, and `launch`'s.
-    pub(super) fn launch_grid(&self, stream: &CudaStream, launch: impl FnOnce(u64) -> Result<()>) -> Result<()> {
+    /// The CUDA calls.
+    pub(super) unsafe fn launch_grid<A: DeviceRepr>(
+        &self,
+        stream: &CudaStream,
+        f: &CudaFunction,
+        team: &Team,
+        blocks: u32,
+        what: &'static str,
+        args: impl FnOnce(u64) -> A,
+    ) -> Result<()> {
         self.bind()?;
         let cu = stream.cu_stream();
         let cuda = |call: &'static str| move |source| GpuError::Cuda { what: call, source };
@@ -204,10 +222,17 @@ impl GpuPe {
             let _ = unsafe { result::free_async(mem, cu) };
             return Err(cuda("cuMemsetD8Async (a grid form's words)")(e).into());
         }
-        let launched = launch(mem);
+        let (h, t, a) = (self.handle(), team.id(), args(mem));
+        let mut b = stream.launch_builder(f);
+        b.arg(&h).arg(&t).arg(&a);
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (ON_STREAM_THREADS, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: the arguments match `f`'s parameters and its struct's
+        // addresses are valid (the caller's contract); `mem` lives until its
+        // stream-ordered free below, after the kernel.
+        let launched = unsafe { b.launch(cfg) }.map(|_| ()).map_err(cuda(what));
         // SAFETY: `mem` came from malloc_async on `cu`; the free is ordered
         // after the kernel (or after the memset if the launch failed).
         unsafe { result::free_async(mem, cu) }.map_err(cuda("cuMemFreeAsync (a grid form's words)"))?;
-        launched
+        Ok(launched?)
     }
 }

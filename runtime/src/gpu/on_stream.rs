@@ -88,26 +88,14 @@ impl GpuPe {
         self.on_stream_built(call, "cpnet_on_stream", || source(call))
     }
 
-    /// Kernel `name` of a module of its own, built from `source` on first
-    /// use (the grid forms, `alltoall_grid.rs`).
-    ///
-    /// # Errors
-    /// NVRTC or the module load.
-    pub(super) fn on_stream_function(&self, name: &str, source: &str) -> Result<CudaFunction> {
-        self.on_stream_built(name, name, || source.to_owned())
-    }
-
     /// Function `name` of the module built from `source()`, kept under
-    /// `key` (a grid form with one module per type: `reduce_grid.rs`).
+    /// `key`; `source` runs only on the first build (the grid forms,
+    /// `alltoall_grid.rs` and `reduce_grid.rs`, one module per type and
+    /// operator for the reduce).
     ///
     /// # Errors
     /// NVRTC or the module load.
-    pub(super) fn on_stream_built_fn(&self, key: &str, name: &str, source: impl FnOnce() -> String) -> Result<CudaFunction> {
-        self.on_stream_built(key, name, source)
-    }
-
-    /// Function `name` of the module built from `source()`, kept under `key`.
-    fn on_stream_built(&self, key: &str, name: &str, source: impl FnOnce() -> String) -> Result<CudaFunction> {
+    pub(super) fn on_stream_built(&self, key: &str, name: &str, source: impl FnOnce() -> String) -> Result<CudaFunction> {
         let mut built = self.on_stream.built.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((_, f)) = built.get(key) {
             return Ok(f.clone());
@@ -246,7 +234,7 @@ impl GpuPe {
 mod tests {
     use cpnet_device::nvrtc::{self, BuildOptions};
 
-    /// Every form's kernel (the grid alltoall's too) compiles with NVRTC for sm_90, warning-free
+    /// Every form's kernel (the grid forms' too) compiles with NVRTC for sm_90, warning-free
     /// (a typo in a call would otherwise only show on a GPU, at first use).
     /// Needs libnvrtc; `CPNET_REQUIRE_NVRTC=1` makes its absence a failure.
     #[test]
@@ -274,11 +262,25 @@ mod tests {
             assert!(out.log.trim().is_empty(), "{call}: NVRTC warnings:\n{}", out.log);
             assert!(out.ptx.contains(".entry cpnet_on_stream("), "{call}: no entry in the PTX");
         }
-        // The grid form of the alltoall (alltoall_grid.rs), a module of its own.
-        let opts = BuildOptions { name: "cpnet_alltoall_grid.cu".into(), ..BuildOptions::default() };
-        let out = nvrtc::compile(&super::super::alltoall_grid::kernel(), &opts)
-            .unwrap_or_else(|e| panic!("grid alltoall: {e}\n{}", e.log().unwrap_or_default()));
-        assert!(out.log.trim().is_empty(), "grid alltoall: NVRTC warnings:\n{}", out.log);
-        assert!(out.ptx.contains(".entry cpnet_alltoall_grid("), "grid alltoall: no entry in the PTX");
+        // The grid forms, modules of their own: the alltoall
+        // (alltoall_grid.rs), and the reduce (reduce_grid.rs) for every kind
+        // of element (integer, float, double, half, bfloat16) and a bitwise,
+        // an ordering and an arithmetic operator.
+        let reduce = |name: &str, op: &str, red: &str| super::super::reduce_grid::kernel(name, op, red);
+        let grids = [
+            ("grid alltoall", "cpnet_alltoall_grid", super::super::alltoall_grid::kernel()),
+            ("grid reduce float sum", "cpnet_reduce_grid", reduce("float", "sum", "RED_SUM")),
+            ("grid reduce double min", "cpnet_reduce_grid", reduce("double", "min", "RED_MIN")),
+            ("grid reduce int32 xor", "cpnet_reduce_grid", reduce("int32", "xor", "RED_XOR")),
+            ("grid reduce uint64 prod", "cpnet_reduce_grid", reduce("uint64", "prod", "RED_PROD")),
+            ("grid reduce half max", "cpnet_reduce_grid", reduce("half", "max", "RED_MAX")),
+            ("grid reduce bfloat16 sum", "cpnet_reduce_grid", reduce("bfloat16", "sum", "RED_SUM")),
+        ];
+        for (what, entry, src) in grids {
+            let opts = BuildOptions { name: format!("{entry}.cu"), ..BuildOptions::default() };
+            let out = nvrtc::compile(&src, &opts).unwrap_or_else(|e| panic!("{what}: {e}\n{}", e.log().unwrap_or_default()));
+            assert!(out.log.trim().is_empty(), "{what}: NVRTC warnings:\n{}", out.log);
+            assert!(out.ptx.contains(&format!(".entry {entry}(")), "{what}: no entry in the PTX");
+        }
     }
 }

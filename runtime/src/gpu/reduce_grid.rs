@@ -31,12 +31,12 @@
 //! [`GpuPe::synchronize`] reports it.
 
 use cpnet_device::cpu::{ReduceOp, ReduceType, SymAddr};
-use cudarc::driver::{CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaStream, DeviceRepr};
 
 use super::GpuPe;
 use super::grid::{GRID_MAX_MEMBERS, prelude};
 use super::on_stream::ON_STREAM_THREADS;
-use crate::error::{GpuError, Result};
+use crate::error::Result;
 use crate::team::Team;
 
 /// Bytes of the array from which the reduce runs on a grid (where it can).
@@ -81,7 +81,7 @@ const _: () = assert!(size_of::<GridArgs>() == 8 * (4 + 2 * GRID_MAX_MEMBERS) + 
 /// element type is taken from that function's signature) and the
 /// combiner's operator `red` (`RED_SUM`, ...): compiled once per PE, type
 /// and operator, on first use.
-fn kernel(name: &str, op: &str, red: &str) -> String {
+pub(super) fn kernel(name: &str, op: &str, red: &str) -> String {
     format!(
         r#"#include <cpnet/device.cuh>
 {prelude}
@@ -202,8 +202,8 @@ impl GpuPe {
         bytes >= GRID_MIN_BYTES && self.member_ptrs(team, SymAddr(0)).is_some()
     }
 
-    /// The reduce to all on a grid, if it can run there (at least
-    /// [`GRID_MIN_BYTES`], [`GpuPe::member_ptrs`] for both buffers):
+    /// The reduce to all on a grid, if it can run there
+    /// ([`GpuPe::team_reduce_on_stream_is_grid`]):
     /// `Ok(true)` once launched, `Ok(false)` for the one-block form. The
     /// caller checked the ranges and the operator.
     pub(super) fn reduce_grid<T: ReduceType>(
@@ -216,63 +216,33 @@ impl GpuPe {
         stream: &CudaStream,
     ) -> Result<bool> {
         let bytes = nreduce.saturating_mul(T::SIZE as u64);
-        if bytes < GRID_MIN_BYTES {
+        if !self.team_reduce_on_stream_is_grid(team, bytes) {
             return Ok(false);
         }
         let (Some(src), Some(dst)) = (self.member_ptrs(team, source), self.member_ptrs(team, dest)) else { return Ok(false) };
         let d = team.desc();
         let key = format!("cpnet_reduce_grid:{}:{}", T::NAME, op.name());
-        let f = self.on_stream_built_fn(&key, "cpnet_reduce_grid", || kernel(T::NAME, op.name(), red_name(op)))?;
+        let f = self.on_stream_built(&key, "cpnet_reduce_grid", || kernel(T::NAME, op.name(), red_name(op)))?;
         let part = bytes.div_ceil(d.size.max(1) as u64);
         let blocks = part.div_ceil(GRID_BYTES_PER_BLOCK).clamp(1, u64::from(GRID_MAX_BLOCKS)) as u32;
-        let (h, t) = (self.handle(), team.id());
-        self.launch_grid(stream, |words| {
-            let args = GridArgs { dest: self.dev_ptr(dest), source: self.dev_ptr(source), n: nreduce, words, src, dst, my_idx: d.my_idx, size: d.size };
-            let mut b = stream.launch_builder(&f);
-            b.arg(&h).arg(&t).arg(&args);
-            let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (ON_STREAM_THREADS, 1, 1), shared_mem_bytes: 0 };
-            // SAFETY: the arguments match cpnet_reduce_grid(cpnet_handle_t,
-            // int, red_grid_args) (GridArgs mirrors the struct, asserted on
-            // both sides); `dest` and `source` were checked inside the heap
-            // by the caller for nreduce elements; the members' addresses are
-            // their heaps' IPC mappings in this context (member_ptrs) plus
-            // the same offsets, inside their heaps since every member's heap
-            // has this PE's size; `words` lives until its stream-ordered free
-            // after the kernel (launch_grid).
-            unsafe { b.launch(cfg) }.map_err(|source| GpuError::Cuda { what: "cuLaunchKernel (grid reduce)", source })?;
-            Ok(())
-        })?;
+        // SAFETY: kernel() declares cpnet_reduce_grid(cpnet_handle_t, int,
+        // red_grid_args), which GridArgs mirrors (asserted on both sides);
+        // `dest` and `source` were checked inside the heap by the caller for
+        // nreduce elements; the members' addresses are their heaps' IPC
+        // mappings in this context (member_ptrs) plus the same offsets,
+        // inside their heaps since every member's heap has this PE's size.
+        unsafe {
+            self.launch_grid(stream, &f, team, blocks, "cuLaunchKernel (grid reduce)", |words| GridArgs {
+                dest: self.dev_ptr(dest),
+                source: self.dev_ptr(source),
+                n: nreduce,
+                words,
+                src,
+                dst,
+                my_idx: d.my_idx,
+                size: d.size,
+            })
+        }?;
         Ok(true)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use cpnet_device::nvrtc::{self, BuildOptions};
-
-    /// The grid reduce's kernel compiles warning-free for every kind of
-    /// element (integer, float, double, half, bfloat16) and a bitwise,
-    /// an ordering and an arithmetic operator.
-    #[test]
-    fn reduce_grid_kernels_compile() {
-        if !nvrtc::is_available() {
-            assert_ne!(std::env::var("CPNET_REQUIRE_NVRTC").as_deref(), Ok("1"), "CPNET_REQUIRE_NVRTC=1 but libnvrtc was not found");
-            eprintln!("SKIPPED reduce_grid_kernels_compile: libnvrtc not found (source scripts/nvrtc-env.sh)");
-            return;
-        }
-        for (name, op, red) in [
-            ("float", "sum", "RED_SUM"),
-            ("double", "min", "RED_MIN"),
-            ("int32", "xor", "RED_XOR"),
-            ("uint64", "prod", "RED_PROD"),
-            ("half", "max", "RED_MAX"),
-            ("bfloat16", "sum", "RED_SUM"),
-        ] {
-            let opts = BuildOptions { name: "cpnet_reduce_grid.cu".into(), ..BuildOptions::default() };
-            let out = nvrtc::compile(&super::kernel(name, op, red), &opts)
-                .unwrap_or_else(|e| panic!("{name} {op}: {e}\n{}", e.log().unwrap_or_default()));
-            assert!(out.log.trim().is_empty(), "{name} {op}: NVRTC warnings:\n{}", out.log);
-            assert!(out.ptx.contains(".entry cpnet_reduce_grid("), "{name} {op}: no entry in the PTX");
-        }
     }
 }
