@@ -217,7 +217,9 @@ pub use crate::cli::parse_size;
 /// --suite` for its Fig. 8a part).
 #[derive(clap::Args, Clone, Debug)]
 pub struct P2pArgs {
-    /// Smallest message (bytes; K, M, G suffixes).
+    /// Smallest message (bytes; K, M, G suffixes). With `--pingpong`, 0
+    /// adds a row of the signal alone (`nbytes` 0: what MSCCL++ and NCCL
+    /// call a semaphore) before the sizes from 8 bytes.
     #[arg(long, default_value = "8", value_parser = parse_size)]
     pub min: u64,
     /// Largest message (bytes; K, M, G suffixes).
@@ -292,7 +294,10 @@ fn pat(i: u64) -> u8 {
 pub fn run(pe: &GpuPe, cli: &P2pArgs) -> Result<()> {
     let (me, n) = (pe.my_pe(), pe.n_pes());
     ensure!(n >= 2, "needs 2 PEs (cpnet-run -n 2 -- cpnet-gpu-p2p); this job has {n}");
-    ensure!(cli.min >= 1 && cli.min <= cli.max, "--min must be at least 1 and at most --max");
+    ensure!(
+        (cli.min >= 1 || cli.pingpong) && cli.min <= cli.max,
+        "--min must be at most --max, and at least 1 without --pingpong"
+    );
     ensure!(cli.iters >= 1 && cli.window >= 1 && cli.wgs >= 1, "--iters, --window and --wgs must be at least 1");
     let heap = pe.handle().0.heap_size;
     ensure!(
@@ -301,7 +306,13 @@ pub fn run(pe: &GpuPe, cli: &P2pArgs) -> Result<()> {
         cli.max,
         heap_needed(cli.max)
     );
-    let sizes: Vec<u64> = std::iter::successors(Some(cli.min), |&s| s.checked_mul(2)).take_while(|&s| s <= cli.max).collect();
+    // --min 0 (ping-pong only): the signal alone, then from 8 bytes.
+    let first = if cli.min == 0 { 8 } else { cli.min };
+    let sizes: Vec<u64> = (cli.min == 0)
+        .then_some(0)
+        .into_iter()
+        .chain(std::iter::successors(Some(first), |&s| s.checked_mul(2)).take_while(|&s| s <= cli.max))
+        .collect();
     if cli.pingpong {
         return pingpong(pe, cli, &sizes);
     }
@@ -397,7 +408,13 @@ fn pingpong(pe: &GpuPe, cli: &P2pArgs, sizes: &[u64]) -> Result<()> {
     let sig = pe.shmalloc(8)?;
     // The provider's own floor first, on endpoints of its own, while no
     // kernel runs.
-    let floor = if cli.floor_iters > 0 { crate::floor::messages(pe, sizes, cli.floor_iters)? } else { None };
+    // (Messages of at least one byte: the signal-only row has no floor.)
+    let msg_sizes: Vec<u64> = sizes.iter().copied().filter(|&s| s > 0).collect();
+    let floor = if cli.floor_iters > 0 && !msg_sizes.is_empty() {
+        crate::floor::messages(pe, &msg_sizes, cli.floor_iters)?
+    } else {
+        None
+    };
     if me == 0 {
         let p2p = cpnet::env::Tuning::from_env().map(|t| t.gpu_p2p).unwrap_or(true);
         println!(
@@ -420,19 +437,20 @@ fn pingpong(pe: &GpuPe, cli: &P2pArgs, sizes: &[u64]) -> Result<()> {
             "size_B", "one_way_us", "exchange_us", "floor_one_way_us", "floor_exchange_us", "raw_flag", "raw_put_signal", "raw_ll"
         );
     }
-    for (k, &size) in sizes.iter().enumerate() {
+    for &size in sizes {
         // Ping-pong first, then the exchange, on every PE alike (collective).
         let one_way = pingpong_run(pe, &func, cli, (buf, src, sig), size, 0)?;
         let round = pingpong_run(pe, &func, cli, (buf, src, sig), size, 1)?;
         let mut raws = [None; 3];
         for (mode, r) in raws.iter_mut().enumerate() {
-            // LL words carry 4 bytes each: whole words only.
-            if mode < 2 || size.is_multiple_of(4) {
+            // LL words carry 4 bytes each: whole words only, at least one.
+            if mode < 2 || (size > 0 && size.is_multiple_of(4)) {
                 *r = pingpong_run(pe, &raw, cli, (buf, src, sig), size, 2 + mode as i32)?;
             }
         }
         if me == 0 {
-            let (fo, fe) = floor.as_ref().map_or((f64::NAN, f64::NAN), |f| (f[k].one_way_us, f[k].exchange_us));
+            let row = msg_sizes.iter().position(|&s| s == size).and_then(|k| floor.as_ref().map(|f| &f[k]));
+            let (fo, fe) = row.map_or((f64::NAN, f64::NAN), |f| (f.one_way_us, f.exchange_us));
             let [a, b, c] = raws.map(|r| r.map_or("-".to_owned(), |v| format!("{v:.2}")));
             println!("{size:>12} {:>12.2} {:>12.2} {fo:>16.2} {fe:>16.2} {a:>10} {b:>15} {c:>10}", one_way.unwrap_or(f64::NAN), round.unwrap_or(f64::NAN));
         }

@@ -2,13 +2,19 @@
 // (scripts/test-c.sh builds it with nvcc against the installed headers and
 // runs it where there is a GPU): reduce (sum, max), broadcast, fcollect,
 // alltoall on NVSHMEM_TEAM_WORLD, and then the _on_stream forms (int sum
-// reduce, broadcast, fcollect; double min reduce) on the same stream, every
-// element checked on the host. `coll legacy` uses the legacy stream.
+// reduce, broadcast, fcollect; double min reduce; and reductions large enough
+// for the grid form of cpnet/grid.cuh where the heaps are mapped: float sum
+// of NG elements, int max 4 bytes off 16-byte alignment, long sum in place)
+// on the same stream, every element checked on the host. `coll legacy` uses
+// the legacy stream.
 #include <nvshmem.h>
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
 #define N 1000
+/* Elements of the large reductions: over CPNET_REDUCE_GRID_MIN_BYTES, odd. */
+#define NG 300001
 
 __global__ void coll_kernel(int* src, int* sum, int* mx, int* bc, int* fc, int* a2a_src, int* a2a)
 {
@@ -44,13 +50,32 @@ int main(int argc, char** argv)
     int* fc2 = (int*)nvshmem_malloc(7 * n * sizeof(int));
     double* dsrc = (double*)nvshmem_malloc(N * sizeof(double));
     double* dmin = (double*)nvshmem_malloc(N * sizeof(double));
+    float* gsrc = (float*)nvshmem_malloc(NG * sizeof(float));
+    float* gsum = (float*)nvshmem_malloc(NG * sizeof(float));
+    int* gisrc = (int*)nvshmem_malloc((NG + 1) * sizeof(int));
+    int* gimax = (int*)nvshmem_malloc((NG + 1) * sizeof(int));
+    long* glong = (long*)nvshmem_malloc(NG * sizeof(long));
     coll_kernel<<<1, 128, 0, s>>>(src, sum, mx, bc, fc, a2a_src, a2a);
     nvshmemx_barrier_on_stream(NVSHMEM_TEAM_WORLD, s);
     /* The _on_stream forms, ordered after the kernel on the same stream. */
     std::vector<double> hd(N);
     for (int i = 0; i < N; ++i) hd[i] = 0.5 * (me + 1) + i;
     cudaMemcpyAsync(dsrc, hd.data(), N * sizeof(double), cudaMemcpyHostToDevice, s);
+    std::vector<float> hg(NG);
+    std::vector<int> hi(NG + 1);
+    std::vector<long> hl(NG);
+    for (int i = 0; i < NG; ++i) {
+        hg[i] = (float)(me + 1) + (float)(i % 1000);
+        hi[i + 1] = (i * 7 + me * 13) % 100003;
+        hl[i] = (long)(me + 1) * 1000003L + i;
+    }
+    cudaMemcpyAsync(gsrc, hg.data(), NG * sizeof(float), cudaMemcpyHostToDevice, s);
+    cudaMemcpyAsync(gisrc, hi.data(), (NG + 1) * sizeof(int), cudaMemcpyHostToDevice, s);
+    cudaMemcpyAsync(glong, hl.data(), NG * sizeof(long), cudaMemcpyHostToDevice, s);
     int rc = 0;
+    rc |= nvshmemx_float_sum_reduce_on_stream(NVSHMEM_TEAM_WORLD, gsum, gsrc, NG, s);
+    rc |= nvshmemx_int_max_reduce_on_stream(NVSHMEM_TEAM_WORLD, gimax + 1, gisrc + 1, NG, s);
+    rc |= nvshmemx_long_sum_reduce_on_stream(NVSHMEM_TEAM_WORLD, glong, glong, NG, s);
     rc |= nvshmemx_int_sum_reduce_on_stream(NVSHMEM_TEAM_WORLD, sum2, src, N, s);
     rc |= nvshmemx_int_broadcast_on_stream(NVSHMEM_TEAM_WORLD, bc2, src, N, 0, s);
     rc |= nvshmemx_int_fcollect_on_stream(NVSHMEM_TEAM_WORLD, fc2, src, 7, s);
@@ -89,7 +114,29 @@ int main(int argc, char** argv)
         for (int i = 0; i < 7; ++i) bad += f[p * 7 + i] != (p + 1) * 1000 + i;
     cudaMemcpy(hd.data(), dmin, N * sizeof(double), cudaMemcpyDeviceToHost);
     for (int i = 0; i < N; ++i) bad += hd[i] != 0.5 + i;
-    printf("coll: PE %d of %d: %d wrong: %s\n", me, n, bad, bad ? "FAILED" : "ok");
+    /* The large reductions */
+    int gbad = 0;
+    cudaMemcpy(hg.data(), gsum, NG * sizeof(float), cudaMemcpyDeviceToHost);
+    for (int i = 0; i < NG; ++i) {
+        float want = 0;
+        for (int p = 0; p < n; ++p) want += (float)(p + 1) + (float)(i % 1000);
+        gbad += hg[i] != want;
+    }
+    cudaMemcpy(hi.data(), gimax, (NG + 1) * sizeof(int), cudaMemcpyDeviceToHost);
+    for (int i = 0; i < NG; ++i) {
+        int want = 0;
+        for (int p = 0; p < n; ++p) want = std::max(want, (i * 7 + p * 13) % 100003);
+        gbad += hi[i + 1] != want;
+    }
+    cudaMemcpy(hl.data(), glong, NG * sizeof(long), cudaMemcpyDeviceToHost);
+    for (int i = 0; i < NG; ++i) {
+        long want = 0;
+        for (int p = 0; p < n; ++p) want += (long)(p + 1) * 1000003L + i;
+        gbad += hl[i] != want;
+    }
+    bad += gbad;
+    printf("coll: PE %d of %d: %d wrong (%d in the %d-element reductions): %s\n", me, n, bad, gbad, NG,
+           bad ? "FAILED" : "ok");
     nvshmem_finalize();
     return bad ? 1 : 0;
 }

@@ -562,6 +562,46 @@ typedef struct cpnet_team_desc {
 } cpnet_team_desc_t;
 
 /* ------------------------------------------------------------------------ */
+/* The grid forms of the on-stream collectives (cpnet/grid.cuh, issue 22)    */
+/* ------------------------------------------------------------------------ */
+
+/** Most team members a grid form takes (its argument holds one address per
+ *  member and buffer). */
+#define CPNET_GRID_MAX_MEMBERS 32
+/** Threads per block of a grid form. */
+#define CPNET_GRID_THREADS 256
+/** Bytes of the array from which the on-stream reduce to all runs on a
+ *  grid where every other member is peer-mapped (docs/collectives.md). */
+#define CPNET_REDUCE_GRID_MIN_BYTES 65536
+/** Most blocks of the reduce's grid. */
+#define CPNET_REDUCE_GRID_MAX_BLOCKS 128
+/** Bytes of this member's part per block of the reduce's grid:
+ *  ceil(part / this) blocks, at most CPNET_REDUCE_GRID_MAX_BLOCKS. */
+#define CPNET_REDUCE_GRID_BYTES_PER_BLOCK 16384
+
+#define CPNET_REDUCE_GRID_ARGS_BYTES 552
+#define CPNET_REDUCE_GRID_ARGS_OFF_DEST 0
+#define CPNET_REDUCE_GRID_ARGS_OFF_SOURCE 8
+#define CPNET_REDUCE_GRID_ARGS_OFF_N 16
+#define CPNET_REDUCE_GRID_ARGS_OFF_WORDS 24
+#define CPNET_REDUCE_GRID_ARGS_OFF_SRC 32
+#define CPNET_REDUCE_GRID_ARGS_OFF_DST 288
+#define CPNET_REDUCE_GRID_ARGS_OFF_MY_IDX 544
+#define CPNET_REDUCE_GRID_ARGS_OFF_SIZE 548
+
+/** The reduce grid kernel's argument (passed by value). */
+typedef struct cpnet_reduce_grid_args {
+    uint64_t dest;   /**< this PE's dest (device address) */
+    uint64_t source; /**< this PE's source (device address) */
+    uint64_t n;      /**< elements */
+    uint64_t words;  /**< two zeroed 8-byte words of this launch: go, done (grid.cuh) */
+    uint64_t src[CPNET_GRID_MAX_MEMBERS]; /**< member j's source as mapped in this process */
+    uint64_t dst[CPNET_GRID_MAX_MEMBERS]; /**< member j's dest as mapped in this process */
+    int32_t my_idx;  /**< this PE's number in the team */
+    int32_t size;    /**< team members (at most CPNET_GRID_MAX_MEMBERS) */
+} cpnet_reduce_grid_args_t;
+
+/* ------------------------------------------------------------------------ */
 /* Compile-time checks of every size and offset above                       */
 /* ------------------------------------------------------------------------ */
 
@@ -632,6 +672,18 @@ CPNET_CHECK_OFF(cpnet_team_desc_t, my_idx, CPNET_TEAM_DESC_OFF_MY_IDX);
 CPNET_CHECK_OFF(cpnet_team_desc_t, scratch, CPNET_TEAM_DESC_OFF_SCRATCH);
 CPNET_CHECK_OFF(cpnet_team_desc_t, chunk, CPNET_TEAM_DESC_OFF_CHUNK);
 CPNET_CHECK_OFF(cpnet_team_desc_t, data_off, CPNET_TEAM_DESC_OFF_DATA_OFF);
+
+CPNET_STATIC_ASSERT(sizeof(cpnet_reduce_grid_args_t) == CPNET_REDUCE_GRID_ARGS_BYTES, "cpnet_reduce_grid_args_t size");
+CPNET_CHECK_OFF(cpnet_reduce_grid_args_t, dest, CPNET_REDUCE_GRID_ARGS_OFF_DEST);
+CPNET_CHECK_OFF(cpnet_reduce_grid_args_t, source, CPNET_REDUCE_GRID_ARGS_OFF_SOURCE);
+CPNET_CHECK_OFF(cpnet_reduce_grid_args_t, n, CPNET_REDUCE_GRID_ARGS_OFF_N);
+CPNET_CHECK_OFF(cpnet_reduce_grid_args_t, words, CPNET_REDUCE_GRID_ARGS_OFF_WORDS);
+CPNET_CHECK_OFF(cpnet_reduce_grid_args_t, src, CPNET_REDUCE_GRID_ARGS_OFF_SRC);
+CPNET_CHECK_OFF(cpnet_reduce_grid_args_t, dst, CPNET_REDUCE_GRID_ARGS_OFF_DST);
+CPNET_CHECK_OFF(cpnet_reduce_grid_args_t, my_idx, CPNET_REDUCE_GRID_ARGS_OFF_MY_IDX);
+CPNET_CHECK_OFF(cpnet_reduce_grid_args_t, size, CPNET_REDUCE_GRID_ARGS_OFF_SIZE);
+CPNET_STATIC_ASSERT(CPNET_REDUCE_GRID_ARGS_OFF_DST == CPNET_REDUCE_GRID_ARGS_OFF_SRC + 8 * CPNET_GRID_MAX_MEMBERS,
+                    "reduce grid args: one source address per member");
 
 CPNET_STATIC_ASSERT(sizeof(cpnet_status_t) == CPNET_STATUS_BYTES, "cpnet_status_t size");
 CPNET_CHECK_OFF(cpnet_status_t, abort, CPNET_STATUS_OFF_ABORT);

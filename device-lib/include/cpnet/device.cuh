@@ -236,6 +236,18 @@ __device__ __forceinline__ bool in_heap(const cpnet_ctx_t* ctx, const void* ptr,
     return off < ctx->heap_size && n <= ctx->heap_size - off;
 }
 
+/** The local side's part of p2p_remote's choice: at most
+ *  CPNET_P2P_BYTES_PER_THREAD bytes per thread of the block, and `local`
+ *  in the heap unless the access is inline (at most CPNET_INLINE_MAX
+ *  bytes). team_round_direct asks the same. */
+__device__ __forceinline__ bool p2p_local_ok(const cpnet_ctx_t* ctx, const void* local, uint64_t nbytes)
+{
+    if (CPNET_P2P_BYTES_PER_THREAD != 0 &&
+        nbytes > (uint64_t)CPNET_P2P_BYTES_PER_THREAD * blockDim.x * blockDim.y * blockDim.z)
+        return false;
+    return nbytes <= CPNET_INLINE_MAX || in_heap(ctx, local, nbytes);
+}
+
 /** Where at `pe` the symmetric object `remote` (a put's `dest`, a get's
  *  `source`) is, for an access of `nbytes` (> 0) whose other side is `local`
  *  (the put's source, the get's destination), or nullptr when the access
@@ -249,11 +261,7 @@ __device__ __forceinline__ uint8_t* p2p_remote(const cpnet_ctx_t* ctx, const voi
                                                uint64_t nbytes, int pe)
 {
     const uint64_t base = p2p_base(ctx, pe);
-    if (base == 0 || !in_heap(ctx, remote, nbytes)) return nullptr;
-    if (CPNET_P2P_BYTES_PER_THREAD != 0 &&
-        nbytes > (uint64_t)CPNET_P2P_BYTES_PER_THREAD * blockDim.x * blockDim.y * blockDim.z)
-        return nullptr;
-    if (nbytes > CPNET_INLINE_MAX && !in_heap(ctx, local, nbytes)) return nullptr;
+    if (base == 0 || !in_heap(ctx, remote, nbytes) || !p2p_local_ok(ctx, local, nbytes)) return nullptr;
     return (uint8_t*)(base + heap_offset(ctx, remote));
 }
 

@@ -580,15 +580,11 @@ __device__ __noinline__ inline int team_reduce_round(cpnet_ctx_t* ctx, const cpn
 
 /** Whether a signal round of `bytes` from `source` on a team whose other
  *  members are all peer-mapped goes entirely by the block's own stores
- *  (p2p_remote's conditions for its puts: at most
- *  CPNET_P2P_BYTES_PER_THREAD per thread, `source` in the heap), so that
+ *  (p2p_remote's local conditions for its puts, p2p_local_ok), so that
  *  team_reduce_round may send `source` itself (`direct`). */
-__device__ __forceinline__ bool team_round_direct(const cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, const void* source,
-                                                  uint64_t bytes)
+__device__ __forceinline__ bool team_round_direct(const cpnet_ctx_t* ctx, const void* source, uint64_t bytes)
 {
-    const uint64_t nt = (uint64_t)blockDim.x * blockDim.y * blockDim.z;
-    if (CPNET_P2P_BYTES_PER_THREAD != 0 && bytes > (uint64_t)CPNET_P2P_BYTES_PER_THREAD * nt) return false;
-    return bytes <= CPNET_INLINE_MAX || in_heap(ctx, source, bytes);
+    return p2p_local_ok(ctx, source, bytes);
 }
 
 /** Reduce to all (team.rs reduce): rounds of team_reduce_round, each
@@ -615,7 +611,7 @@ __device__ __forceinline__ int team_reduce(cpnet_ctx_t* ctx, cpnet_team_t team, 
         const bool ll = n * sizeof(T) <= team_ll_max(d);
         /* This PE's choice alone (the others see the same data either
          * way): every put of the round is the block's own stores. */
-        const bool direct = !ll && all_p2p && team_round_direct(ctx, d, source + done, n * sizeof(T));
+        const bool direct = !ll && all_p2p && team_round_direct(ctx, source + done, n * sizeof(T));
         const int r = ll ? team_reduce_round_ll(ctx, d, source + done, n * sizeof(T), &buf)
                          : team_reduce_round(ctx, d, source + done, n * sizeof(T), &buf, direct);
         if (r != CPNET_E_OK) return r;

@@ -45,7 +45,10 @@
  *  - Host, on a stream: barrier_all_on_stream, barrier_on_stream(team),
  *    team_sync_on_stream(team), TYPENAME_{broadcast,fcollect,alltoall}_on_stream
  *    and TYPENAME_OP_reduce_on_stream (one-block kernels running the block
- *    forms; loaded by nvshmem_init). Peer-to-peer where mapped; otherwise through a command
+ *    forms; loaded by nvshmem_init; the reduce from CPNET_REDUCE_GRID_MIN_BYTES
+ *    on a team whose members are all peer-mapped runs on a grid of up to
+ *    CPNET_REDUCE_GRID_MAX_BLOCKS blocks, cpnet/grid.cuh, as the runtime's
+ *    team_reduce_on_stream). Peer-to-peer where mapped; otherwise through a command
  *    queue and the proxy (cpnet's network path), claimed for the call and
  *    quieted before it returns, so the _nbi forms complete on return there.
  *
@@ -63,6 +66,7 @@
 #include <vector>
 #include <cpnet/cpnet.h>
 #include <cpnet/device.cuh>
+#include <cpnet/grid.cuh>
 
 typedef int32_t nvshmem_team_t;
 #define NVSHMEM_TEAM_WORLD CPNET_TEAM_WORLD
@@ -999,6 +1003,90 @@ static inline int launch_on_stream(const char* routine, cudaStream_t stream, nvs
 CPNET_RMA_TYPES(CPNET_NV_COLL)
 #undef CPNET_NV_COLL
 
+namespace cpnet_nv {
+/* team.cuh's operator (enum reduce_op) of each OPNAME of CPNET_NV_REDUCE. */
+enum {
+    red_of_and_reduce = cpnet_detail::RED_AND,
+    red_of_or_reduce = cpnet_detail::RED_OR,
+    red_of_xor_reduce = cpnet_detail::RED_XOR,
+    red_of_min_reduce = cpnet_detail::RED_MIN,
+    red_of_max_reduce = cpnet_detail::RED_MAX,
+    red_of_sum_reduce = cpnet_detail::RED_SUM,
+    red_of_prod_reduce = cpnet_detail::RED_PROD,
+};
+
+/* The reduce to all on a grid (cpnet/grid.cuh, as the runtime's
+ * GpuPe::team_reduce_on_stream): every block fills the arguments from the
+ * handle's team and peer tables; where a member's heap is not mapped here
+ * (another host, CPNET_GPU_P2P=0) or the team is unknown, block 0 runs the
+ * one-block form instead (which reports a bad team) and the others leave.
+ * The same choice on every member. */
+template <class Op>
+__global__ void __launch_bounds__(CPNET_GRID_THREADS)
+reduce_grid_kernel(nvshmem_team_t team, typename Op::type* dest, const typename Op::type* source, size_t n,
+                   unsigned long long* words)
+{
+    __shared__ cpnet_reduce_grid_args_t a;
+    __shared__ int ok;
+    if (threadIdx.x == 0)
+        ok = cpnet_detail::reduce_grid_args(&handle, team, (uint64_t)dest, (uint64_t)source, (uint64_t)n,
+                                             (uint64_t)words, &a);
+    __syncthreads();
+    if (!ok) {
+        if (blockIdx.x == 0) Op::run(team, dest, source, n, 0);
+        return;
+    }
+    const int e = cpnet_detail::reduce_grid<typename Op::type, Op::red>(&handle, team, a);
+    if (e != CPNET_E_OK && threadIdx.x == 0) {
+        printf("cpnet: nvshmem.h: PE %d: nvshmemx_*_reduce_on_stream (grid form) failed: cpnet error %d\n",
+               handle.my_pe, e);
+        __trap();
+    }
+}
+template <class Op>
+struct preload_grid {
+    static const int registered;
+};
+template <class Op>
+const int preload_grid<Op>::registered = register_preload((const void*)reduce_grid_kernel<Op>);
+
+/* The _reduce_on_stream forms: a grid of up to CPNET_REDUCE_GRID_MAX_BLOCKS
+ * blocks from CPNET_REDUCE_GRID_MIN_BYTES on teams of at most
+ * CPNET_GRID_MAX_MEMBERS (reduce_grid_kernel), else one block. */
+template <class Op>
+static inline int launch_reduce_on_stream(const char* routine, cudaStream_t stream, nvshmem_team_t team,
+                                          typename Op::type* dest, const typename Op::type* source, size_t n)
+{
+    const size_t bytes = n * sizeof(typename Op::type);
+    const int size = bytes >= CPNET_REDUCE_GRID_MIN_BYTES ? nvshmem_team_n_pes(team) : 0;
+    if (size <= 0 || size > CPNET_GRID_MAX_MEMBERS) return launch_on_stream<Op>(routine, stream, team, dest, source, n, 0);
+    (void)preload_grid<Op>::registered;
+    const size_t part = (bytes + (size_t)size - 1) / (size_t)size;
+    size_t blocks = (part + CPNET_REDUCE_GRID_BYTES_PER_BLOCK - 1) / CPNET_REDUCE_GRID_BYTES_PER_BLOCK;
+    if (blocks < 1) blocks = 1;
+    if (blocks > CPNET_REDUCE_GRID_MAX_BLOCKS) blocks = CPNET_REDUCE_GRID_MAX_BLOCKS;
+    /* The launch's two words (go, done), zeroed, freed after it in stream
+     * order, so launches on other streams never share them. */
+    void* words = nullptr;
+    cudaError_t e = cudaMallocAsync(&words, 16, stream);
+    if (e == cudaSuccess) e = cudaMemsetAsync(words, 0, 16, stream);
+    if (e == cudaSuccess) {
+        reduce_grid_kernel<Op><<<(unsigned)blocks, CPNET_GRID_THREADS, 0, stream>>>(team, dest, source, n,
+                                                                                  (unsigned long long*)words);
+        e = cudaGetLastError();
+    }
+    if (words != nullptr) {
+        const cudaError_t f = cudaFreeAsync(words, stream);
+        if (e == cudaSuccess) e = f;
+    }
+    if (e != cudaSuccess) {
+        fprintf(stderr, "cpnet: %s: grid launch: %s\n", routine, cudaGetErrorString(e));
+        return NVSHMEMX_ERROR_INTERNAL;
+    }
+    return NVSHMEMX_SUCCESS;
+}
+} /* namespace cpnet_nv */
+
 /* nvshmemx_TYPENAME_OP_reduce_block(team, dest, source, nreduce): reduce to all. */
 #define CPNET_NV_REDUCE(NAME, TYPE, OPNAME)                                                             \
     __device__ inline int nvshmemx_##NAME##OPNAME##_block(nvshmem_team_t team, TYPE* dest,              \
@@ -1012,6 +1100,7 @@ CPNET_RMA_TYPES(CPNET_NV_COLL)
     namespace cpnet_nv {                                                                                \
     struct NAME##OPNAME##_op {                                                                          \
         typedef TYPE type;                                                                              \
+        static const int red = red_of##OPNAME;                                                          \
         __device__ static void run(nvshmem_team_t t, TYPE* d, const TYPE* s, size_t n, int)             \
         {                                                                                               \
             nvshmemx_##NAME##OPNAME##_block(t, d, s, n);                                                \
@@ -1023,8 +1112,8 @@ CPNET_RMA_TYPES(CPNET_NV_COLL)
                                                           const TYPE* source, size_t nreduce,           \
                                                           cudaStream_t stream)                          \
     {                                                                                                   \
-        return cpnet_nv::launch_on_stream<cpnet_nv::NAME##OPNAME##_op>(                                 \
-            "nvshmemx_" #NAME #OPNAME "_on_stream", stream, team, dest, source, nreduce, 0);            \
+        return cpnet_nv::launch_reduce_on_stream<cpnet_nv::NAME##OPNAME##_op>(                          \
+            "nvshmemx_" #NAME #OPNAME "_on_stream", stream, team, dest, source, nreduce);               \
     }
 #define CPNET_NV_REDUCE_BITWISE(NAME, TYPE)                                                             \
     CPNET_NV_REDUCE(NAME, TYPE, _and_reduce) CPNET_NV_REDUCE(NAME, TYPE, _or_reduce)                    \

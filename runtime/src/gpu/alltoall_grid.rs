@@ -9,7 +9,7 @@
 //!
 //! The protocol is `cpnet_alltoallmem`'s (team.cuh, `team_blocks_to_all`),
 //! with the data stores spread over the grid and the grid's opening and
-//! closing of `grid.rs` (one epoch `e`, no entry: only stores):
+//! closing of `cpnet/grid.cuh` (one epoch `e`, no entry: only stores):
 //!
 //! 1. block 0 opens a context and takes the team's next epoch `e`;
 //! 2. every block copies its slice of every pair (`nbytes` cut into
@@ -29,7 +29,7 @@ use cpnet_device::cpu::SymAddr;
 use cudarc::driver::{CudaStream, DeviceRepr};
 
 use super::GpuPe;
-use super::grid::{GRID_MAX_MEMBERS, prelude};
+use super::grid::GRID_MAX_MEMBERS;
 use super::on_stream::ON_STREAM_THREADS;
 use crate::error::Result;
 use crate::team::Team;
@@ -52,7 +52,7 @@ struct GridArgs {
     dest: u64,
     source: u64,
     nbytes: u64,
-    /// The launch's two words (grid.rs: `go`, `done`).
+    /// The launch's two words (cpnet/grid.cuh: `go`, `done`).
     words: u64,
     /// Member j's `dest` as mapped in this process (this PE's own: `dest`).
     dst: [u64; GRID_MAX_MEMBERS],
@@ -66,11 +66,41 @@ unsafe impl DeviceRepr for GridArgs {}
 
 const _: () = assert!(size_of::<GridArgs>() == 8 * (4 + GRID_MAX_MEMBERS) + 8);
 
+/// The grid's shape: most blocks, threads per block, and whether the
+/// stores stream past the caches (`__stcs`, loads `__ldcs`).
+/// `CPNET_A2A_GRID=BLOCKS,THREADS[,cs]` sets it (an experiment's knob;
+/// default [`GRID_MAX_BLOCKS`], [`ON_STREAM_THREADS`], plain stores).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Shape {
+    blocks: u32,
+    threads: u32,
+    cs: bool,
+}
+
+fn shape() -> Shape {
+    static SHAPE: std::sync::OnceLock<Shape> = std::sync::OnceLock::new();
+    *SHAPE.get_or_init(|| {
+        let mut s = Shape { blocks: GRID_MAX_BLOCKS, threads: ON_STREAM_THREADS, cs: false };
+        if let Ok(v) = std::env::var("CPNET_A2A_GRID") {
+            let f: Vec<&str> = v.split(',').map(str::trim).collect();
+            if let Some(b) = f.first().and_then(|b| b.parse().ok()).filter(|&b: &u32| (1..=1024).contains(&b)) {
+                s.blocks = b;
+            }
+            if let Some(t) = f.get(1).and_then(|t| t.parse().ok()).filter(|&t: &u32| t % 32 == 0 && (32..=1024).contains(&t)) {
+                s.threads = t;
+            }
+            s.cs = f.get(2) == Some(&"cs");
+        }
+        s
+    })
+}
+
 /// The kernel (compiled once per PE, on first use).
 pub(super) fn kernel() -> String {
+    let Shape { threads, cs, .. } = shape();
+    let cs = u8::from(cs);
     format!(
-        r#"#include <cpnet/device.cuh>
-{prelude}
+        r#"#include <cpnet/grid.cuh>
 #define A2A_GRID_MEMBERS {GRID_MAX_MEMBERS}
 struct a2a_grid_args {{
     uint64_t dest, source, nbytes, words;
@@ -79,13 +109,39 @@ struct a2a_grid_args {{
 }};
 static_assert(sizeof(a2a_grid_args) == 8 * (4 + A2A_GRID_MEMBERS) + 8, "a2a_grid_args: as GridArgs in alltoall_grid.rs");
 
-extern "C" __global__ void __launch_bounds__({ON_STREAM_THREADS})
+#define A2A_CS {cs}
+/* Copy n bytes (16-byte multiples where both are aligned) with the block;
+ * with A2A_CS the stores and loads stream past the caches. */
+__device__ __forceinline__ void a2a_copy(uint8_t* d, const uint8_t* s, uint64_t n)
+{{
+#if A2A_CS
+    if ((((uint64_t)d | (uint64_t)s) & 15) == 0) {{
+        const uint64_t w = n / 16, nt = blockDim.x;
+        uint4* dw = (uint4*)d;
+        const uint4* sw = (const uint4*)s;
+        uint64_t i = threadIdx.x;
+        for (; i + 3 * nt < w; i += 4 * nt) {{
+            const uint4 a = __ldcs(sw + i), b = __ldcs(sw + i + nt), c = __ldcs(sw + i + 2 * nt), e = __ldcs(sw + i + 3 * nt);
+            __stcs(dw + i, a);
+            __stcs(dw + i + nt, b);
+            __stcs(dw + i + 2 * nt, c);
+            __stcs(dw + i + 3 * nt, e);
+        }}
+        for (; i < w; i += nt) __stcs(dw + i, __ldcs(sw + i));
+        if (w * 16 < n) cpnet_detail::block_copy(d + w * 16, s + w * 16, n - w * 16);
+        return;
+    }}
+#endif
+    cpnet_detail::block_copy(d, s, n);
+}}
+
+extern "C" __global__ void __launch_bounds__({threads})
 cpnet_alltoall_grid(cpnet_handle_t h, int team, a2a_grid_args a)
 {{
     using namespace cpnet_detail;
     __shared__ grid_state st;
     unsigned long long* words = (unsigned long long*)a.words;
-    /* Stores only: one epoch, no entry (grid.rs). Loading part of each
+    /* Stores only: one epoch, no entry (grid.cuh). Loading part of each
      * pair from its sender instead (an entry epoch first) was slower on two
      * H200s (session 21: 16 MiB per pair 99-108 µs against 88-91). */
     if (!grid_open(&h, team, a.my_idx, a.size, words, 1, false, &st)) return;
@@ -99,12 +155,11 @@ cpnet_alltoall_grid(cpnet_handle_t h, int team, a2a_grid_args a)
     for (int k = 0; k < a.size && lo < hi; ++k) {{
         const int j = (a.my_idx + k + (int)(blockIdx.x % (unsigned)a.size)) % a.size;
         const uint64_t jb = (uint64_t)j * a.nbytes;
-        block_copy((uint8_t*)a.dst[j] + me + lo, (const uint8_t*)a.source + jb + lo, hi - lo);
+        a2a_copy((uint8_t*)a.dst[j] + me + lo, (const uint8_t*)a.source + jb + lo, hi - lo);
     }}
     grid_close(&h, words, st.epoch, &st);
 }}
-"#,
-        prelude = prelude()
+"#
     )
 }
 
@@ -118,7 +173,8 @@ impl GpuPe {
         }
         let Some(dst) = self.member_ptrs(team, dest) else { return Ok(false) };
         let f = self.on_stream_built("cpnet_alltoall_grid", "cpnet_alltoall_grid", kernel)?;
-        let blocks = nbytes.div_ceil(GRID_BYTES_PER_BLOCK).clamp(1, u64::from(GRID_MAX_BLOCKS)) as u32;
+        let sh = shape();
+        let blocks = nbytes.div_ceil(GRID_BYTES_PER_BLOCK).clamp(1, u64::from(sh.blocks)) as u32;
         let d = team.desc();
         // SAFETY: kernel() declares cpnet_alltoall_grid(cpnet_handle_t,
         // int, a2a_grid_args), which GridArgs mirrors (asserted on both
@@ -127,7 +183,7 @@ impl GpuPe {
         // IPC mappings in this context (member_ptrs) plus the same offset,
         // inside their heaps since every member's heap has this PE's size.
         unsafe {
-            self.launch_grid(stream, &f, team, blocks, "cuLaunchKernel (grid alltoall)", |words| GridArgs {
+            self.launch_grid(stream, &f, team, (blocks, sh.threads), "cuLaunchKernel (grid alltoall)", |words| GridArgs {
                 dest: self.dev_ptr(dest),
                 source: self.dev_ptr(source),
                 nbytes,

@@ -1,0 +1,293 @@
+/*
+ * cpnet/grid.cuh -- the grid forms of the on-stream collectives (issue 22):
+ * one collective of a team run by many blocks of one launch, where every
+ * other member's heap is mapped (peer-to-peer stores). The runtime's
+ * NVRTC kernels (runtime/src/gpu/reduce_grid.rs, alltoall_grid.rs) and
+ * nvshmem.h's `nvshmemx_TYPENAME_OP_reduce_on_stream` build on it.
+ *
+ * THE PROTOCOL. Block 0 speaks for the PE: it opens a context, checks the
+ * team and takes the team's next epochs (the same on every member: every
+ * member enters the team's collectives in the same order). The other
+ * blocks only move data. Two words of device memory of this launch, zeroed
+ * before it, join them:
+ *
+ *  - words[0], `go`: with an entry epoch (a form that loads the other
+ *    members' buffers), block 0 SETs SIG[my_idx] = e at every other member,
+ *    waits for every member's SIG[j] >= e (their sources are written, their
+ *    destinations free), then stores 1 with a release the other blocks
+ *    acquire before they start; 2 if it failed, and they leave. Without
+ *    one, the blocks start at once.
+ *  - words[1], `done`: each block fences its stores (fence.sc.sys) and
+ *    counts itself; block 0 waits for the count, then runs the exit epoch
+ *    (SET and wait, as above): the data is visible before the signals, and
+ *    after it no member still touches this PE's buffers. It closes its
+ *    context (a quiet).
+ *
+ * Signals are SET with st.release.sys on the peer path (team.cuh's
+ * team_signal_leader) and polled with acquire loads (team_wait_all). A
+ * failure goes to the status block (cpnet_abort_code; the host's
+ * synchronize reports it).
+ *
+ * THE REDUCE TO ALL (reduce_grid): a reduce-scatter then an allgather,
+ * both in place over the peer mappings, with no scratch. Member k owns
+ * part k of the array (ceil(n / size) elements rounded up to whole 16-byte
+ * words, the last part shorter). Each of its blocks takes a run of that
+ * part, loads the run from every member's source, folds it in team order
+ * (every element gets the bits the one-block form gives it) and stores the
+ * result into every member's dest: 16-byte loads and stores where every
+ * buffer is 16-byte aligned, element by element otherwise and for the
+ * array's last partial word. Each member's links carry 2 (size - 1) / size
+ * of the array each way, a ring allreduce's traffic without a ring's steps.
+ * Every member takes the grid form or none: the choice depends on the size,
+ * the team and the peer table, the same on every member.
+ */
+#ifndef CPNET_GRID_CUH
+#define CPNET_GRID_CUH
+
+#include <cpnet/device.cuh>
+
+namespace cpnet_detail {
+
+/** A grid collective's state, in block shared memory. */
+struct grid_state {
+    cpnet_ctx_t ctx;
+    cpnet_team_desc_t d;
+    uint64_t epoch; /* the first epoch taken */
+    int go;         /* words[0] as this block saw it */
+    int err;        /* block 0: why grid_open stopped (CPNET_E_*) */
+};
+
+/** Report `e` through the status block (thread 0), with or without a context. */
+__device__ inline void grid_fail(cpnet_handle_t* h, cpnet_ctx_t* ctx, int e)
+{
+    if (threadIdx.x != 0) return;
+    cpnet_ctx_t bare = {};
+    bare.status = (cpnet_status_t*)h->status;
+    report_dev_error(ctx != nullptr ? ctx : &bare, e, h->my_pe, 0, 0, 0, CPNET_CMP_EQ);
+}
+
+/** Block 0, whole block: SIG[my_idx] = e at every other member, then wait
+ *  for every member's SIG[j] >= e. */
+__device__ inline int grid_epoch(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, uint64_t e)
+{
+    const int r = collective(ctx, [&]() -> int {
+        for (int k = 1; k < d.size; ++k) {
+            const int j = (d.my_idx + k) % d.size;
+            const int s = team_signal_leader(ctx, team_sig(ctx, d, d.my_idx), e, team_world_pe(d, j));
+            if (s != CPNET_E_OK) return s;
+        }
+        return CPNET_E_OK;
+    });
+    return r != CPNET_E_OK ? r : team_wait_all(ctx, d, e);
+}
+
+/** Every block, whole block: block 0 opens its context, checks `team`
+ *  against (my_idx, size) and takes `epochs` epochs (the first in
+ *  st->epoch); with `entry` it runs the first as the entry epoch and then
+ *  releases the other blocks through words[0], which they wait for.
+ *  Returns whether this block goes on (the same in all its threads); where
+ *  block 0 does not, st->err says why. */
+__device__ inline bool grid_open(cpnet_handle_t* h, int team, int my_idx, int size, unsigned long long* words,
+                                 int epochs, bool entry, grid_state* st)
+{
+    if (blockIdx.x != 0) {
+        if (!entry) return true;
+        if (threadIdx.x == 0) {
+            unsigned polls = 0;
+            unsigned long long v;
+            /* Acquire: pairs with block 0's release of words[0]. */
+            while ((v = cpnet_ld_acquire_sys_u64((const uint64_t*)&words[0])) == 0)
+                if ((++polls & 1023) == 0 && cpnet_abort_code(h) != CPNET_E_OK) break;
+            st->go = (int)v;
+        }
+        __syncthreads();
+        return st->go == 1;
+    }
+    int e = cpnet_ctx_create(h, &st->ctx);
+    if (threadIdx.x == 0) st->err = e;
+    if (e != CPNET_E_OK) {
+        grid_fail(h, nullptr, e);
+        if (threadIdx.x == 0 && entry) cpnet_st_release_gpu_u64((uint64_t*)&words[0], 2);
+        __syncthreads(); /* st->err for every thread */
+        return false;
+    }
+    if (threadIdx.x == 0) {
+        cpnet_team_desc_t t;
+        e = team_get(&st->ctx, team, &t);
+        if (e == CPNET_E_OK && (t.my_idx != my_idx || t.size != size)) e = CPNET_E_BAD_TEAM;
+        st->d = t;
+        st->ctx.ret = e;
+        if (e == CPNET_E_OK) {
+            st->epoch = team_next_leader(&st->ctx, t, false) >> 1;
+            for (int k = 1; k < epochs; ++k) (void)team_next_leader(&st->ctx, t, false);
+        }
+    }
+    __syncthreads();
+    e = st->ctx.ret;
+    if (e == CPNET_E_OK && entry) e = grid_epoch(&st->ctx, st->d, st->epoch);
+    /* Release: what block 0 acquired from the members' signals, before the
+     * other blocks' loads of their buffers. */
+    if (threadIdx.x == 0 && entry) cpnet_st_release_gpu_u64((uint64_t*)&words[0], e == CPNET_E_OK ? 1 : 2);
+    if (e != CPNET_E_OK) {
+        if (threadIdx.x == 0) st->err = e;
+        grid_fail(h, &st->ctx, e);
+        cpnet_ctx_destroy(&st->ctx);
+        __syncthreads(); /* st->err for every thread */
+        return false;
+    }
+    return true;
+}
+
+/** Every block that went on, whole block: fence this block's stores and
+ *  count it in words[1]; block 0 waits for the count, runs exit epoch `e`
+ *  and closes its context. Returns block 0's result (CPNET_E_OK in the
+ *  other blocks). */
+__device__ inline int grid_close(cpnet_handle_t* h, unsigned long long* words, uint64_t e, grid_state* st)
+{
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        /* Every thread's stores of this block (ordered by the barrier),
+         * then the count; block 0's acquire below pairs with it. */
+        __threadfence_system();
+        if (blockIdx.x != 0) atomicAdd(&words[1], 1ull);
+    }
+    if (blockIdx.x != 0) return CPNET_E_OK;
+    if (threadIdx.x == 0) {
+        unsigned polls = 0;
+        st->ctx.ret = CPNET_E_OK;
+        while (cpnet_ld_acquire_sys_u64((const uint64_t*)&words[1]) < (unsigned long long)(gridDim.x - 1)) {
+            if ((++polls & 1023) == 0) {
+                const int ab = cpnet_abort_code(h);
+                if (ab != CPNET_E_OK) { st->ctx.ret = ab; break; }
+            }
+        }
+    }
+    __syncthreads();
+    int r = st->ctx.ret;
+    if (r == CPNET_E_OK) r = grid_epoch(&st->ctx, st->d, e);
+    if (r != CPNET_E_OK) grid_fail(h, &st->ctx, r);
+    const int d = cpnet_ctx_destroy(&st->ctx);
+    return r != CPNET_E_OK ? r : d;
+}
+
+/** The reduce grid's words in flight per thread: 8 elements, or 4 16-byte
+ *  words, from every member at once. */
+#define CPNET_REDUCE_GRID_UNROLL 8
+#define CPNET_REDUCE_GRID_VEC_UNROLL 4
+
+/** Words [0, nw) of type W (sizeof(W) / sizeof(T) elements each) from
+ *  element `lo` on (whole block): each thread takes U words at a time (w,
+ *  w + nt, ...), loads them from every member's source together (U loads
+ *  in flight per member), folds in team order and stores the result into
+ *  every member's dest. */
+template <typename T, int OP, typename W, int U>
+__device__ __forceinline__ void reduce_grid_run(const cpnet_reduce_grid_args_t& a, uint64_t lo, uint64_t nw)
+{
+    constexpr int V = sizeof(W) / sizeof(T);
+    const uint64_t nt = blockDim.x;
+    for (uint64_t w = threadIdx.x; w < nw; w += U * nt) {
+        T acc[U][V];
+        for (int j = 0; j < a.size; ++j) {
+            const W* sj = (const W*)((const T*)a.src[j] + lo);
+            W x[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (w + u * nt < nw) x[u] = sj[w + u * nt];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (w + u * nt >= nw) continue;
+                T e[V];
+                memcpy(e, &x[u], sizeof(W));
+#pragma unroll
+                for (int k = 0; k < V; ++k) acc[u][k] = j == 0 ? e[k] : combiner<T, OP>::apply(acc[u][k], e[k]);
+            }
+        }
+        for (int k = 0; k < a.size; ++k) {
+            W* dj = (W*)((T*)a.dst[(a.my_idx + k) % a.size] + lo);
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (w + u * nt >= nw) continue;
+                W v;
+                memcpy(&v, acc[u], sizeof(W));
+                dj[w + u * nt] = v;
+            }
+        }
+    }
+}
+
+/** The reduce to all of `a.n` elements of T with operator OP (enum
+ *  reduce_op) on `team`, by every block of the grid (the protocol and the
+ *  algorithm above). Every block of the launch calls it with the same
+ *  arguments; `a.words` are two zeroed words of this launch alone.
+ *  Returns, in block 0, CPNET_E_OK or the failure it also reported to the
+ *  status block; CPNET_E_OK in the others (they leave early when block 0
+ *  failed to open). */
+template <typename T, int OP>
+__device__ inline int reduce_grid(cpnet_handle_t* h, int team, const cpnet_reduce_grid_args_t& a)
+{
+    __shared__ grid_state st;
+    unsigned long long* words = (unsigned long long*)a.words;
+    /* Entry and exit epochs: loads of every member's source. */
+    if (!grid_open(h, team, a.my_idx, a.size, words, 2, true, &st))
+        return blockIdx.x == 0 ? st.err : CPNET_E_OK;
+    /* This member's part, and this block's run of it: whole 16-byte words
+     * (V elements) where every buffer is 16-byte aligned, so that a run
+     * moves in uint4 loads and stores; only the array's last run ends in a
+     * partial word. */
+    constexpr uint64_t V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
+    uint64_t any = a.dest | a.source;
+    for (int j = 0; j < a.size; ++j) any |= a.src[j] | a.dst[j];
+    const uint64_t q = (any & 15) == 0 ? V : 1;
+    const uint64_t part = ((a.n + (uint64_t)a.size - 1) / (uint64_t)a.size + q - 1) / q * q;
+    const uint64_t plo = (uint64_t)a.my_idx * part < a.n ? (uint64_t)a.my_idx * part : a.n;
+    const uint64_t phi = plo + part < a.n ? plo + part : a.n;
+    const uint64_t per = ((phi - plo + gridDim.x - 1) / gridDim.x + q - 1) / q * q;
+    const uint64_t lo = plo + blockIdx.x * per < phi ? plo + blockIdx.x * per : phi;
+    const uint64_t hi = lo + per < phi ? lo + per : phi;
+    /* Whole 16-byte words, U of them per thread in flight from each member;
+     * then element by element (the unaligned case, and the array's last
+     * partial word). */
+    const uint64_t nw = q == V && V > 1 ? (hi - lo) / V : 0;
+    if (nw > 0) reduce_grid_run<T, OP, uint4, CPNET_REDUCE_GRID_VEC_UNROLL>(a, lo, nw);
+    reduce_grid_run<T, OP, T, CPNET_REDUCE_GRID_UNROLL>(a, lo + nw * V, hi - lo - nw * V);
+    return grid_close(h, words, st.epoch + 1, &st);
+}
+
+/** Fill `a` for a reduce grid of `n` elements from `source` to `dest` (this
+ *  PE's device addresses) on `team`, from the handle's team table and peer
+ *  table: false (and the one-block form) when the team is unknown, has more
+ *  than CPNET_GRID_MAX_MEMBERS members, or a member's heap is not mapped
+ *  here. The same answer on every member where the heaps are mapped both
+ *  ways or not at all. What the runtime computes on the host
+ *  (GpuPe::member_ptrs); nvshmem.h's grid kernel computes it here. */
+__device__ inline bool reduce_grid_args(const cpnet_handle_t* h, int team, uint64_t dest, uint64_t source, uint64_t n,
+                                        uint64_t words, cpnet_reduce_grid_args_t* a)
+{
+    if (h->teams == 0 || h->peers == 0 || team < 0 || (uint32_t)team >= h->n_teams) return false;
+    const cpnet_team_desc_t d = ((const cpnet_team_desc_t*)h->teams)[team];
+    if (d.size <= 0 || d.size > CPNET_GRID_MAX_MEMBERS || d.my_idx < 0 || d.my_idx >= d.size) return false;
+    const uint64_t* peers = (const uint64_t*)h->peers;
+    const uint64_t doff = dest - h->heap_base, soff = source - h->heap_base;
+    for (int j = 0; j < d.size; ++j) {
+        if (j == d.my_idx) {
+            a->src[j] = source;
+            a->dst[j] = dest;
+            continue;
+        }
+        const int pe = d.start + j * d.stride;
+        if (pe < 0 || pe >= h->n_pes || peers[pe] == 0) return false;
+        a->src[j] = peers[pe] + soff;
+        a->dst[j] = peers[pe] + doff;
+    }
+    a->dest = dest;
+    a->source = source;
+    a->n = n;
+    a->words = words;
+    a->my_idx = d.my_idx;
+    a->size = d.size;
+    return true;
+}
+
+} /* namespace cpnet_detail */
+
+#endif /* CPNET_GRID_CUH */
