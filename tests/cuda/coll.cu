@@ -6,7 +6,7 @@
 // for the grid form of cpnet/grid.cuh where the heaps are mapped: float sum
 // of NG elements, int max 4 bytes off 16-byte alignment, long sum in place)
 // on the same stream, every element checked on the host. `coll legacy` uses
-// the legacy stream.
+// the legacy stream; `coll bench` also times the float sum reduce on a stream.
 #include <nvshmem.h>
 #include <algorithm>
 #include <cstdio>
@@ -34,6 +34,8 @@ int main(int argc, char** argv)
 {
     // "legacy": the legacy default stream; otherwise a non-blocking stream.
     const bool legacy = argc > 1 && argv[1][0] == 'l';
+    // "bench": then time the float sum reduce on a stream, 4 KiB to 64 MiB.
+    const bool bench = argc > 1 && argv[1][0] == 'b';
     nvshmem_init();
     const int me = nvshmem_my_pe(), n = nvshmem_n_pes();
     int* src = (int*)nvshmem_malloc(N * sizeof(int));
@@ -135,8 +137,33 @@ int main(int argc, char** argv)
         gbad += hl[i] != want;
     }
     bad += gbad;
-    printf("coll: PE %d of %d: %d wrong (%d in the %d-element reductions): %s\n", me, n, bad, gbad, NG,
+    printf("coll: PE %d of %d (%d-element reductions: %d wrong): %d wrong: %s\n", me, n, NG, gbad, bad,
            bad ? "FAILED" : "ok");
+    if (bench) {
+        /* float sum on a stream, µs per call (20 after 3 warm-up), as the
+         * runtime's `cpnet-gpu-check reduce-bench` times it. */
+        for (size_t bytes = 4096; bytes <= ((size_t)64 << 20); bytes *= 4) {
+            float* bs = (float*)nvshmem_malloc(bytes);
+            float* bd = (float*)nvshmem_malloc(bytes);
+            const size_t ne = bytes / sizeof(float);
+            for (int k = 0; k < 3; ++k) nvshmemx_float_sum_reduce_on_stream(NVSHMEM_TEAM_WORLD, bd, bs, ne, s);
+            cudaStreamSynchronize(s);
+            nvshmem_barrier_all();
+            cudaEvent_t e0, e1;
+            cudaEventCreate(&e0);
+            cudaEventCreate(&e1);
+            cudaEventRecord(e0, s);
+            for (int k = 0; k < 20; ++k) nvshmemx_float_sum_reduce_on_stream(NVSHMEM_TEAM_WORLD, bd, bs, ne, s);
+            cudaEventRecord(e1, s);
+            cudaEventSynchronize(e1);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            if (me == 0) printf("coll bench: float sum_reduce_on_stream %zu bytes: %.2f us\n", bytes, ms * 1000.0f / 20);
+            nvshmem_barrier_all();
+            nvshmem_free(bd);
+            nvshmem_free(bs);
+        }
+    }
     nvshmem_finalize();
     return bad ? 1 : 0;
 }
