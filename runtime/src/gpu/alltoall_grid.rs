@@ -1,9 +1,10 @@
 //! The on-stream alltoall of large blocks by a grid (issue 22): where
 //! every other member of the team maps this PE's heap (peer-to-peer stores
 //! on), [`GpuPe::team_alltoall_on_stream`] of at least [`GRID_MIN_BYTES`]
-//! per pair launches up to [`GRID_MAX_BLOCKS`] blocks that store the pairs'
-//! blocks straight into the peers' heaps, each block its own slice of every
-//! pair. One block of [`ON_STREAM_THREADS`] threads (the other forms') is
+//! per pair launches up to [`GRID_MAX_BLOCKS`] blocks (of
+//! [`ON_STREAM_THREADS`] threads, [`GRID_LARGE_THREADS`] from
+//! [`GRID_LARGE_BYTES`] per pair) that store the pairs' blocks straight
+//! into the peers' heaps, each block its own slice of every pair. One block of [`ON_STREAM_THREADS`] threads (the other forms') is
 //! bounded by what one SM stores: 43 GB/s at 4 MiB per pair on two H200s
 //! against NCCL's 99 GB/s (docs/results.md, "Session 19").
 //!
@@ -43,6 +44,16 @@ pub const GRID_MAX_BLOCKS: u32 = 128;
 /// Bytes of each pair's block per grid block: `ceil(nbytes / this)` blocks,
 /// at most [`GRID_MAX_BLOCKS`].
 pub const GRID_BYTES_PER_BLOCK: u64 = 64 << 10;
+/// Bytes per pair from which the grid's blocks have [`GRID_LARGE_THREADS`]
+/// threads ([`ON_STREAM_THREADS`] below).
+pub const GRID_LARGE_BYTES: u64 = 8 << 20;
+/// Threads per block of the grid from [`GRID_LARGE_BYTES`] per pair. On two
+/// H200s (docs/results.md, "Session 22", five runs each, NCCL in the same
+/// calls): 64 MiB per pair 295-312 µs against 256 threads' 300-372 (NCCL
+/// 255-268), 16 MiB 83-90 against 88-94 (NCCL 81-89); 1 and 4 MiB were
+/// the same or 1-2 µs slower. 264 to 528 blocks of 256 threads and
+/// streaming stores (`__stcs`) did no better.
+pub const GRID_LARGE_THREADS: u32 = 1024;
 
 /// `a2a_grid_args` of the kernel, field for field (no padding: eight-byte
 /// fields, then two four-byte ones).
@@ -66,39 +77,8 @@ unsafe impl DeviceRepr for GridArgs {}
 
 const _: () = assert!(size_of::<GridArgs>() == 8 * (4 + GRID_MAX_MEMBERS) + 8);
 
-/// The grid's shape: most blocks, threads per block, and whether the
-/// stores stream past the caches (`__stcs`, loads `__ldcs`).
-/// `CPNET_A2A_GRID=BLOCKS,THREADS[,cs]` sets it (an experiment's knob;
-/// default [`GRID_MAX_BLOCKS`], [`ON_STREAM_THREADS`], plain stores).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Shape {
-    blocks: u32,
-    threads: u32,
-    cs: bool,
-}
-
-fn shape() -> Shape {
-    static SHAPE: std::sync::OnceLock<Shape> = std::sync::OnceLock::new();
-    *SHAPE.get_or_init(|| {
-        let mut s = Shape { blocks: GRID_MAX_BLOCKS, threads: ON_STREAM_THREADS, cs: false };
-        if let Ok(v) = std::env::var("CPNET_A2A_GRID") {
-            let f: Vec<&str> = v.split(',').map(str::trim).collect();
-            if let Some(b) = f.first().and_then(|b| b.parse().ok()).filter(|&b: &u32| (1..=1024).contains(&b)) {
-                s.blocks = b;
-            }
-            if let Some(t) = f.get(1).and_then(|t| t.parse().ok()).filter(|&t: &u32| t % 32 == 0 && (32..=1024).contains(&t)) {
-                s.threads = t;
-            }
-            s.cs = f.get(2) == Some(&"cs");
-        }
-        s
-    })
-}
-
 /// The kernel (compiled once per PE, on first use).
 pub(super) fn kernel() -> String {
-    let Shape { threads, cs, .. } = shape();
-    let cs = u8::from(cs);
     format!(
         r#"#include <cpnet/grid.cuh>
 #define A2A_GRID_MEMBERS {GRID_MAX_MEMBERS}
@@ -109,33 +89,7 @@ struct a2a_grid_args {{
 }};
 static_assert(sizeof(a2a_grid_args) == 8 * (4 + A2A_GRID_MEMBERS) + 8, "a2a_grid_args: as GridArgs in alltoall_grid.rs");
 
-#define A2A_CS {cs}
-/* Copy n bytes (16-byte multiples where both are aligned) with the block;
- * with A2A_CS the stores and loads stream past the caches. */
-__device__ __forceinline__ void a2a_copy(uint8_t* d, const uint8_t* s, uint64_t n)
-{{
-#if A2A_CS
-    if ((((uint64_t)d | (uint64_t)s) & 15) == 0) {{
-        const uint64_t w = n / 16, nt = blockDim.x;
-        uint4* dw = (uint4*)d;
-        const uint4* sw = (const uint4*)s;
-        uint64_t i = threadIdx.x;
-        for (; i + 3 * nt < w; i += 4 * nt) {{
-            const uint4 a = __ldcs(sw + i), b = __ldcs(sw + i + nt), c = __ldcs(sw + i + 2 * nt), e = __ldcs(sw + i + 3 * nt);
-            __stcs(dw + i, a);
-            __stcs(dw + i + nt, b);
-            __stcs(dw + i + 2 * nt, c);
-            __stcs(dw + i + 3 * nt, e);
-        }}
-        for (; i < w; i += nt) __stcs(dw + i, __ldcs(sw + i));
-        if (w * 16 < n) cpnet_detail::block_copy(d + w * 16, s + w * 16, n - w * 16);
-        return;
-    }}
-#endif
-    cpnet_detail::block_copy(d, s, n);
-}}
-
-extern "C" __global__ void __launch_bounds__({threads})
+extern "C" __global__ void __launch_bounds__({GRID_LARGE_THREADS})
 cpnet_alltoall_grid(cpnet_handle_t h, int team, a2a_grid_args a)
 {{
     using namespace cpnet_detail;
@@ -155,7 +109,7 @@ cpnet_alltoall_grid(cpnet_handle_t h, int team, a2a_grid_args a)
     for (int k = 0; k < a.size && lo < hi; ++k) {{
         const int j = (a.my_idx + k + (int)(blockIdx.x % (unsigned)a.size)) % a.size;
         const uint64_t jb = (uint64_t)j * a.nbytes;
-        a2a_copy((uint8_t*)a.dst[j] + me + lo, (const uint8_t*)a.source + jb + lo, hi - lo);
+        block_copy((uint8_t*)a.dst[j] + me + lo, (const uint8_t*)a.source + jb + lo, hi - lo);
     }}
     grid_close(&h, words, st.epoch, &st);
 }}
@@ -173,8 +127,8 @@ impl GpuPe {
         }
         let Some(dst) = self.member_ptrs(team, dest) else { return Ok(false) };
         let f = self.on_stream_built("cpnet_alltoall_grid", "cpnet_alltoall_grid", kernel)?;
-        let sh = shape();
-        let blocks = nbytes.div_ceil(GRID_BYTES_PER_BLOCK).clamp(1, u64::from(sh.blocks)) as u32;
+        let blocks = nbytes.div_ceil(GRID_BYTES_PER_BLOCK).clamp(1, u64::from(GRID_MAX_BLOCKS)) as u32;
+        let threads = if nbytes >= GRID_LARGE_BYTES { GRID_LARGE_THREADS } else { ON_STREAM_THREADS };
         let d = team.desc();
         // SAFETY: kernel() declares cpnet_alltoall_grid(cpnet_handle_t,
         // int, a2a_grid_args), which GridArgs mirrors (asserted on both
@@ -183,7 +137,7 @@ impl GpuPe {
         // IPC mappings in this context (member_ptrs) plus the same offset,
         // inside their heaps since every member's heap has this PE's size.
         unsafe {
-            self.launch_grid(stream, &f, team, (blocks, sh.threads), "cuLaunchKernel (grid alltoall)", |words| GridArgs {
+            self.launch_grid(stream, &f, team, (blocks, threads), "cuLaunchKernel (grid alltoall)", |words| GridArgs {
                 dest: self.dev_ptr(dest),
                 source: self.dev_ptr(source),
                 nbytes,
