@@ -1,10 +1,9 @@
 //! The on-stream alltoall of large blocks by a grid (issue 22): where
 //! every other member of the team maps this PE's heap (peer-to-peer stores
 //! on), [`GpuPe::team_alltoall_on_stream`] of at least [`GRID_MIN_BYTES`]
-//! per pair launches up to [`GRID_MAX_BLOCKS`] blocks (of
-//! [`ON_STREAM_THREADS`] threads, [`GRID_LARGE_THREADS`] from
-//! [`GRID_LARGE_BYTES`] per pair) that store the pairs' blocks straight
-//! into the peers' heaps, each block its own slice of every pair. One block of [`ON_STREAM_THREADS`] threads (the other forms') is
+//! per pair launches up to [`GRID_MAX_BLOCKS`] blocks of
+//! [`ON_STREAM_THREADS`] threads that store the pairs' blocks straight
+//! into the peers' heaps, [`GRID_PIECE_BYTES`] at a time. One block of [`ON_STREAM_THREADS`] threads (the other forms') is
 //! bounded by what one SM stores: 43 GB/s at 4 MiB per pair on two H200s
 //! against NCCL's 99 GB/s (docs/results.md, "Session 19").
 //!
@@ -13,12 +12,13 @@
 //! closing of `cpnet/grid.cuh` (one epoch `e`, no entry: only stores):
 //!
 //! 1. block 0 opens a context and takes the team's next epoch `e`;
-//! 2. every block copies its slice of every pair (`nbytes` cut into
-//!    16-byte multiples, one run per block) into member `j`'s `dest` at
-//!    `my_idx x nbytes`, its own pair by a local copy, block `b` starting
-//!    with the pair `b mod size` places after its own (so the local copy
-//!    and the stores to each member run at once); then `fence.sc.sys` and
-//!    a count in `done`;
+//! 2. the blocks take pieces of [`GRID_PIECE_BYTES`] from a counter of the
+//!    launch (the third of its words) until none is left, piece `k` being
+//!    pair `(my_idx + k) mod size` at `k / size` pieces into it, and copy
+//!    each into member `j`'s `dest` at `my_idx x nbytes`, the own pair by
+//!    a local copy (so the local copy and the stores to each member
+//!    interleave, and a block whose stores go slower takes fewer pieces);
+//!    then `fence.sc.sys` and a count in `done`;
 //! 3. block 0 waits for the count, SETs `SIG[my_idx] = e` at every other
 //!    member (after every block's fence: the data is visible first), waits
 //!    for every member's `SIG[j] >= e`, and closes its context (a quiet).
@@ -44,16 +44,11 @@ pub const GRID_MAX_BLOCKS: u32 = 128;
 /// Bytes of each pair's block per grid block: `ceil(nbytes / this)` blocks,
 /// at most [`GRID_MAX_BLOCKS`].
 pub const GRID_BYTES_PER_BLOCK: u64 = 64 << 10;
-/// Bytes per pair from which the grid's blocks have [`GRID_LARGE_THREADS`]
-/// threads ([`ON_STREAM_THREADS`] below).
-pub const GRID_LARGE_BYTES: u64 = 8 << 20;
-/// Threads per block of the grid from [`GRID_LARGE_BYTES`] per pair. On two
-/// H200s (docs/results.md, "Session 22", five runs each, NCCL in the same
-/// calls): 64 MiB per pair 295-312 µs against 256 threads' 300-372 (NCCL
-/// 255-268), 16 MiB 83-90 against 88-94 (NCCL 81-89); 1 and 4 MiB were
-/// the same or 1-2 µs slower. 264 to 528 blocks of 256 threads and
-/// streaming stores (`__stcs`) did no better.
-pub const GRID_LARGE_THREADS: u32 = 1024;
+/// Bytes a grid block takes at a time: blocks take the next piece of the
+/// pairs (in the order own pair, the next member's, ...) from a counter of
+/// the launch until none is left, so that a block slowed by its links
+/// leaves its share to the others.
+pub const GRID_PIECE_BYTES: u64 = 32 << 10;
 
 /// `a2a_grid_args` of the kernel, field for field (no padding: eight-byte
 /// fields, then two four-byte ones).
@@ -63,7 +58,8 @@ struct GridArgs {
     dest: u64,
     source: u64,
     nbytes: u64,
-    /// The launch's two words (cpnet/grid.cuh: `go`, `done`).
+    /// The launch's words (cpnet/grid.cuh: `go`, `done`; then the pieces'
+    /// counter).
     words: u64,
     /// Member j's `dest` as mapped in this process (this PE's own: `dest`).
     dst: [u64; GRID_MAX_MEMBERS],
@@ -89,7 +85,7 @@ struct a2a_grid_args {{
 }};
 static_assert(sizeof(a2a_grid_args) == 8 * (4 + A2A_GRID_MEMBERS) + 8, "a2a_grid_args: as GridArgs in alltoall_grid.rs");
 
-extern "C" __global__ void __launch_bounds__({GRID_LARGE_THREADS})
+extern "C" __global__ void __launch_bounds__({ON_STREAM_THREADS})
 cpnet_alltoall_grid(cpnet_handle_t h, int team, a2a_grid_args a)
 {{
     using namespace cpnet_detail;
@@ -99,17 +95,26 @@ cpnet_alltoall_grid(cpnet_handle_t h, int team, a2a_grid_args a)
      * pair from its sender instead (an entry epoch first) was slower on two
      * H200s (session 21: 16 MiB per pair 99-108 µs against 88-91). */
     if (!grid_open(&h, team, a.my_idx, a.size, words, 1, false, &st)) return;
-    /* This block's run of every pair's nbytes: 16-byte multiples. */
-    const uint64_t per = ((a.nbytes + gridDim.x - 1) / gridDim.x + 15) & ~(uint64_t)15;
-    const uint64_t lo = blockIdx.x * per < a.nbytes ? blockIdx.x * per : a.nbytes;
-    const uint64_t hi = lo + per < a.nbytes ? lo + per : a.nbytes;
+    /* Pieces of {GRID_PIECE_BYTES} bytes (a 16-byte multiple), taken from
+     * the launch's counter words[2] until none is left: piece k is pair
+     * (my_idx + k) mod size, at (k / size) pieces into it, so that the own
+     * pair's local copy and the stores to every member interleave, and a
+     * block whose stores go slower takes fewer pieces. */
+    __shared__ unsigned long long piece;
+    const uint64_t P = {GRID_PIECE_BYTES}ull;
+    const uint64_t per_pair = (a.nbytes + P - 1) / P;
+    const uint64_t pieces = per_pair * (uint64_t)a.size;
     const uint64_t me = (uint64_t)a.my_idx * a.nbytes;
-    /* Block b starts at pair b mod size, so that at any moment the grid
-     * copies its own pair and stores to every other member at once. */
-    for (int k = 0; k < a.size && lo < hi; ++k) {{
-        const int j = (a.my_idx + k + (int)(blockIdx.x % (unsigned)a.size)) % a.size;
-        const uint64_t jb = (uint64_t)j * a.nbytes;
-        block_copy((uint8_t*)a.dst[j] + me + lo, (const uint8_t*)a.source + jb + lo, hi - lo);
+    for (;;) {{
+        if (threadIdx.x == 0) piece = atomicAdd(&words[2], 1ull);
+        __syncthreads();
+        const uint64_t k = piece;
+        __syncthreads(); /* every thread read it before the next take */
+        if (k >= pieces) break;
+        const int j = (int)((a.my_idx + k % (uint64_t)a.size) % (uint64_t)a.size);
+        const uint64_t lo = (k / (uint64_t)a.size) * P;
+        const uint64_t hi = lo + P < a.nbytes ? lo + P : a.nbytes;
+        block_copy((uint8_t*)a.dst[j] + me + lo, (const uint8_t*)a.source + (uint64_t)j * a.nbytes + lo, hi - lo);
     }}
     grid_close(&h, words, st.epoch, &st);
 }}
@@ -128,7 +133,6 @@ impl GpuPe {
         let Some(dst) = self.member_ptrs(team, dest) else { return Ok(false) };
         let f = self.on_stream_built("cpnet_alltoall_grid", "cpnet_alltoall_grid", kernel)?;
         let blocks = nbytes.div_ceil(GRID_BYTES_PER_BLOCK).clamp(1, u64::from(GRID_MAX_BLOCKS)) as u32;
-        let threads = if nbytes >= GRID_LARGE_BYTES { GRID_LARGE_THREADS } else { ON_STREAM_THREADS };
         let d = team.desc();
         // SAFETY: kernel() declares cpnet_alltoall_grid(cpnet_handle_t,
         // int, a2a_grid_args), which GridArgs mirrors (asserted on both
@@ -137,7 +141,7 @@ impl GpuPe {
         // IPC mappings in this context (member_ptrs) plus the same offset,
         // inside their heaps since every member's heap has this PE's size.
         unsafe {
-            self.launch_grid(stream, &f, team, (blocks, threads), "cuLaunchKernel (grid alltoall)", |words| GridArgs {
+            self.launch_grid(stream, &f, team, (blocks, ON_STREAM_THREADS), "cuLaunchKernel (grid alltoall)", |words| GridArgs {
                 dest: self.dev_ptr(dest),
                 source: self.dev_ptr(source),
                 nbytes,

@@ -17,6 +17,9 @@ use crate::team::Team;
 /// Most team members a grid form takes (its kernel argument holds one
 /// address per member): `CPNET_GRID_MAX_MEMBERS` of cmd.h.
 pub const GRID_MAX_MEMBERS: usize = cpnet_device::layout::CPNET_GRID_MAX_MEMBERS;
+/// 8-byte words of device memory each grid launch gets, zeroed: grid.cuh's
+/// `go` and `done`, and one for the form's own use.
+pub(super) const GRID_WORDS: usize = 3;
 
 impl GpuPe {
     /// `addr` as this process maps it in every member of `team` (its own:
@@ -42,8 +45,9 @@ impl GpuPe {
 
     /// Launch grid form `f` on `stream`: `blocks` blocks of `threads`
     /// threads (at most `f`'s launch bounds), with the handle, `team`'s id and the
-    /// argument struct `args(words)`, where `words` are two 8-byte words of
-    /// device memory for this launch alone (`go`, `done`), zeroed,
+    /// argument struct `args(words)`, where `words` are [`GRID_WORDS`]
+    /// 8-byte words of device memory for this launch alone (`go`, `done`,
+    /// then the form's own: the alltoall's piece counter), zeroed,
     /// allocated on `stream` before the launch and freed after it in
     /// stream order (so launches on other streams never share them).
     /// `what` names the launch in its error.
@@ -68,7 +72,7 @@ impl GpuPe {
         self.bind()?;
         let cu = stream.cu_stream();
         let cuda = |call: &'static str| move |source| GpuError::Cuda { what: call, source };
-        const BYTES: usize = 16;
+        const BYTES: usize = 8 * GRID_WORDS;
         // SAFETY: `cu` is the caller's live stream of this PE's context
         // (bound above); BYTES allocated here, zeroed and freed below.
         let mem = unsafe { result::malloc_async(cu, BYTES) }.map_err(cuda("cuMemAllocAsync (a grid form's words)"))?;
