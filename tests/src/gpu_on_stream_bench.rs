@@ -22,9 +22,11 @@ pub fn sizes_and_calls(first: u64, iters: u64, max: u64, min_calls: u64) -> (Vec
 }
 
 /// The alltoall benchmarks' sizes per pair (1 KiB, x4, up to `max`) and
-/// calls per size (at least 5 above 1 MiB).
+/// calls per size (at least 20 above 1 MiB: with 5, the PEs' skew after
+/// the host barrier moved 64 MiB per pair between 263 and 377 µs a call
+/// from run to run on two H200s, docs/results.md "Session 22").
 pub fn a2a_sizes(iters: u64, max: u64) -> (Vec<u64>, Vec<u64>) {
-    sizes_and_calls(1024, iters, max, 5)
+    sizes_and_calls(1024, iters, max, 20)
 }
 
 /// One size's time per call (ns): a warm-up `call`, then `calls` of them
