@@ -3,9 +3,11 @@
 //! on), [`GpuPe::team_alltoall_on_stream`] of at least [`GRID_MIN_BYTES`]
 //! per pair launches up to [`GRID_MAX_BLOCKS`] blocks of
 //! [`ON_STREAM_THREADS`] threads that store the pairs' blocks straight
-//! into the peers' heaps, [`GRID_PIECE_BYTES`] at a time. One block of [`ON_STREAM_THREADS`] threads (the other forms') is
-//! bounded by what one SM stores: 43 GB/s at 4 MiB per pair on two H200s
-//! against NCCL's 99 GB/s (docs/results.md, "Session 19").
+//! into the peers' heaps, [`GRID_PIECE_BYTES`] at a time. One block (the
+//! other forms') is bounded by what one SM stores: 43 GB/s at 4 MiB per
+//! pair on two H200s against NCCL's 99 GB/s (docs/results.md, "Session
+//! 19"); the grid with pieces, 298-306 GB/s at 64 MiB against NCCL's
+//! 256-260 ("Session 22").
 //!
 //! The protocol is `cpnet_alltoallmem`'s (team.cuh, `team_blocks_to_all`),
 //! with the data stores spread over the grid and the grid's opening and
@@ -41,8 +43,8 @@ pub const GRID_MIN_BYTES: u64 = 512 << 10;
 /// 16 MiB per pair 108 / 98 µs against 111 / 106, 64 MiB 363 / 369 against
 /// 380 / 390.
 pub const GRID_MAX_BLOCKS: u32 = 128;
-/// Bytes of each pair's block per grid block: `ceil(nbytes / this)` blocks,
-/// at most [`GRID_MAX_BLOCKS`].
+/// Bytes per pair per grid block: `ceil(nbytes / this)` blocks, at most
+/// [`GRID_MAX_BLOCKS`] (they share the pieces of every pair).
 pub const GRID_BYTES_PER_BLOCK: u64 = 64 << 10;
 /// Bytes a grid block takes at a time: blocks take the next piece of the
 /// pairs (in the order own pair, the next member's, ...) from a counter of
@@ -106,6 +108,9 @@ cpnet_alltoall_grid(cpnet_handle_t h, int team, a2a_grid_args a)
     const uint64_t pieces = per_pair * (uint64_t)a.size;
     const uint64_t me = (uint64_t)a.my_idx * a.nbytes;
     for (;;) {{
+        /* Relaxed: the counter only deals out the pieces (no data is
+         * published through it; grid_close's fence and count order the
+         * stores). */
         if (threadIdx.x == 0) piece = atomicAdd(&words[2], 1ull);
         __syncthreads();
         const uint64_t k = piece;
