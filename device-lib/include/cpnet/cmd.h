@@ -570,6 +570,9 @@ typedef struct cpnet_team_desc {
 #define CPNET_GRID_MAX_MEMBERS 32
 /** Threads per block of a grid form. */
 #define CPNET_GRID_THREADS 256
+/** Zeroed 8-byte words of device memory each grid launch gets: go, done
+ *  (cpnet/grid.cuh) and a counter that deals out the alltoall's pieces. */
+#define CPNET_GRID_WORDS 3
 /** Bytes of the array from which the on-stream reduce to all runs on a
  *  grid where every other member is peer-mapped (docs/collectives.md). */
 #define CPNET_REDUCE_GRID_MIN_BYTES 65536
@@ -594,7 +597,7 @@ typedef struct cpnet_reduce_grid_args {
     uint64_t dest;   /**< this PE's dest (device address) */
     uint64_t source; /**< this PE's source (device address) */
     uint64_t n;      /**< elements */
-    uint64_t words;  /**< two zeroed 8-byte words of this launch: go, done (grid.cuh) */
+    uint64_t words;  /**< CPNET_GRID_WORDS zeroed 8-byte words of this launch (grid.cuh) */
     uint64_t src[CPNET_GRID_MAX_MEMBERS]; /**< member j's source as mapped in this process */
     uint64_t dst[CPNET_GRID_MAX_MEMBERS]; /**< member j's dest as mapped in this process */
     int32_t my_idx;  /**< this PE's number in the team */

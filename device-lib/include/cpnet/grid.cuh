@@ -218,7 +218,10 @@ __device__ __forceinline__ void reduce_grid_run(const cpnet_reduce_grid_args_t& 
 /** The reduce to all of `a.n` elements of T with operator OP (enum
  *  reduce_op) on `team`, by every block of the grid (the protocol and the
  *  algorithm above). Every block of the launch calls it with the same
- *  arguments; `a.words` are two zeroed words of this launch alone.
+ *  arguments; `a.words` are zeroed words of this launch alone (go, done;
+ *  a launch gets CPNET_GRID_WORDS). Dealing the part out in pieces from a
+ *  counter, as the alltoall does, was no faster here (docs/results.md,
+ *  "Session 22").
  *  Returns, in block 0, CPNET_E_OK or the failure it also reported to the
  *  status block; CPNET_E_OK in the others (they leave early when block 0
  *  failed to open). */

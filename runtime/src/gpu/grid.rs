@@ -18,8 +18,9 @@ use crate::team::Team;
 /// address per member): `CPNET_GRID_MAX_MEMBERS` of cmd.h.
 pub const GRID_MAX_MEMBERS: usize = cpnet_device::layout::CPNET_GRID_MAX_MEMBERS;
 /// 8-byte words of device memory each grid launch gets, zeroed: grid.cuh's
-/// `go` and `done`, and one for the form's own use.
-pub(super) const GRID_WORDS: usize = 3;
+/// `go` and `done`, and the counter that deals out the form's pieces
+/// (`CPNET_GRID_WORDS`).
+pub(super) const GRID_WORDS: usize = cpnet_device::layout::CPNET_GRID_WORDS;
 
 impl GpuPe {
     /// `addr` as this process maps it in every member of `team` (its own:
@@ -47,7 +48,7 @@ impl GpuPe {
     /// threads (at most `f`'s launch bounds), with the handle, `team`'s id and the
     /// argument struct `args(words)`, where `words` are [`GRID_WORDS`]
     /// 8-byte words of device memory for this launch alone (`go`, `done`,
-    /// then the form's own: the alltoall's piece counter), zeroed,
+    /// then the counter that deals out the form's pieces), zeroed,
     /// allocated on `stream` before the launch and freed after it in
     /// stream order (so launches on other streams never share them).
     /// `what` names the launch in its error.
