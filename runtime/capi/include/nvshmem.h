@@ -1065,8 +1065,9 @@ static inline int launch_reduce_on_stream(const char* routine, cudaStream_t stre
     size_t blocks = (part + CPNET_REDUCE_GRID_BYTES_PER_BLOCK - 1) / CPNET_REDUCE_GRID_BYTES_PER_BLOCK;
     if (blocks < 1) blocks = 1;
     if (blocks > CPNET_REDUCE_GRID_MAX_BLOCKS) blocks = CPNET_REDUCE_GRID_MAX_BLOCKS;
-    /* The launch's words (go, done, the pieces' counter), zeroed, freed after it in stream
-     * order, so launches on other streams never share them. */
+    /* The launch's CPNET_GRID_WORDS words (the reduce uses go and done),
+     * zeroed, freed after it in stream order, so launches on other streams
+     * never share them. */
     void* words = nullptr;
     cudaError_t e = cudaMallocAsync(&words, 8 * CPNET_GRID_WORDS, stream);
     if (e == cudaSuccess) e = cudaMemsetAsync(words, 0, 8 * CPNET_GRID_WORDS, stream);

@@ -2,7 +2,7 @@
 //! every other member of the team maps this PE's heap (peer-to-peer stores
 //! on), [`GpuPe::team_alltoall_on_stream`] of at least [`GRID_MIN_BYTES`]
 //! per pair launches up to [`GRID_MAX_BLOCKS`] blocks of
-//! [`ON_STREAM_THREADS`] threads that store the pairs' blocks straight
+//! `CPNET_GRID_THREADS` threads that store the pairs' blocks straight
 //! into the peers' heaps, [`GRID_PIECE_BYTES`] at a time. One block (the
 //! other forms') is bounded by what one SM stores: 43 GB/s at 4 MiB per
 //! pair on two H200s against NCCL's 99 GB/s (docs/results.md, "Session
@@ -33,7 +33,6 @@ use cudarc::driver::{CudaStream, DeviceRepr};
 
 use super::GpuPe;
 use super::grid::GRID_MAX_MEMBERS;
-use super::on_stream::ON_STREAM_THREADS;
 use crate::error::Result;
 use crate::team::Team;
 
@@ -87,7 +86,7 @@ struct a2a_grid_args {{
 }};
 static_assert(sizeof(a2a_grid_args) == 8 * (4 + A2A_GRID_MEMBERS) + 8, "a2a_grid_args: as GridArgs in alltoall_grid.rs");
 
-extern "C" __global__ void __launch_bounds__({ON_STREAM_THREADS})
+extern "C" __global__ void __launch_bounds__(CPNET_GRID_THREADS)
 cpnet_alltoall_grid(cpnet_handle_t h, int team, a2a_grid_args a)
 {{
     using namespace cpnet_detail;
@@ -146,7 +145,7 @@ impl GpuPe {
         // IPC mappings in this context (member_ptrs) plus the same offset,
         // inside their heaps since every member's heap has this PE's size.
         unsafe {
-            self.launch_grid(stream, &f, team, (blocks, ON_STREAM_THREADS), "cuLaunchKernel (grid alltoall)", |words| GridArgs {
+            self.launch_grid(stream, &f, team, blocks, "cuLaunchKernel (grid alltoall)", |words| GridArgs {
                 dest: self.dev_ptr(dest),
                 source: self.dev_ptr(source),
                 nbytes,

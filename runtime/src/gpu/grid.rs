@@ -8,6 +8,7 @@
 //! [`GpuPe::synchronize`] reports it.
 
 use cpnet_device::cpu::SymAddr;
+use cpnet_device::layout::CPNET_GRID_THREADS;
 use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, result};
 
 use super::GpuPe;
@@ -44,9 +45,9 @@ impl GpuPe {
         Some(ptrs)
     }
 
-    /// Launch grid form `f` on `stream`: `blocks` blocks of `threads`
-    /// threads (at most `f`'s launch bounds), with the handle, `team`'s id and the
-    /// argument struct `args(words)`, where `words` are [`GRID_WORDS`]
+    /// Launch grid form `f` on `stream`: `blocks` blocks of
+    /// `CPNET_GRID_THREADS` threads (its launch bounds), with the handle,
+    /// `team`'s id and the argument struct `args(words)`, where `words` are [`GRID_WORDS`]
     /// 8-byte words of device memory for this launch alone (`go`, `done`,
     /// then the counter that deals out the form's pieces), zeroed,
     /// allocated on `stream` before the launch and freed after it in
@@ -66,7 +67,7 @@ impl GpuPe {
         stream: &CudaStream,
         f: &CudaFunction,
         team: &Team,
-        (blocks, threads): (u32, u32),
+        blocks: u32,
         what: &'static str,
         args: impl FnOnce(u64) -> A,
     ) -> Result<()> {
@@ -86,7 +87,7 @@ impl GpuPe {
         let (h, t, a) = (self.handle(), team.id(), args(mem));
         let mut b = stream.launch_builder(f);
         b.arg(&h).arg(&t).arg(&a);
-        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (CPNET_GRID_THREADS as u32, 1, 1), shared_mem_bytes: 0 };
         // SAFETY: the arguments match `f`'s parameters and its struct's
         // addresses are valid (the caller's contract); `mem` lives until its
         // stream-ordered free below, after the kernel.

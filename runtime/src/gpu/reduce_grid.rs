@@ -16,7 +16,7 @@
 
 use cpnet_device::cpu::{ReduceOp, ReduceType, SymAddr};
 use cpnet_device::layout::{
-    CPNET_GRID_THREADS, CPNET_REDUCE_GRID_ARGS_BYTES, CPNET_REDUCE_GRID_ARGS_OFF_DEST, CPNET_REDUCE_GRID_ARGS_OFF_DST,
+    CPNET_REDUCE_GRID_ARGS_BYTES, CPNET_REDUCE_GRID_ARGS_OFF_DEST, CPNET_REDUCE_GRID_ARGS_OFF_DST,
     CPNET_REDUCE_GRID_ARGS_OFF_MY_IDX, CPNET_REDUCE_GRID_ARGS_OFF_N, CPNET_REDUCE_GRID_ARGS_OFF_SIZE,
     CPNET_REDUCE_GRID_ARGS_OFF_SOURCE, CPNET_REDUCE_GRID_ARGS_OFF_SRC, CPNET_REDUCE_GRID_ARGS_OFF_WORDS,
     CPNET_REDUCE_GRID_BYTES_PER_BLOCK, CPNET_REDUCE_GRID_MAX_BLOCKS, CPNET_REDUCE_GRID_MIN_BYTES,
@@ -154,7 +154,7 @@ impl GpuPe {
         // mappings in this context (member_ptrs) plus the same offsets,
         // inside their heaps since every member's heap has this PE's size.
         unsafe {
-            self.launch_grid(stream, &f, team, (blocks, CPNET_GRID_THREADS as u32), "cuLaunchKernel (grid reduce)", |words| GridArgs {
+            self.launch_grid(stream, &f, team, blocks, "cuLaunchKernel (grid reduce)", |words| GridArgs {
                 dest: self.dev_ptr(dest),
                 source: self.dev_ptr(source),
                 n: nreduce,
