@@ -94,6 +94,54 @@ impl Drop for Pinned {
     }
 }
 
+/// Host memory that this process mapped itself (a shared mapping of
+/// another process's staging zone, `staged::zone`), page-locked and mapped
+/// into the context with `cuMemHostRegister(PORTABLE | DEVICEMAP)`: copy
+/// engines reach it by DMA and kernels at [`Registered::dev_ptr`], as with
+/// [`Pinned`]. Unregistered on drop; the mapping itself belongs to the owner.
+#[derive(Debug)]
+pub struct Registered {
+    ptr: *mut u8,
+    dev: u64,
+}
+
+impl Registered {
+    /// Register `len` bytes at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` is a live, page-aligned mapping of this process that
+    /// stays mapped until this value is dropped.
+    ///
+    /// # Errors
+    /// `cuMemHostRegister` and `cuMemHostGetDevicePointer` failures.
+    pub unsafe fn new(ptr: *mut u8, len: usize, what: &'static str) -> Result<Registered> {
+        let flags = cusys::CU_MEMHOSTREGISTER_PORTABLE | cusys::CU_MEMHOSTREGISTER_DEVICEMAP;
+        // SAFETY: the caller's contract; a context is current (module contract).
+        check(what, unsafe { cusys::cuMemHostRegister_v2(ptr.cast(), len, flags) })?;
+        // Unregistered by Drop if the next call fails.
+        let mut r = Registered { ptr, dev: 0 };
+        let mut dev: cusys::CUdeviceptr = 0;
+        // SAFETY: `ptr` was just registered with DEVICEMAP; `dev` is a valid
+        // out-pointer.
+        check(what, unsafe { cusys::cuMemHostGetDevicePointer_v2(&mut dev, ptr.cast(), 0) })?;
+        r.dev = dev;
+        Ok(r)
+    }
+
+    /// The address of the first byte as kernels of the context see it.
+    pub fn dev_ptr(&self) -> u64 {
+        self.dev
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        // SAFETY: registered by `new`, unregistered once, while the mapping
+        // is still live (the owner unmaps after dropping this).
+        let _ = unsafe { cusys::cuMemHostUnregister(self.ptr.cast()) };
+    }
+}
+
 /// A `CU_STREAM_NON_BLOCKING` stream: it runs beside kernels on other
 /// streams (the persistent kernels cpnet serves) and never waits for the
 /// legacy default stream.

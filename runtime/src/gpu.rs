@@ -385,6 +385,7 @@ fn gpu_backend(
         chunk: tuning.stage_chunk as usize,
         credits: tuning.stage_credits,
         send_bufs: tuning.stage_bufs,
+        shared: tuning.stage_shared,
     };
     let agent = landing_agent(cuda, tuning)?;
     let function = agent.function.clone();

@@ -251,6 +251,42 @@ impl StagedTransport {
             return Ok(true);
         }
         match op {
+            Op::Put { dst, src: PutSrc::Heap(src), size, .. } | Op::PutSignal { dst, src: PutSrc::Heap(src), size, .. }
+                if self.peer_zones[pe as usize].is_some() =>
+            {
+                // The chunk goes by DMA (or the agent) into our slot of the
+                // target's zone; the message is the header alone.
+                let Some(sb) = self.free_small.pop() else { return Ok(false) };
+                let Some(slot) = self.free_slots[pe as usize].pop() else {
+                    self.free_small.push(sb);
+                    return Ok(false);
+                };
+                let off = k * chunk;
+                let len = (size - off.min(size)).min(chunk);
+                let mut h = self.hdr(K_PUT);
+                h.tag = tag;
+                h.flags |= hint | F_SLOT;
+                h.dst = dst + off;
+                h.size = len;
+                h.value = u64::from(slot);
+                if s.chunks == 1 {
+                    h.add_signal(&op);
+                }
+                Self::write_hdr(self.small_ptr(sb), &h);
+                self.small_owner[sb as usize] = Some(i);
+                let z = self.peer_zones[pe as usize].as_ref().expect("checked by the match guard");
+                let (to_host, to_dev) = (z.host(slot), z.dev(slot));
+                let send = After::SendSmall { buf: sb, pe };
+                if self.agent_sized(len) {
+                    self.land(copy_out_rec(src + off, len, to_dev), send, self.op_lane(i));
+                } else {
+                    // SAFETY: our slot of the peer's zone (registered) is ours
+                    // until its ACK, which follows this copy's event and the
+                    // send; the source range is decoder-checked.
+                    unsafe { self.inner.out.dtoh(to_host, self.dev(src + off), len as usize)? };
+                    self.after_out(send)?;
+                }
+            }
             Op::Put { dst, src: PutSrc::Heap(src), size, .. } | Op::PutSignal { dst, src: PutSrc::Heap(src), size, .. } => {
                 let Some(b) = self.free_big.pop() else { return Ok(false) };
                 let off = k * chunk;
@@ -274,8 +310,8 @@ impl StagedTransport {
                 } else {
                     // SAFETY: the big buffer is ours (popped) until its send
                     // completes; the source range is decoder-checked.
-                    unsafe { self.inner.stream.dtoh(self.big_ptr(b).add(HDR_BYTES), self.dev(src + off), len as usize)? };
-                    self.after(send)?;
+                    unsafe { self.inner.out.dtoh(self.big_ptr(b).add(HDR_BYTES), self.dev(src + off), len as usize)? };
+                    self.after_out(send)?;
                 }
             }
             Op::Put { dst, src: PutSrc::Host { host, .. }, size, .. }

@@ -85,6 +85,7 @@ use cudarc::driver::CudaContext;
 
 use crate::agent::{AgentKernel, Landing};
 use crate::cuda::{CudaError, Event, EventPool, EventState, Pinned, Stream};
+use zone::{PeerZone, Zone, ZoneCard};
 use crate::decode::{GetDst, Op, PutSrc};
 use crate::fabric::{
     AddressVector, CompletionQueue, Domain, Endpoint, Fabric, FabricError, FiAddr, Info, InfoRequest, LocalBuf,
@@ -99,6 +100,7 @@ mod initiator;
 mod state;
 mod target;
 mod wire;
+mod zone;
 
 use clock::{StageClock, mono_ns};
 use state::*;
@@ -138,12 +140,17 @@ pub struct StagedConfig {
     pub credits: u32,
     /// Send buffers of `64 + chunk` bytes per thread.
     pub send_bufs: usize,
+    /// Same-host staging zones (`CPNET_STAGE_SHARED`, `zone.rs`): with the
+    /// `shm` provider, put data goes by DMA into the target's zone and the
+    /// message carries only the header. Ignored for other providers.
+    pub shared: bool,
 }
 
 impl StagedConfig {
-    /// `fabric` with the defaults: 256 KiB chunks, 8 credits, 16 send buffers.
+    /// `fabric` with the defaults: 256 KiB chunks, 8 credits, 16 send
+    /// buffers, zones on.
     pub fn new(fabric: FabricConfig) -> StagedConfig {
-        StagedConfig { fabric, chunk: 256 << 10, credits: 8, send_bufs: 16 }
+        StagedConfig { fabric, chunk: 256 << 10, credits: 8, send_bufs: 16, shared: true }
     }
 }
 
@@ -175,11 +182,17 @@ pub struct StagedEndpoint {
     cq: Rc<CompletionQueue>,
     _domain: Rc<Domain>,
     events: EventPool,
+    /// Copies into the heap (landing, local and peer-path operations).
     stream: Stream,
+    /// Copies out of the heap (a put's chunks, a get's reply), on their own
+    /// stream so they overlap the landing copies (both copy engines).
+    out: Stream,
     /// Before `mem`: they stop their agents (which read and write the
     /// staging memory) when dropped. One per lane (`AgentKernel::lanes`).
     lanes: Vec<Landing>,
     mem: Pinned,
+    /// This thread's staging zone, if zones are on (`zone.rs`).
+    zone: Option<Zone>,
     layout: Layout,
     provider: String,
     /// The granted fabric and domain names (`fi_fabric_attr::name`,
@@ -281,6 +294,18 @@ impl StagedEndpoint {
         let mr = unsafe { MemoryRegion::register(&domain, mem.ptr(), mem.len(), Some(&ep)) }
             .map_err(err("fi_mr_reg (staging buffers)"))?;
         let stream = Stream::new().map_err(cuda_err)?;
+        let out = Stream::new().map_err(cuda_err)?;
+        let zone = if cfg.shared && info.provider_name() == "shm" && n_pes > 1 {
+            match Zone::new(n_pes, cfg.credits, cfg.chunk) {
+                Ok(z) => Some(z),
+                Err(why) => {
+                    tracing::warn!("PE {my_pe}: no staging zone ({why}); put data goes inside the messages");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let lanes = (0..agent.lanes.max(1))
             .map(|_| Landing::new(agent.clone(), u64::from(CPNET_AGENT_DEFAULT_DEPTH), heap.base, heap.size))
             .collect::<Result<Vec<_>, _>>()
@@ -294,8 +319,10 @@ impl StagedEndpoint {
             _domain: domain,
             events: EventPool::default(),
             stream,
+            out,
             lanes,
             mem,
+            zone,
             layout,
             provider: info.provider_name(),
             names: (info.fabric_name(), info.domain_name()),
@@ -310,11 +337,15 @@ impl StagedEndpoint {
     }
 
     /// What the peers need to reach us: the provider granted (length u16
-    /// little-endian, then its name: every PE must use the same one), then
-    /// the endpoint's address.
+    /// little-endian, then its name: every PE must use the same one), the
+    /// staging zone's card (length u16, then 0 or `zone::CARD_BYTES`
+    /// bytes), then the endpoint's address.
     pub fn card(&self) -> Vec<u8> {
         let mut c = (self.provider.len() as u16).to_le_bytes().to_vec();
         c.extend_from_slice(self.provider.as_bytes());
+        let z = self.zone.as_ref().map(|z| z.mem.card.to_bytes()).unwrap_or_default();
+        c.extend_from_slice(&(z.len() as u16).to_le_bytes());
+        c.extend_from_slice(&z);
         c.extend_from_slice(self.ep.name());
         c
     }
@@ -328,15 +359,40 @@ impl StagedEndpoint {
     pub fn connect(self, cards: &[Vec<u8>]) -> Result<StagedTransport, TransportError> {
         let my_pe = self.my_pe;
         let mut names = Vec::with_capacity(cards.len());
+        let mut zone_cards = Vec::with_capacity(cards.len());
         for (pe, card) in cards.iter().enumerate() {
             let bad = |why: String| TransportError::BadCard { pe: my_pe, peer: pe as i32, why };
-            let n = card.get(..2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize).ok_or_else(|| bad("truncated card".into()))?;
+            let u16_at = |o: usize| card.get(o..o + 2).map(|b| u16::from_le_bytes([b[0], b[1]]) as usize);
+            let n = u16_at(0).ok_or_else(|| bad("truncated card".into()))?;
             let prov = card.get(2..2 + n).and_then(|p| std::str::from_utf8(p).ok()).ok_or_else(|| bad("truncated card".into()))?;
             if prov != self.provider {
                 return Err(bad(crate::transport::mismatched_providers(pe as i32, prov, my_pe, &self.provider)));
             }
-            names.push(card[2 + n..].to_vec());
+            let zn = u16_at(2 + n).ok_or_else(|| bad("truncated card".into()))?;
+            let zb = card.get(4 + n..4 + n + zn).ok_or_else(|| bad("truncated card".into()))?;
+            let zc = match zn {
+                0 => None,
+                _ => Some(ZoneCard::from_bytes(zb).ok_or_else(|| bad("malformed staging zone card".into()))?),
+            };
+            zone_cards.push(zc);
+            names.push(card[4 + n + zn..].to_vec());
         }
+        // Map our section of every peer's zone (only peers with one: zones
+        // are on for the shm provider, whose peers are all on this host).
+        let peer_zones: Vec<Option<PeerZone>> = zone_cards
+            .iter()
+            .enumerate()
+            .map(|(pe, zc)| {
+                let zc = zc.as_ref().filter(|_| pe as i32 != my_pe && self.zone.is_some())?;
+                if zc.credits != self.cfg.credits || zc.chunk != self.cfg.chunk as u64 {
+                    tracing::warn!("PE {my_pe}: PE {pe}'s staging zone has other credits or chunk; put data to it goes inside the messages");
+                    return None;
+                }
+                PeerZone::open(zc, my_pe)
+                    .inspect_err(|why| tracing::warn!("PE {my_pe}: PE {pe}'s staging zone: {why}; put data to it goes inside the messages"))
+                    .ok()
+            })
+            .collect();
         let cards = &names;
         let mut peers = Vec::with_capacity(cards.len());
         for (pe, card) in cards.iter().enumerate() {
@@ -373,6 +429,9 @@ impl StagedEndpoint {
             peers,
             to_stage: VecDeque::new(),
             copies: VecDeque::new(),
+            out_copies: VecDeque::new(),
+            free_slots: (0..n).map(|_| (0..self.cfg.credits).rev().collect()).collect(),
+            peer_zones,
             to_send: VecDeque::new(),
             small_backlog: VecDeque::new(),
             get_wait: VecDeque::new(),
@@ -419,8 +478,14 @@ pub struct StagedTransport {
     peers: Vec<FiAddr>,
     /// Ops with requests still to start.
     to_stage: VecDeque<u32>,
-    /// Copies in stream order, each with its event.
+    /// Copies on the landing stream, in stream order, each with its event.
     copies: VecDeque<(Event, After)>,
+    /// The same for the copy-out stream (`StagedEndpoint::out`).
+    out_copies: VecDeque<(Event, After)>,
+    /// Per target PE: our free slots in its staging zone.
+    free_slots: Vec<Vec<u32>>,
+    /// Per PE: our section of its staging zone, mapped (`zone.rs`).
+    peer_zones: Vec<Option<PeerZone>>,
     /// Sends that met `-FI_EAGAIN`: (context, length, peer).
     to_send: VecDeque<(u64, usize, i32)>,
     /// Header-only messages waiting for a small buffer: (peer, header, op).
@@ -452,8 +517,10 @@ impl Drop for StagedTransport {
         // Copies may still read or write the staging memory: let them finish
         // before it is freed (the heap outlives the transport; the runtime
         // frees it after joining the service threads).
-        if let Err(e) = self.inner.stream.synchronize() {
-            tracing::warn!("PE {}: staged transport teardown: {e}", self.inner.my_pe);
+        for s in [&self.inner.stream, &self.inner.out] {
+            if let Err(e) = s.synchronize() {
+                tracing::warn!("PE {}: staged transport teardown: {e}", self.inner.my_pe);
+            }
         }
         let (mut n, mut tr, mut ta, mut tp, mut launches, mut refused) = (0, 0, 0, 0, 0, 0);
         for l in &mut self.inner.lanes {
@@ -629,10 +696,17 @@ impl StagedTransport {
         self.broken.get_or_insert_with(|| e.to_string());
     }
 
-    /// Record an event for `after` on the copy stream.
+    /// Record an event for `after` on the landing stream.
     fn after(&mut self, after: After) -> Result<(), CudaError> {
         let ev = self.inner.events.record(&self.inner.stream)?;
         self.copies.push_back((ev, after));
+        Ok(())
+    }
+
+    /// Record an event for `after` on the copy-out stream.
+    fn after_out(&mut self, after: After) -> Result<(), CudaError> {
+        let ev = self.inner.events.record(&self.inner.out)?;
+        self.out_copies.push_back((ev, after));
         Ok(())
     }
 
@@ -709,15 +783,19 @@ impl StagedTransport {
         Ok(())
     }
 
-    /// Act on every copy whose event has passed, in stream order.
+    /// Act on every copy whose event has passed, in stream order (each stream).
     fn drain_copies(&mut self, done: &mut Vec<Finished>) -> Result<(), CudaError> {
-        while let Some(&(ev, after)) = self.copies.front() {
-            if self.inner.events.query(ev)? == EventState::Pending {
-                break;
+        for out in [false, true] {
+            loop {
+                let q = if out { &mut self.out_copies } else { &mut self.copies };
+                let Some(&(ev, after)) = q.front() else { break };
+                if self.inner.events.query(ev)? == EventState::Pending {
+                    break;
+                }
+                q.pop_front();
+                self.inner.events.release(ev);
+                self.run_after(after, 0, done)?;
             }
-            self.copies.pop_front();
-            self.inner.events.release(ev);
-            self.run_after(after, 0, done)?;
         }
         Ok(())
     }
@@ -726,6 +804,7 @@ impl StagedTransport {
     fn run_after(&mut self, after: After, value: u64, done: &mut Vec<Finished>) -> Result<(), CudaError> {
         match after {
             After::Send { buf, len, pe } => self.post_send(CTX_SEND_BIG | u64::from(buf), len, pe),
+            After::SendSmall { buf, pe } => self.post_send(CTX_SEND_SMALL | u64::from(buf), HDR_BYTES, pe),
             After::LocalDone { op } => self.answered(op, done),
             After::LocalResult { op } => {
                 // SAFETY: the copy into scratch word 2 has completed.
@@ -733,7 +812,7 @@ impl StagedTransport {
                 self.ops[op as usize].value = v;
                 self.answered(op, done);
             }
-            After::Applied { recv, pe, tag, sig_add, lane } => {
+            After::Applied { recv, pe, tag, sig_add, lane, slot } => {
                 if let Some(t) = self.recv_at[recv as usize].take() {
                     StageClock::add(&mut self.clock.land, t);
                 }
@@ -745,14 +824,10 @@ impl StagedTransport {
                         dst: sig,
                         value,
                         cond: 0,
-                        done: AmoDone::Ack { pe, tag },
+                        done: AmoDone::Ack { pe, tag, slot },
                         lane,
                     }),
-                    None => {
-                        let mut a = self.hdr(K_ACK);
-                        a.tag = tag;
-                        self.send_small(pe, a, None);
-                    }
+                    None => self.send_ack(pe, tag, slot, 0),
                 }
             }
             After::GetApplied { recv, op } => {
@@ -780,11 +855,7 @@ impl StagedTransport {
                 a.value = value;
                 self.send_small(pe, a, None);
             }
-            After::Amo(AmoDone::Ack { pe, tag }) => {
-                let mut a = self.hdr(K_ACK);
-                a.tag = tag;
-                self.send_small(pe, a, None);
-            }
+            After::Amo(AmoDone::Ack { pe, tag, slot }) => self.send_ack(pe, tag, slot, 0),
         }
         Ok(())
     }
@@ -793,6 +864,7 @@ impl StagedTransport {
         // The context is unusable: fail every op in flight so no work-group
         // waits forever, and drop queued copies (their events never pass).
         self.copies.clear();
+        self.out_copies.clear();
         self.to_stage.clear();
         self.landed.iter_mut().for_each(VecDeque::clear);
         self.landing_backlog.iter_mut().for_each(VecDeque::clear);

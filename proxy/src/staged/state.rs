@@ -40,13 +40,17 @@ pub(super) struct OpSlot {
 pub(super) enum After {
     /// Send the staged chunk in big buffer `buf` (`len` bytes with header) to `pe`.
     Send { buf: u32, len: usize, pe: i32 },
+    /// Send the header in small buffer `buf` to `pe` (its data went into
+    /// the target's staging zone).
+    SendSmall { buf: u32, pe: i32 },
     /// A local copy of op `op` finished.
     LocalDone { op: u32 },
     /// A local `g` finished: the value is in the op's scratch word 2.
     LocalResult { op: u32 },
     /// A received PUT was applied: repost `recv`, then ACK (or run the ADD
-    /// signal first, in landing lane key `lane`: the message's).
-    Applied { recv: u32, pe: i32, tag: u64, sig_add: Option<(u64, u64)>, lane: u32 },
+    /// signal first, in landing lane key `lane`: the message's), naming the
+    /// zone slot its data came from, if any.
+    Applied { recv: u32, pe: i32, tag: u64, sig_add: Option<(u64, u64)>, lane: u32, slot: Option<u32> },
     /// A GET reply was copied into the heap: repost `recv`, one answer less for `op`.
     GetApplied { recv: u32, op: u32 },
     /// An AMO (or ADD signal) ran in the landing agent; the record's value
@@ -60,7 +64,7 @@ pub(super) enum After {
 pub(super) enum AmoDone {
     Local { op: u32 },
     Reply { pe: i32, tag: u64 },
-    Ack { pe: i32, tag: u64 },
+    Ack { pe: i32, tag: u64, slot: Option<u32> },
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -26,36 +26,46 @@ impl StagedTransport {
                 }
                 let sig_ok = h.flags & F_SIGNAL == 0 || (in_heap(h.sig, 8) && h.sig.is_multiple_of(8));
                 let len_ok = if h.flags & F_INLINE != 0 { h.size <= 8 } else { h.size <= self.inner.cfg.chunk as u64 };
-                if !in_heap(h.dst, h.size) || !sig_ok || !len_ok {
+                // The data is in slot `value` of the sender's zone section.
+                let slot = (h.flags & F_SLOT != 0).then_some(h.value.min(u64::from(u32::MAX)) as u32);
+                let slot_ok = match slot {
+                    None => true,
+                    Some(k) => h.flags & F_INLINE == 0 && self.inner.zone.as_ref().is_some_and(|z| k < z.credits()),
+                };
+                if !in_heap(h.dst, h.size) || !sig_ok || !len_ok || !slot_ok {
                     self.repost(r);
-                    let mut a = self.hdr(K_ACK);
-                    a.tag = h.tag;
-                    a.cond = ErrorCode::BadAddr as u64;
-                    self.send_small(pe, a, None);
+                    let code = if slot_ok { ErrorCode::BadAddr } else { ErrorCode::BadOp };
+                    self.send_ack(pe, h.tag, slot, code as u64);
                     return Ok(());
                 }
+                // Where the payload is: our zone's slot, or after the header.
+                let (data_host, data_dev) = match (slot, &self.inner.zone) {
+                    (Some(k), Some(z)) => (z.host(pe, k).cast_const(), z.dev(pe, k)),
+                    // SAFETY: the payload follows the header in the buffer.
+                    _ => (unsafe { p.add(HDR_BYTES) }.cast_const(), self.staging_dev(unsafe { p.add(HDR_BYTES) })),
+                };
                 let signal = (h.flags & F_SIGNAL != 0)
                     .then(|| (h.sig, h.signal, SignalOp::from_u8(h.sub).unwrap_or(SignalOp::Set)));
                 if h.flags & F_INLINE != 0 || self.agent_sized(h.size) {
                     let rec = if h.flags & F_INLINE != 0 {
                         put_rec(h.dst, h.size, None, h.value, signal)
                     } else {
-                        // SAFETY: the payload follows the header in the buffer.
-                        put_rec(h.dst, h.size, Some(self.staging_dev(unsafe { p.add(HDR_BYTES) })), 0, signal)
+                        put_rec(h.dst, h.size, Some(data_dev), 0, signal)
                     };
-                    self.land(rec, After::Applied { recv: r, pe, tag: h.tag, sig_add: None, lane: msg_lane(&h) }, msg_lane(&h));
+                    self.land(rec, After::Applied { recv: r, pe, tag: h.tag, sig_add: None, lane: msg_lane(&h), slot }, msg_lane(&h));
                     return Ok(());
                 }
                 if h.size > 0 {
                     let src = if h.flags & F_INLINE != 0 {
                         // SAFETY: the header's `value` field inside the buffer.
-                        unsafe { p.add(std::mem::offset_of!(Hdr, value)) }
+                        unsafe { p.add(std::mem::offset_of!(Hdr, value)) }.cast_const()
                     } else {
-                        // SAFETY: the payload follows the header in the buffer.
-                        unsafe { p.add(HDR_BYTES) }
+                        data_host
                     };
-                    // SAFETY: the receive buffer is pinned and not reposted until
-                    // this copy's event passes; the range is checked above.
+                    // SAFETY: the receive buffer (pinned) is not reposted, and
+                    // the zone slot (registered) not reused (its ACK goes after
+                    // this), until this copy's event passes; the range is
+                    // checked above.
                     unsafe { self.inner.stream.htod(self.dev(h.dst), src, h.size as usize)? };
                 }
                 let mut sig_add = None;
@@ -71,7 +81,7 @@ impl StagedTransport {
                         }
                     }
                 }
-                self.after(After::Applied { recv: r, pe, tag: h.tag, sig_add, lane: msg_lane(&h) })?;
+                self.after(After::Applied { recv: r, pe, tag: h.tag, sig_add, lane: msg_lane(&h), slot })?;
             }
             K_GET => {
                 self.repost(r);
@@ -115,6 +125,9 @@ impl StagedTransport {
                 }
                 self.credits[h.src_pe as usize] += 1;
                 self.watch.answered(h.src_pe);
+                if h.kind == K_ACK && h.flags & F_SLOT != 0 && h.dst < u64::from(self.inner.cfg.credits) {
+                    self.free_slots[h.src_pe as usize].push(h.dst as u32);
+                }
                 if let Some(i) = self.op_of(h.tag) {
                     if h.cond != 0 {
                         self.ops[i as usize].error.get_or_insert(ErrorCode::from_i32(h.cond as i32).unwrap_or(ErrorCode::Fabric));
@@ -183,6 +196,19 @@ impl StagedTransport {
         Ok(())
     }
 
+    /// ACK request `tag` of `pe` with error `code` (0: none), giving back
+    /// zone slot `slot` if its data came in one.
+    pub(super) fn send_ack(&mut self, pe: i32, tag: u64, slot: Option<u32>, code: u64) {
+        let mut a = self.hdr(K_ACK);
+        a.tag = tag;
+        a.cond = code;
+        if let Some(k) = slot {
+            a.flags |= F_SLOT;
+            a.dst = u64::from(k);
+        }
+        self.send_small(pe, a, None);
+    }
+
     pub(super) fn repost(&mut self, r: u32) {
         if let Err(e) = self.post_recv(r) {
             tracing::error!("PE {}: reposting a receive buffer: {e}", self.inner.my_pe);
@@ -208,8 +234,8 @@ impl StagedTransport {
             } else {
                 // SAFETY: the big buffer is ours until its send completes; the
                 // range was checked against the heap.
-                unsafe { self.inner.stream.dtoh(self.big_ptr(b).add(HDR_BYTES), self.dev(h.dst), h.size as usize)? };
-                self.after(send)?;
+                unsafe { self.inner.out.dtoh(self.big_ptr(b).add(HDR_BYTES), self.dev(h.dst), h.size as usize)? };
+                self.after_out(send)?;
             }
         }
         Ok(())

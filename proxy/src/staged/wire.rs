@@ -68,6 +68,10 @@ pub(super) const K_BARRIER: u8 = 7;
 
 pub(super) const F_SIGNAL: u8 = 1;
 pub(super) const F_INLINE: u8 = 2;
+/// A PUT whose data is in slot `value` of the sender's section of our
+/// staging zone, not in the message; its ACK names the slot in `dst`
+/// (`zone.rs`).
+pub(super) const F_SLOT: u8 = 4;
 /// Bits 4..7 of a request's flags: the sender's queue (mod 16), so that the
 /// receiver lands the records of one queue in one landing lane, in order
 /// ([`msg_lane`]).
