@@ -46,6 +46,7 @@ mod queues;
 pub use queues::{GpuQueues, MappedHost};
 mod module;
 mod alltoall_grid;
+mod alltoall_net;
 mod grid;
 mod on_stream;
 mod reduce_grid;
@@ -54,6 +55,7 @@ mod team;
 pub use module::{build_module, is_loaded, persistent_blocks};
 pub use on_stream::ON_STREAM_THREADS;
 pub use alltoall_grid::GRID_MIN_BYTES as ALLTOALL_GRID_MIN_BYTES;
+pub use alltoall_net::NET_MIN_BYTES as ALLTOALL_NET_MIN_BYTES;
 pub use reduce_grid::GRID_MIN_BYTES as REDUCE_GRID_MIN_BYTES;
 use module::landing_agent;
 

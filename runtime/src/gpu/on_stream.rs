@@ -204,15 +204,17 @@ impl GpuPe {
     /// block `j` (`nbytes` at `source + j x nbytes`) of every member `i` into
     /// block `i` of member `j`'s `dest`. **Collective** over `team`. From
     /// 512 KiB per pair on a team whose members all map each other's heaps
-    /// it runs on a grid of up to 128 blocks (`alltoall_grid.rs`), else on
-    /// one block.
+    /// it runs on a grid of up to 128 blocks (`alltoall_grid.rs`); from
+    /// 128 KiB per pair on any other team of two or more, on one block per
+    /// proxy thread, each with its own context (`alltoall_net.rs`); else
+    /// on one block.
     ///
     /// # Errors
     /// As [`GpuPe::team_reduce_on_stream`].
     pub fn team_alltoall_on_stream(&self, team: &Team, dest: SymAddr, source: SymAddr, nbytes: usize, stream: &CudaStream) -> Result<()> {
         let total = (nbytes as u64).saturating_mul(team.n_pes().max(0) as u64);
         self.on_stream_ranges(dest, total, source, total)?;
-        if self.alltoall_grid(team, dest, source, nbytes as u64, stream)? {
+        if self.alltoall_grid(team, dest, source, nbytes as u64, stream)? || self.alltoall_net(team, dest, source, nbytes as u64, stream)? {
             return Ok(());
         }
         self.launch_on_stream("cpnet_alltoallmem(&ctx, team, dest, source, n)", stream, team, Args { dest, source, n: nbytes as u64, root: 0 })
@@ -269,6 +271,7 @@ mod tests {
         let reduce = |name: &str, op: &str, red: &str| super::super::reduce_grid::kernel(name, op, red);
         let grids = [
             ("grid alltoall", "cpnet_alltoall_grid", super::super::alltoall_grid::kernel()),
+            ("network-path alltoall", "cpnet_alltoall_net", super::super::alltoall_net::kernel()),
             ("grid reduce float sum", "cpnet_reduce_grid", reduce("float", "sum", "RED_SUM")),
             ("grid reduce double min", "cpnet_reduce_grid", reduce("double", "min", "RED_MIN")),
             ("grid reduce int32 xor", "cpnet_reduce_grid", reduce("int32", "xor", "RED_XOR")),
