@@ -388,6 +388,8 @@ fn gpu_backend(
         credits: tuning.stage_credits,
         send_bufs: tuning.stage_bufs,
         shared: tuning.stage_shared,
+        slot: tuning.stage_slot as usize,
+        slots: tuning.stage_slots,
     };
     let agent = landing_agent(cuda, tuning)?;
     let function = agent.function.clone();

@@ -76,10 +76,15 @@ macro_rules! gpu_test {
 /// (active messages through pinned buffers) instead of CUDA IPC peer copies.
 const STAGED: &[(&str, &str)] = &[("CPNET_GPU_IPC", "0")];
 
+/// The staged path over shm with the data inside the messages
+/// (`CPNET_STAGE_SHARED=0`: no staging zones).
+const STAGED_NO_ZONES: &[(&str, &str)] = &[("CPNET_GPU_IPC", "0"), ("CPNET_STAGE_SHARED", "0")];
+
 gpu_test! {
     ops_1_pe: ok(1, SHM, &["ops"]);
     ops_2_pes_shm: ok(2, SHM, &["ops"]);
     ops_2_pes_shm_staged: ok_env(2, SHM, &["ops"], STAGED);
+    ops_2_pes_shm_staged_no_zones: ok_env(2, SHM, &["ops"], STAGED_NO_ZONES);
     ops_2_pes_tcp_staged: ok_env(2, TCP, &["ops"], STAGED);
     amo_1_pe: ok(1, SHM, &["amo", "--iters", "30"]);
     amo_2_pes_shm: ok(2, SHM, &["amo", "--iters", "30"]);
@@ -103,6 +108,9 @@ gpu_test! {
     a2a_bench_2_pes_shm_network_path: a2a_bench(NETWORK_PATH);
     on_stream_2_pes_shm: ok(2, SHM, &["on-stream"]);
     on_stream_3_pes_shm_network_path: ok_env(3, SHM, &["on-stream"], NETWORK_PATH);
+    // The alltoall's network-path form (a block per proxy thread), which
+    // the shm provider's staging zones leave aside.
+    on_stream_3_pes_net_network_path: ok_env(3, NET_TCP, &["on-stream"], NETWORK_PATH);
 }
 
 /// `CPNET_GPU_IPC=0 CPNET_GPU_P2P=0`: the network path (every operation

@@ -190,8 +190,16 @@ impl StagedTransport {
         }
     }
 
+    /// Bytes per request of op `op` to `pe`: a zone slot for a put of heap
+    /// data through the peer's zone, a message's chunk otherwise.
+    pub(super) fn piece(&self, op: &Op, pe: i32) -> u64 {
+        let zone_put = matches!(op, Op::Put { src: PutSrc::Heap(_), .. } | Op::PutSignal { src: PutSrc::Heap(_), .. })
+            && self.peer_zones.get(pe as usize).is_some_and(Option::is_some);
+        if zone_put { self.inner.cfg.slot as u64 } else { self.inner.cfg.chunk as u64 }
+    }
+
     pub(super) fn start_remote(&mut self, i: u32, op: &Op) -> Result<(), CudaError> {
-        let chunk = self.inner.cfg.chunk as u64;
+        let chunk = self.piece(op, op.pe().expect("data operation"));
         let s = &mut self.ops[i as usize];
         s.chunks = match *op {
             Op::Put { src: PutSrc::Heap(_), size, .. } | Op::PutSignal { src: PutSrc::Heap(_), size, .. } => {
@@ -231,7 +239,7 @@ impl StagedTransport {
         if self.credits[pe as usize] == 0 {
             return Ok(false);
         }
-        let chunk = self.inner.cfg.chunk as u64;
+        let chunk = self.piece(&op, pe);
         let k = u64::from(s.started);
         let tag = self.tag_of(i);
         // The receiver lands this op's records in the lane of our queue.

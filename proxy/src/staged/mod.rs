@@ -144,13 +144,19 @@ pub struct StagedConfig {
     /// `shm` provider, put data goes by DMA into the target's zone and the
     /// message carries only the header. Ignored for other providers.
     pub shared: bool,
+    /// Bytes of a zone slot (`CPNET_STAGE_SLOT`): a put through a zone
+    /// moves in pieces of this size, not `chunk` (no message carries them,
+    /// and each piece costs the proxy two copy calls and two events).
+    pub slot: usize,
+    /// Slots per source PE in each zone (`CPNET_STAGE_SLOTS`).
+    pub slots: u32,
 }
 
 impl StagedConfig {
     /// `fabric` with the defaults: 256 KiB chunks, 8 credits, 16 send
-    /// buffers, zones on.
+    /// buffers, zones on with 4 slots of 1 MiB per source PE.
     pub fn new(fabric: FabricConfig) -> StagedConfig {
-        StagedConfig { fabric, chunk: 256 << 10, credits: 8, send_bufs: 16, shared: true }
+        StagedConfig { fabric, chunk: 256 << 10, credits: 8, send_bufs: 16, shared: true, slot: 1 << 20, slots: 4 }
     }
 }
 
@@ -257,8 +263,8 @@ impl StagedEndpoint {
     ) -> Result<StagedEndpoint, TransportError> {
         let cuda_err = |e: CudaError| TransportError::Cuda { pe: my_pe, what: e.what, why: format!("{:?}", e.source) };
         cuda.bind_to_thread().map_err(|e| TransportError::Cuda { pe: my_pe, what: "cuCtxSetCurrent", why: format!("{e:?}") })?;
-        if cfg.chunk == 0 || cfg.credits == 0 || cfg.send_bufs == 0 {
-            return Err(TransportError::Config { pe: my_pe, why: "chunk, credits and send buffers must be at least 1".into() });
+        if cfg.chunk == 0 || cfg.credits == 0 || cfg.send_bufs == 0 || cfg.slot == 0 || cfg.slots == 0 {
+            return Err(TransportError::Config { pe: my_pe, why: "chunk, credits, send buffers, zone slots and their size must be at least 1".into() });
         }
         let err = |what: &'static str| {
             let provider = cfg.fabric.provider.clone();
@@ -296,7 +302,7 @@ impl StagedEndpoint {
         let stream = Stream::new().map_err(cuda_err)?;
         let out = Stream::new().map_err(cuda_err)?;
         let zone = if cfg.shared && info.provider_name() == "shm" && n_pes > 1 {
-            match Zone::new(n_pes, cfg.credits, cfg.chunk) {
+            match Zone::new(n_pes, cfg.slots, cfg.slot) {
                 Ok(z) => Some(z),
                 Err(why) => {
                     tracing::warn!("PE {my_pe}: no staging zone ({why}); put data goes inside the messages");
@@ -384,8 +390,8 @@ impl StagedEndpoint {
             .enumerate()
             .map(|(pe, zc)| {
                 let zc = zc.as_ref().filter(|_| pe as i32 != my_pe && self.zone.is_some())?;
-                if zc.credits != self.cfg.credits || zc.chunk != self.cfg.chunk as u64 {
-                    tracing::warn!("PE {my_pe}: PE {pe}'s staging zone has other credits or chunk; put data to it goes inside the messages");
+                if zc.slots != self.cfg.slots || zc.slot != self.cfg.slot as u64 {
+                    tracing::warn!("PE {my_pe}: PE {pe}'s staging zone has other slots (CPNET_STAGE_SLOTS, CPNET_STAGE_SLOT); put data to it goes inside the messages");
                     return None;
                 }
                 PeerZone::open(zc, my_pe)
@@ -430,7 +436,7 @@ impl StagedEndpoint {
             to_stage: VecDeque::new(),
             copies: VecDeque::new(),
             out_copies: VecDeque::new(),
-            free_slots: (0..n).map(|_| (0..self.cfg.credits).rev().collect()).collect(),
+            free_slots: (0..n).map(|_| (0..self.cfg.slots).rev().collect()).collect(),
             peer_zones,
             to_send: VecDeque::new(),
             small_backlog: VecDeque::new(),

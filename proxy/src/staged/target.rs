@@ -25,12 +25,18 @@ impl StagedTransport {
                     StageClock::add_wire(acc, h.cond);
                 }
                 let sig_ok = h.flags & F_SIGNAL == 0 || (in_heap(h.sig, 8) && h.sig.is_multiple_of(8));
-                let len_ok = if h.flags & F_INLINE != 0 { h.size <= 8 } else { h.size <= self.inner.cfg.chunk as u64 };
+                let len_ok = if h.flags & F_INLINE != 0 {
+                    h.size <= 8
+                } else if h.flags & F_SLOT != 0 {
+                    h.size <= self.inner.cfg.slot as u64
+                } else {
+                    h.size <= self.inner.cfg.chunk as u64
+                };
                 // The data is in slot `value` of the sender's zone section.
                 let slot = (h.flags & F_SLOT != 0).then_some(h.value.min(u64::from(u32::MAX)) as u32);
                 let slot_ok = match slot {
                     None => true,
-                    Some(k) => h.flags & F_INLINE == 0 && self.inner.zone.as_ref().is_some_and(|z| k < z.credits()),
+                    Some(k) => h.flags & F_INLINE == 0 && self.inner.zone.as_ref().is_some_and(|z| k < z.slots()),
                 };
                 if !in_heap(h.dst, h.size) || !sig_ok || !len_ok || !slot_ok {
                     self.repost(r);
@@ -125,7 +131,7 @@ impl StagedTransport {
                 }
                 self.credits[h.src_pe as usize] += 1;
                 self.watch.answered(h.src_pe);
-                if h.kind == K_ACK && h.flags & F_SLOT != 0 && h.dst < u64::from(self.inner.cfg.credits) {
+                if h.kind == K_ACK && h.flags & F_SLOT != 0 && h.dst < u64::from(self.inner.cfg.slots) {
                     self.free_slots[h.src_pe as usize].push(h.dst as u32);
                 }
                 if let Some(i) = self.op_of(h.tag) {

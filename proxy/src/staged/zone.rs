@@ -2,7 +2,7 @@
 //! host, so a put's data need not travel inside the message. Each service
 //! thread keeps a *zone* of host memory that the same thread of every peer
 //! maps into its own process; the initiator's copy engine (or landing
-//! agent) writes a chunk straight into its slot of the target's zone and
+//! agent) writes a piece straight into its slot of the target's zone and
 //! sends only the 64-byte header, and the target copies the slot into its
 //! heap. The provider's own copy of the payload (CMA or its bounce buffers,
 //! made by the receiving proxy thread on the CPU) is gone: two DMA copies
@@ -12,14 +12,20 @@
 //! # Layout and flow control
 //!
 //! A zone is one `memfd` (memfd_create(2)): a header page holding a random
-//! token, then one *section* per source PE of `credits` slots of `chunk`
-//! bytes, the section's length rounded up to a page. Source PE `s` maps
-//! only its own section (`mmap` of `/proc/<pid>/fd/<fd>` at offset
-//! `PAGE + s * stride`) after checking the token, and registers it with
-//! CUDA. A slot is taken with one of the request's credits and given back
-//! by the `ACK` that names it ([`super::F_SLOT`]): a PE never has more puts
-//! in flight toward a thread than that thread has slots for it, so a free
-//! credit always finds a free slot.
+//! token, then one *section* per source PE of `CPNET_STAGE_SLOTS` slots of
+//! `CPNET_STAGE_SLOT` bytes (default 4 of 1 MiB), the section's length
+//! rounded up to a page. Source PE `s` maps only its own section (`mmap`
+//! of `/proc/<pid>/fd/<fd>` at offset `PAGE + s * stride`) after checking
+//! the token, and registers it with CUDA. A put through a zone moves in
+//! pieces of one slot, each a request with its credit; the slot is given
+//! back by the `ACK` that names it ([`super::F_SLOT`]), and a piece that
+//! finds no free slot waits as one without a credit does.
+//!
+//! Why slots of 1 MiB: each piece costs the proxy thread a copy call and
+//! an event on each side, some 10-15 µs of driver time, so pieces of the
+//! messages' 256 KiB held one block's alltoall over shm to 21 GB/s a
+//! direction; slots of 1 MiB moved 16 MiB per pair in 466-481 µs against
+//! 748-820 (two H200s, docs/results.md "Session 23").
 //!
 //! A peer whose zone cannot be mapped (another PID namespace, a `/proc`
 //! that refuses) falls back to data in the message, with a warning.
@@ -48,8 +54,8 @@ pub(super) struct ZoneCard {
     /// Bytes between sections (a multiple of [`PAGE`]).
     pub(super) stride: u64,
     /// Slots per section and bytes per slot.
-    pub(super) credits: u32,
-    pub(super) chunk: u64,
+    pub(super) slots: u32,
+    pub(super) slot: u64,
 }
 
 impl ZoneCard {
@@ -60,8 +66,8 @@ impl ZoneCard {
         b.extend_from_slice(&self.pid.to_le_bytes());
         b.extend_from_slice(&self.fd.to_le_bytes());
         b.extend_from_slice(&self.stride.to_le_bytes());
-        b.extend_from_slice(&self.credits.to_le_bytes());
-        b.extend_from_slice(&self.chunk.to_le_bytes());
+        b.extend_from_slice(&self.slots.to_le_bytes());
+        b.extend_from_slice(&self.slot.to_le_bytes());
         b
     }
 
@@ -72,18 +78,18 @@ impl ZoneCard {
         }
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
-        let c = ZoneCard { token: u64_at(0), pid: u32_at(8), fd: u32_at(12), stride: u64_at(16), credits: u32_at(24), chunk: u64_at(28) };
-        let fits = c.credits > 0
-            && c.chunk > 0
+        let c = ZoneCard { token: u64_at(0), pid: u32_at(8), fd: u32_at(12), stride: u64_at(16), slots: u32_at(24), slot: u64_at(28) };
+        let fits = c.slots > 0
+            && c.slot > 0
             && c.stride.is_multiple_of(PAGE as u64)
-            && u64::from(c.credits).checked_mul(c.chunk).is_some_and(|n| n <= c.stride);
+            && u64::from(c.slots).checked_mul(c.slot).is_some_and(|n| n <= c.stride);
         fits.then_some(c)
     }
 }
 
-/// Bytes of one section: `credits` slots of `chunk` bytes, page-rounded.
-pub(super) fn stride(credits: u32, chunk: usize) -> usize {
-    (credits as usize * chunk).div_ceil(PAGE) * PAGE
+/// Bytes of one section: `slots` slots of `slot` bytes, page-rounded.
+pub(super) fn stride(slots: u32, slot: usize) -> usize {
+    (slots as usize * slot).div_ceil(PAGE) * PAGE
 }
 
 /// A shared mapping, unmapped on drop.
@@ -131,9 +137,9 @@ pub(super) struct ZoneMem {
 }
 
 impl ZoneMem {
-    /// A zone for `n_pes` source PEs of `credits` slots of `chunk` bytes.
-    pub(super) fn create(n_pes: i32, credits: u32, chunk: usize) -> std::io::Result<ZoneMem> {
-        let stride = stride(credits, chunk);
+    /// A zone for `n_pes` source PEs of `slots` slots of `slot` bytes.
+    pub(super) fn create(n_pes: i32, slots: u32, slot: usize) -> std::io::Result<ZoneMem> {
+        let stride = stride(slots, slot);
         let len = PAGE + n_pes.max(1) as usize * stride;
         // SAFETY: a NUL-terminated name; flags are valid.
         let raw = unsafe { libc::memfd_create(c"cpnet-stage-zone".as_ptr(), libc::MFD_CLOEXEC) };
@@ -160,8 +166,8 @@ impl ZoneMem {
             pid: std::process::id(),
             fd: fd.as_raw_fd() as u32,
             stride: stride as u64,
-            credits,
-            chunk: chunk as u64,
+            slots,
+            slot: slot as u64,
         };
         Ok(ZoneMem { map, _fd: fd, card })
     }
@@ -173,7 +179,7 @@ impl ZoneMem {
 
     /// Offset of slot `slot` of source `src`'s section.
     pub(super) fn slot_offset(&self, src: i32, slot: u32) -> usize {
-        PAGE + src as usize * self.card.stride as usize + slot as usize * self.card.chunk as usize
+        PAGE + src as usize * self.card.stride as usize + slot as usize * self.card.slot as usize
     }
 }
 
@@ -202,8 +208,8 @@ pub(super) struct Zone {
 
 impl Zone {
     /// Create and register a zone (see [`ZoneMem::create`]).
-    pub(super) fn new(n_pes: i32, credits: u32, chunk: usize) -> Result<Zone, String> {
-        let mem = ZoneMem::create(n_pes, credits, chunk).map_err(|e| format!("memfd zone: {e}"))?;
+    pub(super) fn new(n_pes: i32, slots: u32, slot: usize) -> Result<Zone, String> {
+        let mem = ZoneMem::create(n_pes, slots, slot).map_err(|e| format!("memfd zone: {e}"))?;
         // SAFETY: the mapping is live and page-aligned, owned by `mem`, which
         // drops after `reg` (field order).
         let reg = unsafe { Registered::new(mem.map.ptr(), mem.len(), "cuMemHostRegister (staging zone)") }
@@ -213,7 +219,7 @@ impl Zone {
 
     /// Host address of slot `slot` of source `src`.
     pub(super) fn host(&self, src: i32, slot: u32) -> *mut u8 {
-        // SAFETY: inside the mapping (callers check src < n_pes, slot < credits).
+        // SAFETY: inside the mapping (callers check src < n_pes, slot < slots).
         unsafe { self.mem.map.ptr().add(self.mem.slot_offset(src, slot)) }
     }
 
@@ -222,9 +228,9 @@ impl Zone {
         self.reg.dev_ptr() + self.mem.slot_offset(src, slot) as u64
     }
 
-    /// Slots per section.
-    pub(super) fn credits(&self) -> u32 {
-        self.mem.card.credits
+    /// Slots per section (`CPNET_STAGE_SLOTS`).
+    pub(super) fn slots(&self) -> u32 {
+        self.mem.card.slots
     }
 }
 
@@ -234,7 +240,7 @@ pub(super) struct PeerZone {
     // Field order is drop order: unregister before unmapping.
     reg: Registered,
     map: Mapping,
-    chunk: usize,
+    slot: usize,
 }
 
 impl PeerZone {
@@ -245,19 +251,19 @@ impl PeerZone {
         // which drops `reg` first (field order).
         let reg = unsafe { Registered::new(map.ptr(), map.len, "cuMemHostRegister (peer staging zone)") }
             .map_err(|e| e.to_string())?;
-        Ok(PeerZone { reg, map, chunk: card.chunk as usize })
+        Ok(PeerZone { reg, map, slot: card.slot as usize })
     }
 
     /// Host address of our slot `slot` in the peer's zone.
     pub(super) fn host(&self, slot: u32) -> *mut u8 {
-        // SAFETY: inside the section (slot < credits, checked by the caller's
-        // free list, whose slots are 0..credits).
-        unsafe { self.map.ptr().add(slot as usize * self.chunk) }
+        // SAFETY: inside the section (slot < slots, checked by the caller's
+        // free list, whose slots are 0..slots).
+        unsafe { self.map.ptr().add(slot as usize * self.slot) }
     }
 
     /// Device address of our slot `slot` in the peer's zone.
     pub(super) fn dev(&self, slot: u32) -> u64 {
-        self.reg.dev_ptr() + (slot as usize * self.chunk) as u64
+        self.reg.dev_ptr() + (slot as usize * self.slot) as u64
     }
 }
 
@@ -267,15 +273,15 @@ mod tests {
 
     #[test]
     fn card_round_trips_and_rejects_what_does_not_fit() {
-        let c = ZoneCard { token: 0x1234_5678_9abc_def0, pid: 42, fd: 7, stride: 2 << 20, credits: 8, chunk: 256 << 10 };
+        let c = ZoneCard { token: 0x1234_5678_9abc_def0, pid: 42, fd: 7, stride: 2 << 20, slots: 8, slot: 256 << 10 };
         assert_eq!(ZoneCard::from_bytes(&c.to_bytes()), Some(c));
         assert_eq!(c.to_bytes().len(), CARD_BYTES);
         assert_eq!(ZoneCard::from_bytes(&c.to_bytes()[..CARD_BYTES - 1]), None, "truncated");
-        let too_many = ZoneCard { credits: 9, ..c };
+        let too_many = ZoneCard { slots: 9, ..c };
         assert_eq!(ZoneCard::from_bytes(&too_many.to_bytes()), None, "slots past the stride");
         let odd = ZoneCard { stride: (2 << 20) + 1, ..c };
         assert_eq!(ZoneCard::from_bytes(&odd.to_bytes()), None, "stride not page-aligned");
-        assert_eq!(ZoneCard::from_bytes(&ZoneCard { credits: 0, ..c }.to_bytes()), None);
+        assert_eq!(ZoneCard::from_bytes(&ZoneCard { slots: 0, ..c }.to_bytes()), None);
     }
 
     #[test]

@@ -79,7 +79,9 @@
 //! | `CPNET_STAGE_CHUNK` | GPU PEs on the staged path: data bytes per message (larger puts and gets are split); each proxy thread keeps `2 x credits x (PEs - 1) + 16` receive buffers and `CPNET_STAGE_BUFS` send buffers of this size plus 64 in pinned memory | bytes (K/M/G) | `256K` |
 //! | `CPNET_STAGE_CREDITS` | GPU PEs on the staged path: requests in flight per proxy thread and target PE | count, `1..=1024` | `8` |
 //! | `CPNET_STAGE_BUFS` | GPU PEs on the staged path: send buffers per proxy thread | count, `1..=4096` | `16` |
-//! | `CPNET_STAGE_SHARED` | GPU PEs on the staged path with the `shm` provider: each proxy thread keeps a staging zone (a memfd of `PEs x credits x chunk` bytes) that the same thread of every peer maps; a put's data goes by DMA (or the landing agent) straight into the target's zone and the message carries only its header, so the provider's CPU copy of the payload is skipped (`cpnet_proxy::staged`, `zone.rs`). `0`: data inside the messages | `0` or `1` | `1` |
+//! | `CPNET_STAGE_SHARED` | GPU PEs on the staged path with the `shm` provider: each proxy thread keeps a staging zone (a memfd of `PEs x CPNET_STAGE_SLOTS x CPNET_STAGE_SLOT` bytes, 8 MiB per thread for 2 PEs) that the same thread of every peer maps; a put's data goes by DMA (or the landing agent) straight into the target's zone in pieces of a slot, and the message carries only its header, so the provider's CPU copy of the payload is skipped (`cpnet_proxy::staged`, `zone.rs`). On two H200s the one-block alltoall of 16 MiB per pair took 466-481 µs against 4240-4442 without (docs/results.md, "Session 23"). `0`: data inside the messages | `0` or `1` | `1` |
+//! | `CPNET_STAGE_SLOT` | the bytes of a staging zone slot: a put through a zone moves in pieces of this size | bytes (K/M/G), `4K..=1G` | `1M` |
+//! | `CPNET_STAGE_SLOTS` | staging zone slots per source PE and proxy thread: a put's pieces in flight toward one thread of one PE | count, `1..=64` | `4` |
 //! | `CPNET_AGENT_BYTES` | GPU PEs on the staged path: puts, gets and their pieces of at most this many bytes move between the GPU heap and the pinned staging buffers through the landing agent (a one-block kernel each proxy thread starts, `cpnet/agent.cuh`: no CUDA driver call per message); larger ones through copy-engine copies and events. Signals and AMOs always go through the agent. `0`: data never does. 64 KiB since session 21: on two H200s over `net` the one-block alltoall of 64 KiB per pair took 61-63 µs against 74-84 at 16 KiB (docs/results.md) | bytes (K/M/G), `0..=CPNET_STAGE_CHUNK` | `64K` |
 //! | `CPNET_AGENT_LANES` | GPU PEs on the staged path: landing lanes per proxy thread, each a landing ring with its own agent (one block, its own stream), so records of different queues are applied in parallel; the records of one queue (an initiator's queue, seen from either end) always take the same lane, so they are applied in order | integer, `1..=16` | `4` |
 //! | `CPNET_AGENT_IDLE` | GPU PEs: a landing agent with nothing to do for this long exits (it holds one block of one SM while it runs, and a device synchronize waits for it); the next record starts it again with one kernel launch | microseconds, `1..=10000000` | `2000` |
@@ -156,6 +158,10 @@ pub const STAGE_CREDITS: &str = "CPNET_STAGE_CREDITS";
 pub const STAGE_BUFS: &str = "CPNET_STAGE_BUFS";
 /// `CPNET_STAGE_SHARED`: same-host staging zones on the staged path (shm).
 pub const STAGE_SHARED: &str = "CPNET_STAGE_SHARED";
+/// `CPNET_STAGE_SLOT`: bytes of a staging zone slot.
+pub const STAGE_SLOT: &str = "CPNET_STAGE_SLOT";
+/// `CPNET_STAGE_SLOTS`: staging zone slots per source PE and thread.
+pub const STAGE_SLOTS: &str = "CPNET_STAGE_SLOTS";
 /// `CPNET_PROXY_IDLE_SLEEP`: microseconds an idle proxy thread sleeps per pass (0: never).
 pub const PROXY_IDLE_SLEEP: &str = "CPNET_PROXY_IDLE_SLEEP";
 /// `CPNET_AGENT_BYTES`: data of at most this many bytes moves through the landing agent.
@@ -443,6 +449,10 @@ pub struct Tuning {
     /// `CPNET_STAGE_SHARED`: put data through the target's staging zone
     /// (the `shm` provider only).
     pub stage_shared: bool,
+    /// `CPNET_STAGE_SLOT`: bytes of a staging zone slot.
+    pub stage_slot: u64,
+    /// `CPNET_STAGE_SLOTS`: zone slots per source PE and thread.
+    pub stage_slots: u32,
     /// `CPNET_AGENT_BYTES`: data up to this size moves through the landing agent.
     pub agent_bytes: u64,
     /// `CPNET_AGENT_IDLE`: an idle landing agent exits after this long.
@@ -509,6 +519,8 @@ impl Default for Tuning {
             stage_credits: 8,
             stage_bufs: 16,
             stage_shared: true,
+            stage_slot: 1 << 20,
+            stage_slots: 4,
             agent_bytes: 64 << 10,
             agent_idle: Duration::from_micros(2000),
             agent_lanes: 4,
@@ -627,6 +639,18 @@ impl Tuning {
         }
         if let Some(v) = get(STAGE_SHARED) {
             t.stage_shared = switch(STAGE_SHARED, &v)?;
+        }
+        if let Some(v) = get(STAGE_SLOT) {
+            t.stage_slot = parse_bytes(&v)
+                .filter(|&b| ((4 << 10)..=(1 << 30)).contains(&b))
+                .ok_or_else(|| invalid(STAGE_SLOT, &v, "a byte count in 4K..=1G, optionally with a K, M or G suffix"))?;
+        }
+        if let Some(v) = get(STAGE_SLOTS) {
+            t.stage_slots = v
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=64).contains(n))
+                .ok_or_else(|| invalid(STAGE_SLOTS, &v, "an integer in 1..=64"))?;
         }
         if let Some(v) = get(STAGE_BUFS) {
             t.stage_bufs = v

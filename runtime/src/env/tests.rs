@@ -376,6 +376,17 @@ fn gpu_pes_default_to_more_proxy_threads_unless_told() {
 }
 
 #[test]
+fn staging_zones_are_on_with_four_slots_of_a_mebibyte_unless_told() {
+    let t = Tuning::from_lookup(env(&[])).unwrap();
+    assert_eq!((t.stage_shared, t.stage_slot, t.stage_slots), (true, 1 << 20, 4));
+    let t = Tuning::from_lookup(env(&[(STAGE_SHARED, "0"), (STAGE_SLOT, "256K"), (STAGE_SLOTS, "8")])).unwrap();
+    assert_eq!((t.stage_shared, t.stage_slot, t.stage_slots), (false, 256 << 10, 8));
+    for (name, bad) in [(STAGE_SHARED, "yes"), (STAGE_SLOT, "1K"), (STAGE_SLOT, "2G"), (STAGE_SLOTS, "0"), (STAGE_SLOTS, "65"), (STAGE_SLOTS, "x")] {
+        assert!(Tuning::from_lookup(env(&[(name, bad)])).is_err(), "{name}={bad}");
+    }
+}
+
+#[test]
 fn transport_map_off_by_default_on_with_1_nothing_else() {
     assert!(!Tuning::from_lookup(env(&[])).unwrap().transport_map);
     assert!(!Tuning::from_lookup(env(&[(TRANSPORT_MAP, "0")])).unwrap().transport_map);

@@ -6,9 +6,15 @@
 //! with a context of its own. Contexts take different queues, served by
 //! different proxy threads, so the pairs' data moves through every
 //! thread's copy streams and endpoint at once. One block's puts are one
-//! thread's: over shm with staging zones, 16 MiB per pair took 777-844 µs
-//! on the one-block form against NCCL's 732 through host memory
-//! (docs/results.md, "Session 23").
+//! thread's: over `net` (tcp) on two H200s, 16 MiB per pair took 7226 µs
+//! on the one-block form and 2453 on this one, against NCCL's 7516 over
+//! sockets (docs/results.md, "Session 23").
+//!
+//! Not over `shm` with staging zones (`CPNET_STAGE_SHARED`, the default
+//! there): a thread's puts through a zone already reach 36 GB/s a direction
+//! in slots of 1 MiB, and the extra contexts, quiets and signal round cost
+//! more than they gain (4 MiB per pair 194-199 µs against 155-170 on one
+//! block, same call).
 //!
 //! The protocol keeps `cpnet_alltoallmem`'s signals (team.cuh,
 //! `team_blocks_to_all`), so a member on this form and one on the
@@ -176,12 +182,15 @@ cpnet_alltoall_net(cpnet_handle_t h, int team, a2a_net_args a)
 impl GpuPe {
     /// The alltoall on several blocks over the network path, if it runs
     /// there (at least [`NET_MIN_BYTES`] per pair, a team of two or more
-    /// that the peer grid form cannot take): `Ok(true)` once launched,
-    /// `Ok(false)` for another form.
+    /// that the peer grid form cannot take, two or more proxy threads, no
+    /// staging zones): `Ok(true)` once launched, `Ok(false)` for another
+    /// form. Every member decides alike: the provider and tuning are the
+    /// job's.
     pub(super) fn alltoall_net(&self, team: &Team, dest: SymAddr, source: SymAddr, nbytes: u64, stream: &CudaStream) -> Result<bool> {
         let d = team.desc();
         let threads = self.core.tuning.gpu_proxy_threads.min(self.core.tuning.queues).max(1) as u64;
-        if nbytes < NET_MIN_BYTES || d.size < 2 || threads < 2 {
+        let zones = self.core.tuning.stage_shared && self.core.provider() == "shm";
+        if nbytes < NET_MIN_BYTES || d.size < 2 || threads < 2 || zones {
             return Ok(false);
         }
         let blocks = nbytes.div_ceil(NET_BYTES_PER_BLOCK).min(threads).min(u64::from(NET_MAX_BLOCKS));

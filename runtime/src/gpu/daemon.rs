@@ -96,12 +96,14 @@ fn choose_mode(asked: Option<ProxyMode>, mps: bool, queue_mem: QueuePlacement) -
 /// then the PE's other `CPNET_*` variables (the daemon takes the first of a
 /// name).
 fn tuning_vars(t: &Tuning) -> Vec<(String, String)> {
-    use crate::env::{AGENT_BYTES, AGENT_IDLE, AGENT_LANES, STAGE_BUFS, STAGE_CHUNK, STAGE_CREDITS, STAGE_SHARED};
+    use crate::env::{AGENT_BYTES, AGENT_IDLE, AGENT_LANES, STAGE_BUFS, STAGE_CHUNK, STAGE_CREDITS, STAGE_SHARED, STAGE_SLOT, STAGE_SLOTS};
     let mut v: Vec<(String, String)> = [
         (STAGE_CHUNK, t.stage_chunk.to_string()),
         (STAGE_CREDITS, t.stage_credits.to_string()),
         (STAGE_BUFS, t.stage_bufs.to_string()),
         (STAGE_SHARED, u8::from(t.stage_shared).to_string()),
+        (STAGE_SLOT, t.stage_slot.to_string()),
+        (STAGE_SLOTS, t.stage_slots.to_string()),
         (AGENT_BYTES, t.agent_bytes.to_string()),
         (AGENT_IDLE, t.agent_idle.as_micros().to_string()),
         (AGENT_LANES, t.agent_lanes.to_string()),
@@ -292,6 +294,8 @@ mod tests {
             stage_credits: 3,
             stage_bufs: 7,
             stage_shared: false,
+            stage_slot: 64 << 10,
+            stage_slots: 3,
             agent_bytes: 4096,
             agent_idle: std::time::Duration::from_micros(350),
             agent_lanes: 2,
@@ -301,8 +305,8 @@ mod tests {
         assert!(vars.iter().all(|(k, _)| k != crate::env::JOB_TOKEN), "the job's token is not passed");
         let back = Tuning::from_lookup(|k| vars.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())).unwrap();
         assert_eq!(
-            (back.stage_chunk, back.stage_credits, back.stage_bufs, back.stage_shared, back.agent_bytes, back.agent_idle, back.agent_lanes),
-            (t.stage_chunk, t.stage_credits, t.stage_bufs, t.stage_shared, t.agent_bytes, t.agent_idle, t.agent_lanes)
+            (back.stage_chunk, back.stage_credits, back.stage_bufs, (back.stage_shared, back.stage_slot, back.stage_slots), back.agent_bytes, back.agent_idle, back.agent_lanes),
+            (t.stage_chunk, t.stage_credits, t.stage_bufs, (t.stage_shared, t.stage_slot, t.stage_slots), t.agent_bytes, t.agent_idle, t.agent_lanes)
         );
     }
 }

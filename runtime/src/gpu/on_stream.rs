@@ -206,8 +206,8 @@ impl GpuPe {
     /// 512 KiB per pair on a team whose members all map each other's heaps
     /// it runs on a grid of up to 128 blocks (`alltoall_grid.rs`); from
     /// 128 KiB per pair on any other team of two or more, on one block per
-    /// proxy thread, each with its own context (`alltoall_net.rs`); else
-    /// on one block.
+    /// proxy thread, each with its own context (`alltoall_net.rs`), unless
+    /// the shm provider's staging zones carry the puts; else on one block.
     ///
     /// # Errors
     /// As [`GpuPe::team_reduce_on_stream`].
