@@ -47,6 +47,7 @@ pub use queues::{GpuQueues, MappedHost};
 mod module;
 mod alltoall_grid;
 mod alltoall_net;
+mod reduce_net;
 mod grid;
 mod on_stream;
 mod reduce_grid;

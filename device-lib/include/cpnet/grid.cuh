@@ -179,9 +179,10 @@ __device__ inline int grid_close(cpnet_handle_t* h, unsigned long long* words, u
  *  element `lo` on (whole block): each thread takes U words at a time (w,
  *  w + nt, ...), loads them from every member's source together (U loads
  *  in flight per member), folds in team order and stores the result into
- *  every member's dest. */
+ *  the dest of `stores` members from this one on (every member's: a.size;
+ *  this member's alone: 1). */
 template <typename T, int OP, typename W, int U>
-__device__ __forceinline__ void reduce_grid_run(const cpnet_reduce_grid_args_t& a, uint64_t lo, uint64_t nw)
+__device__ __forceinline__ void reduce_grid_run(const cpnet_reduce_grid_args_t& a, uint64_t lo, uint64_t nw, int stores)
 {
     constexpr int V = sizeof(W) / sizeof(T);
     const uint64_t nt = blockDim.x;
@@ -202,7 +203,7 @@ __device__ __forceinline__ void reduce_grid_run(const cpnet_reduce_grid_args_t& 
                 for (int k = 0; k < V; ++k) acc[u][k] = j == 0 ? e[k] : combiner<T, OP>::apply(acc[u][k], e[k]);
             }
         }
-        for (int k = 0; k < a.size; ++k) {
+        for (int k = 0; k < stores; ++k) {
             W* dj = (W*)((T*)a.dst[(a.my_idx + k) % a.size] + lo);
 #pragma unroll
             for (int u = 0; u < U; ++u) {
@@ -251,9 +252,143 @@ __device__ inline int reduce_grid(cpnet_handle_t* h, int team, const cpnet_reduc
      * then element by element (the unaligned case, and the array's last
      * partial word). */
     const uint64_t nw = q == V && V > 1 ? (hi - lo) / V : 0;
-    if (nw > 0) reduce_grid_run<T, OP, uint4, CPNET_REDUCE_GRID_VEC_UNROLL>(a, lo, nw);
-    reduce_grid_run<T, OP, T, CPNET_REDUCE_GRID_UNROLL>(a, lo + nw * V, hi - lo - nw * V);
+    if (nw > 0) reduce_grid_run<T, OP, uint4, CPNET_REDUCE_GRID_VEC_UNROLL>(a, lo, nw, a.size);
+    reduce_grid_run<T, OP, T, CPNET_REDUCE_GRID_UNROLL>(a, lo + nw * V, hi - lo - nw * V, a.size);
     return grid_close(h, words, st.epoch + 1, &st);
+}
+
+/** Blocks other than 0, thread 0: wait for words[0] (block 0's release)
+ *  or the abort code; returns what it saw (1: go, 2: block 0 failed). */
+__device__ inline int grid_wait_go(cpnet_handle_t* h, unsigned long long* words)
+{
+    unsigned polls = 0;
+    unsigned long long v;
+    /* Acquire: pairs with block 0's release of words[0]. */
+    while ((v = cpnet_ld_acquire_sys_u64((const uint64_t*)&words[0])) == 0)
+        if ((++polls & 1023) == 0 && cpnet_abort_code(h) != CPNET_E_OK) return 2;
+    return (int)v;
+}
+
+/** Block 0, whole block: a fence (the puts and signals so far are
+ *  delivered before any later one to the same member: a SET of a later
+ *  epoch never lands before an earlier one), then epoch `e` (grid_epoch). */
+__device__ inline int grid_fenced_epoch(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, uint64_t e)
+{
+    cpnet_fence(ctx);
+    return grid_epoch(ctx, d, e);
+}
+
+/** The reduce to all over the network path (runtime/src/gpu/reduce_net.rs):
+ *  `a.n` = size x m elements, member k owning part k (elements k m ..
+ *  (k + 1) m). Three epochs e, e + 1, e + 2, taken by block 0:
+ *
+ *   1. block 0 puts part j of its source into member j's dest at part
+ *      my_idx (every dest has room: part j of member j's dest is the only
+ *      one the reduce-scatter does not fill there), SIG[my_idx] = e with
+ *      each, waits for every member's e, and releases the blocks (words[0]);
+ *   2. every block folds its run of this member's part in team order (its
+ *      own part from source, member j's from dest part j) into dest part
+ *      my_idx, and counts itself (words[1]);
+ *   3. block 0 waits for the count, runs epoch e + 1 (every member has
+ *      folded: its dest parts are free again), then puts dest part my_idx
+ *      into every member's dest part my_idx with SIG[my_idx] = e + 2,
+ *      waits for every member's, and closes its context (a quiet).
+ *
+ *  Each member's links carry (size - 1) / size of the array each way twice,
+ *  a ring's traffic, in three signal rounds and no team scratch. dest and
+ *  source must not overlap (the runtime takes the one-block form then).
+ *  `a.src` and `a.dst` are unused (the members are reached by puts).
+ *  Returns as reduce_grid. */
+template <typename T, int OP>
+__device__ inline int reduce_net(cpnet_handle_t* h, int team, const cpnet_reduce_grid_args_t& a)
+{
+    __shared__ grid_state st;
+    unsigned long long* words = (unsigned long long*)a.words;
+    const uint64_t m = a.n / (uint64_t)(a.size > 0 ? a.size : 1);
+    const uint64_t pbytes = m * sizeof(T);
+    if (blockIdx.x == 0) {
+        if (!grid_open(h, team, a.my_idx, a.size, words, 3, false, &st)) {
+            if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)&words[0], 2);
+            return st.err;
+        }
+        const int me = st.d.my_idx;
+        uint64_t* const sig_me = team_sig(&st.ctx, st.d, me);
+        for (int k = 1; k < st.d.size; ++k) {
+            const int j = (me + k) % st.d.size;
+            cpnet_putmem_signal_nbi(&st.ctx, (uint8_t*)a.dest + (uint64_t)me * pbytes,
+                                    (const uint8_t*)a.source + (uint64_t)j * pbytes, pbytes, sig_me, st.epoch,
+                                    CPNET_SIGNAL_SET, team_world_pe(st.d, j));
+        }
+        int e = team_wait_all(&st.ctx, st.d, st.epoch);
+        /* Release: the members' parts, acquired through their signals,
+         * before the other blocks' loads of them. */
+        if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)&words[0], e == CPNET_E_OK ? 1 : 2);
+        if (e != CPNET_E_OK) {
+            grid_fail(h, &st.ctx, e);
+            cpnet_ctx_destroy(&st.ctx);
+            return e;
+        }
+    } else {
+        if (threadIdx.x == 0) st.go = grid_wait_go(h, words);
+        __syncthreads();
+        if (st.go != 1) return CPNET_E_OK;
+    }
+    /* The fold: this block's run of part my_idx, in 16-byte words where
+     * every address and the part's length allow. Member j's contribution is
+     * dest part j (source part my_idx for this member), seen through
+     * src[j] at the offsets of part my_idx. */
+    cpnet_reduce_grid_args_t b;
+    const int me = a.my_idx;
+    for (int j = 0; j < a.size && j < CPNET_GRID_MAX_MEMBERS; ++j)
+        b.src[j] = j == me ? a.source : a.dest + (uint64_t)((int64_t)(j - me) * (int64_t)pbytes);
+    b.dst[me] = a.dest;
+    b.my_idx = me;
+    b.size = a.size;
+    constexpr uint64_t V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
+    const uint64_t q = ((a.dest | a.source | pbytes) & 15) == 0 ? V : 1;
+    const uint64_t plo = (uint64_t)me * m, phi = plo + m;
+    const uint64_t per = ((m + gridDim.x - 1) / gridDim.x + q - 1) / q * q;
+    const uint64_t lo = plo + blockIdx.x * per < phi ? plo + blockIdx.x * per : phi;
+    const uint64_t hi = lo + per < phi ? lo + per : phi;
+    const uint64_t nw = q == V && V > 1 ? (hi - lo) / V : 0;
+    if (nw > 0) reduce_grid_run<T, OP, uint4, CPNET_REDUCE_GRID_VEC_UNROLL>(b, lo, nw, 1);
+    reduce_grid_run<T, OP, T, CPNET_REDUCE_GRID_UNROLL>(b, lo + nw * V, hi - lo - nw * V, 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        /* Every thread's stores of this block (the barrier), then the
+         * count; block 0's acquire below pairs with it. */
+        __threadfence_system();
+        if (blockIdx.x != 0) atomicAdd(&words[1], 1ull);
+    }
+    if (blockIdx.x != 0) return CPNET_E_OK;
+    if (threadIdx.x == 0) {
+        unsigned polls = 0;
+        st.ctx.ret = CPNET_E_OK;
+        while (cpnet_ld_acquire_sys_u64((const uint64_t*)&words[1]) < (unsigned long long)(gridDim.x - 1)) {
+            if ((++polls & 1023) == 0) {
+                const int ab = cpnet_abort_code(h);
+                if (ab != CPNET_E_OK) { st.ctx.ret = ab; break; }
+            }
+        }
+    }
+    __syncthreads();
+    int r = st.ctx.ret;
+    if (r == CPNET_E_OK) r = grid_fenced_epoch(&st.ctx, st.d, st.epoch + 1);
+    if (r == CPNET_E_OK) {
+        /* After the e + 1 signals, as above. */
+        cpnet_fence(&st.ctx);
+        uint64_t* const sig_me = team_sig(&st.ctx, st.d, me);
+        uint8_t* const mine = (uint8_t*)a.dest + (uint64_t)me * pbytes;
+        for (int k = 1; k < st.d.size; ++k) {
+            const int j = (me + k) % st.d.size;
+            cpnet_putmem_signal_nbi(&st.ctx, mine, mine, pbytes, sig_me, st.epoch + 2, CPNET_SIGNAL_SET,
+                                    team_world_pe(st.d, j));
+        }
+        r = team_wait_all(&st.ctx, st.d, st.epoch + 2);
+    }
+    if (r != CPNET_E_OK) grid_fail(h, &st.ctx, r);
+    const int d = cpnet_ctx_destroy(&st.ctx);
+    return r != CPNET_E_OK ? r : d;
 }
 
 /** Fill `a` for a reduce grid of `n` elements from `source` to `dest` (this

@@ -144,8 +144,11 @@ impl GpuPe {
     /// (`cpnet::gpu::REDUCE_GRID_MIN_BYTES`) on a team whose members all
     /// map each other's heaps it runs on a grid of up to 128 blocks
     /// (`reduce_grid.rs`: a reduce-scatter and an allgather by the blocks'
-    /// loads and stores), else on one block;
-    /// [`GpuPe::team_reduce_on_stream_is_grid`] says which.
+    /// loads and stores); from 64 KiB on any other team of 2-32 members
+    /// with `dest` and `source` apart, by puts into the members' `dest`
+    /// and back with the fold on a grid (`reduce_net.rs`: the network
+    /// path); else on one block. [`GpuPe::team_reduce_on_stream_is_grid`]
+    /// says whether the peer grid runs.
     ///
     /// # Errors
     /// [`Error::Team`]: a bitwise `op` on a float type; [`Error::OutsideHeap`]:
@@ -172,8 +175,16 @@ impl GpuPe {
         if self.reduce_grid::<T>(team, op, dest, source, nreduce as u64, stream)? {
             return Ok(());
         }
+        // The network path's form takes the first size x floor(n / size)
+        // elements; the rest (fewer than the members) go by one block.
+        let done = self.reduce_net::<T>(team, op, dest, source, nreduce as u64, stream)?.unwrap_or(0);
+        if done == nreduce as u64 {
+            return Ok(());
+        }
+        let skip = done * T::SIZE as u64;
+        let (dest, source) = (SymAddr(dest.0 + skip), SymAddr(source.0 + skip));
         let call = format!("reduce_as(cpnet_{}_{}_reduce, &ctx, team, dest, source, n)", T::NAME, op.name());
-        self.launch_on_stream(&call, stream, team, Args { dest, source, n: nreduce as u64, root: 0 })
+        self.launch_on_stream(&call, stream, team, Args { dest, source, n: nreduce as u64 - done, root: 0 })
     }
 
     /// Broadcast on `stream` (`nvshmemx_broadcastmem_on_stream`, §9.9.7):
@@ -273,6 +284,9 @@ mod tests {
             ("grid alltoall", "cpnet_alltoall_grid", super::super::alltoall_grid::kernel()),
             ("network-path alltoall", "cpnet_alltoall_net", super::super::alltoall_net::kernel()),
             ("grid reduce float sum", "cpnet_reduce_grid", reduce("float", "sum", "RED_SUM")),
+            ("network-path reduce float sum", "cpnet_reduce_net", super::super::reduce_net::kernel("float", "sum", "RED_SUM")),
+            ("network-path reduce half max", "cpnet_reduce_net", super::super::reduce_net::kernel("half", "max", "RED_MAX")),
+            ("network-path reduce int64 xor", "cpnet_reduce_net", super::super::reduce_net::kernel("int64", "xor", "RED_XOR")),
             ("grid reduce double min", "cpnet_reduce_grid", reduce("double", "min", "RED_MIN")),
             ("grid reduce int32 xor", "cpnet_reduce_grid", reduce("int32", "xor", "RED_XOR")),
             ("grid reduce uint64 prod", "cpnet_reduce_grid", reduce("uint64", "prod", "RED_PROD")),

@@ -46,20 +46,20 @@ pub const GRID_BYTES_PER_BLOCK: u64 = CPNET_REDUCE_GRID_BYTES_PER_BLOCK as u64;
 /// against its offsets, and there by `static_assert`).
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct GridArgs {
-    dest: u64,
-    source: u64,
+pub(super) struct GridArgs {
+    pub(super) dest: u64,
+    pub(super) source: u64,
     /// Elements.
-    n: u64,
+    pub(super) n: u64,
     /// Two words of this launch, zeroed: `go` (block 0 to the others) and
     /// `done` (the others' count).
-    words: u64,
+    pub(super) words: u64,
     /// Member j's `source` as mapped in this process.
-    src: [u64; GRID_MAX_MEMBERS],
+    pub(super) src: [u64; GRID_MAX_MEMBERS],
     /// Member j's `dest` as mapped in this process.
-    dst: [u64; GRID_MAX_MEMBERS],
-    my_idx: i32,
-    size: i32,
+    pub(super) dst: [u64; GRID_MAX_MEMBERS],
+    pub(super) my_idx: i32,
+    pub(super) size: i32,
 }
 
 // SAFETY: repr(C), plain integers laid out as cpnet_reduce_grid_args_t
@@ -102,7 +102,7 @@ cpnet_reduce_grid(cpnet_handle_t h, int team, cpnet_reduce_grid_args_t a)
 }
 
 /// The combiner's name of `op` in team.cuh (`enum reduce_op`).
-fn red_name(op: ReduceOp) -> &'static str {
+pub(super) fn red_name(op: ReduceOp) -> &'static str {
     match op {
         ReduceOp::And => "RED_AND",
         ReduceOp::Or => "RED_OR",

@@ -1,0 +1,104 @@
+//! The on-stream reduce to all of large arrays over the network path
+//! (issue 22): where the grid form of `reduce_grid.rs` cannot run (some
+//! member's heap is not mapped here), [`GpuPe::team_reduce_on_stream`] of
+//! at least [`NET_MIN_BYTES`] runs a reduce-scatter by puts into the
+//! members' `dest` and an allgather of the folded parts, with the fold on
+//! a grid (`cpnet/grid.cuh`'s `reduce_net`, whose comment gives the
+//! protocol). The one-block form it replaces there sends every member's
+//! whole array to every other through the team scratch, one scratch chunk
+//! per signal round, and folds on one SM: 16 MiB took 21.9 ms over shm on
+//! two H100s against NCCL's 0.65 through host memory (docs/results.md,
+//! "Session 23").
+//!
+//! It takes `size x floor(n / size)` elements; the last `n mod size` (fewer
+//! than the members) go by the one-block form after it, on the same
+//! stream. `dest` and `source` must not overlap (members put into each
+//! other's `dest` while they still read their `source`): an in-place reduce
+//! takes the one-block form.
+
+use cpnet_device::cpu::{ReduceOp, ReduceType, SymAddr};
+use cudarc::driver::CudaStream;
+
+use super::GpuPe;
+use super::grid::GRID_MAX_MEMBERS;
+use super::reduce_grid::{GridArgs, red_name};
+use crate::error::Result;
+use crate::team::Team;
+
+/// Bytes of the array from which the reduce runs this way over the
+/// network path.
+pub const NET_MIN_BYTES: u64 = 64 << 10;
+/// Most blocks of the fold.
+pub const NET_MAX_BLOCKS: u64 = 64;
+/// Bytes of this member's part per fold block.
+pub const NET_BYTES_PER_BLOCK: u64 = 256 << 10;
+
+/// The kernel for the team.cuh reduction `cpnet_<name>_<op>_reduce` (its
+/// element type) and the combiner's operator `red`: `cpnet/grid.cuh`'s
+/// `reduce_net`, compiled once per PE, type and operator, on first use.
+pub(super) fn kernel(name: &str, op: &str, red: &str) -> String {
+    format!(
+        r#"#include <cpnet/grid.cuh>
+/* The element type of a team.cuh reduction. */
+template <typename F> struct red_net_elem;
+template <typename T> struct red_net_elem<int (*)(cpnet_ctx_t*, cpnet_team_t, T*, const T*, cpnet_size_t)> {{
+    typedef T type;
+}};
+typedef red_net_elem<decltype(&cpnet_{name}_{op}_reduce)>::type elem_t;
+
+extern "C" __global__ void __launch_bounds__(CPNET_GRID_THREADS)
+cpnet_reduce_net(cpnet_handle_t h, int team, cpnet_reduce_grid_args_t a)
+{{
+    cpnet_detail::reduce_net<elem_t, cpnet_detail::{red}>(&h, team, a);
+}}
+"#
+    )
+}
+
+impl GpuPe {
+    /// The reduce to all over the network path, if it runs that way (see
+    /// the module; the same answer on every member: the size, the team and
+    /// the peer table): `Ok(Some(k))` once launched for the first `k`
+    /// elements (the caller reduces the rest), `Ok(None)` for another form.
+    /// The caller checked the ranges and the operator.
+    pub(super) fn reduce_net<T: ReduceType>(
+        &self,
+        team: &Team,
+        op: ReduceOp,
+        dest: SymAddr,
+        source: SymAddr,
+        nreduce: u64,
+        stream: &CudaStream,
+    ) -> Result<Option<u64>> {
+        let d = team.desc();
+        let size = d.size.max(0) as u64;
+        let bytes = nreduce.saturating_mul(T::SIZE as u64);
+        let overlap = dest.0 < source.0 + bytes && source.0 < dest.0 + bytes;
+        if bytes < NET_MIN_BYTES || size < 2 || size > GRID_MAX_MEMBERS as u64 || overlap || nreduce < size || self.member_ptrs(team, SymAddr(0)).is_some() {
+            return Ok(None);
+        }
+        let m = nreduce / size;
+        let key = format!("cpnet_reduce_net:{}:{}", T::NAME, op.name());
+        let f = self.on_stream_built(&key, "cpnet_reduce_net", || kernel(T::NAME, op.name(), red_name(op)))?;
+        let blocks = (m * T::SIZE as u64).div_ceil(NET_BYTES_PER_BLOCK).clamp(1, NET_MAX_BLOCKS) as u32;
+        // SAFETY: kernel() declares cpnet_reduce_net(cpnet_handle_t, int,
+        // cpnet_reduce_grid_args_t), which GridArgs mirrors (asserted in
+        // reduce_grid.rs); `dest` and `source` were checked inside the heap
+        // by the caller for nreduce >= size x m elements, and the kernel
+        // touches only those (its loads and stores, and puts whose targets
+        // the proxy checks); the member tables are unused (zero).
+        unsafe {
+            self.launch_grid(stream, &f, team, blocks, "cuLaunchKernel (network-path reduce)", |words| GridArgs {
+                dest: self.dev_ptr(dest),
+                source: self.dev_ptr(source),
+                n: m * size,
+                words,
+                src: [0; GRID_MAX_MEMBERS],
+                dst: [0; GRID_MAX_MEMBERS],
+                my_idx: d.my_idx,
+                size: d.size,
+            })
+        }?;
+        Ok(Some(m * size))
+    }
+}
