@@ -571,8 +571,9 @@ typedef struct cpnet_team_desc {
 /** Threads per block of a grid form. */
 #define CPNET_GRID_THREADS 256
 /** Zeroed 8-byte words of device memory each grid launch gets: go, done
- *  (cpnet/grid.cuh) and a counter that deals out the alltoall's pieces. */
-#define CPNET_GRID_WORDS 3
+ *  (cpnet/grid.cuh), then the alltoall's piece counter, or the network-path
+ *  forms' mask of blocks without a context and first error. */
+#define CPNET_GRID_WORDS 4
 /** Bytes of the array from which the on-stream reduce to all runs on a
  *  grid where every other member is peer-mapped (docs/collectives.md). */
 #define CPNET_REDUCE_GRID_MIN_BYTES 65536

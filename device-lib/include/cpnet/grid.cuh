@@ -279,50 +279,140 @@ __device__ inline int grid_fenced_epoch(cpnet_ctx_t* ctx, const cpnet_team_desc_
 }
 
 /** The reduce to all over the network path (runtime/src/gpu/reduce_net.rs):
- *  `a.n` = size x m elements, member k owning part k (elements k m ..
- *  (k + 1) m). Three epochs e, e + 1, e + 2, taken by block 0:
+ *  `n` = size x m elements, member k owning part k (elements k m ..
+ *  (k + 1) m). Blocks 0 .. comm - 1 move the data, each with a context of
+ *  its own (so its own queue and proxy thread), run c of every part; every
+ *  block folds. Three epochs e, e + 1, e + 2, taken by block 0:
  *
- *   1. block 0 puts part j of its source into member j's dest at part
- *      my_idx (every dest has room: part j of member j's dest is the only
- *      one the reduce-scatter does not fill there), SIG[my_idx] = e with
- *      each, waits for every member's e, and releases the blocks (words[0]);
+ *   1. the reduce-scatter: part j of this member's source goes into member
+ *      j's dest at part my_idx (every dest has room: part j of member j's
+ *      dest is the only one the reduce-scatter does not fill there). With
+ *      one mover, block 0 puts each part with SIG[my_idx] = e; with more,
+ *      each puts its runs, quiets and counts itself, and block 0 then SETs
+ *      e at every member. Block 0 waits for every member's e and releases
+ *      the blocks (words[0] = 1);
  *   2. every block folds its run of this member's part in team order (its
  *      own part from source, member j's from dest part j) into dest part
- *      my_idx, and counts itself (words[1]);
- *   3. block 0 waits for the count, runs epoch e + 1 (every member has
- *      folded: its dest parts are free again), then puts dest part my_idx
- *      into every member's dest part my_idx with SIG[my_idx] = e + 2,
- *      waits for every member's, and closes its context (a quiet).
+ *      my_idx, and counts itself; block 0 waits for the count and runs
+ *      epoch e + 1 after a fence (every member has folded: its dest parts
+ *      are free again), then releases the movers (words[0] = 3);
+ *   3. the allgather: dest part my_idx into every member's dest part
+ *      my_idx, as in 1 with e + 2; block 0 waits for every member's e + 2
+ *      and closes its context (a quiet).
  *
  *  Each member's links carry (size - 1) / size of the array each way twice,
  *  a ring's traffic, in three signal rounds and no team scratch. dest and
- *  source must not overlap (the runtime takes the one-block form then).
- *  `a.src` and `a.dst` are unused (the members are reached by puts).
- *  Returns as reduce_grid. */
+ *  source must not overlap (the runtime takes the one-block form then). A
+ *  mover that gets no context is marked in words[2] and block 0 moves its
+ *  runs; the first error a mover meets is in words[3]; words[1] counts
+ *  arrivals over the whole launch. Returns as reduce_grid. */
 template <typename T, int OP>
-__device__ inline int reduce_net(cpnet_handle_t* h, int team, const cpnet_reduce_grid_args_t& a)
+__device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uint64_t source, uint64_t n,
+                                 unsigned long long* words, int my_idx, int size, int comm)
 {
     __shared__ grid_state st;
-    unsigned long long* words = (unsigned long long*)a.words;
-    const uint64_t m = a.n / (uint64_t)(a.size > 0 ? a.size : 1);
+    __shared__ int has_ctx;
+    unsigned long long* const go = &words[0];
+    unsigned long long* const count = &words[1];
+    unsigned long long* const missing = &words[2];
+    unsigned long long* const first_err = &words[3];
+    const uint64_t m = n / (uint64_t)(size > 0 ? size : 1);
     const uint64_t pbytes = m * sizeof(T);
+    const unsigned C = comm < 1 ? 1u : ((unsigned)comm > gridDim.x ? gridDim.x : (unsigned)comm);
+    const unsigned B = gridDim.x;
+    const bool mover = blockIdx.x < C;
+    /* Run c of a part: bytes [c run, (c + 1) run) of it. */
+    const uint64_t run = ((pbytes + C - 1) / C + 255) / 256 * 256;
+    uint8_t* const mine = (uint8_t*)dest + (uint64_t)my_idx * pbytes;
+    /* Run c of every part to its member: the reduce-scatter's (from
+     * source part j) or the allgather's (from dest part my_idx). */
+    auto move = [&](unsigned c, bool gather) {
+        const uint64_t lo = (uint64_t)c * run;
+        if (lo >= pbytes) return;
+        const uint64_t len = lo + run < pbytes ? run : pbytes - lo;
+        for (int k = 1; k < st.d.size; ++k) {
+            const int j = (st.d.my_idx + k) % st.d.size;
+            const uint8_t* from = gather ? mine : (const uint8_t*)source + (uint64_t)j * pbytes;
+            cpnet_putmem_nbi(&st.ctx, mine + lo, from + lo, len, team_world_pe(st.d, j));
+        }
+    };
+    /* Thread 0: wait until `count` reaches `want` (or the abort code). */
+    auto wait_count = [&](unsigned long long want) -> int {
+        unsigned polls = 0;
+        /* Acquire: pairs with the movers' and folders' fenced counts. */
+        while (cpnet_ld_acquire_sys_u64((const uint64_t*)count) < want)
+            if ((++polls & 1023) == 0) {
+                const int ab = cpnet_abort_code(h);
+                if (ab != CPNET_E_OK) return ab;
+            }
+        return CPNET_E_OK;
+    };
+    /* Thread 0 of a block other than 0: fence this block's work, count it. */
+    auto arrive = [&]() {
+        __threadfence_system();
+        atomicAdd(count, 1ull);
+    };
+    /* Block 0, whole block: the movers' runs of one direction, then the
+     * epoch that says they landed (with one mover, the puts carry it). */
+    auto phase = [&](bool gather, uint64_t e, unsigned long long want) -> int {
+        if (C == 1) {
+            uint64_t* const sig_me = team_sig(&st.ctx, st.d, st.d.my_idx);
+            for (int k = 1; k < st.d.size; ++k) {
+                const int j = (st.d.my_idx + k) % st.d.size;
+                const uint8_t* from = gather ? mine : (const uint8_t*)source + (uint64_t)j * pbytes;
+                cpnet_putmem_signal_nbi(&st.ctx, mine, from, pbytes, sig_me, e, CPNET_SIGNAL_SET, team_world_pe(st.d, j));
+            }
+            return team_wait_all(&st.ctx, st.d, e);
+        }
+        move(0, gather);
+        if (threadIdx.x == 0) st.err = wait_count(want);
+        __syncthreads();
+        int r = st.err;
+        const unsigned long long miss = *(volatile unsigned long long*)missing;
+        for (unsigned c = 1; c < C && r == CPNET_E_OK; ++c)
+            if (miss & (1ull << c)) move(c, gather);
+        const int q = cpnet_quiet(&st.ctx);
+        if (r == CPNET_E_OK) r = q;
+        if (r == CPNET_E_OK) r = (int)*(volatile unsigned long long*)first_err;
+        /* The quiets (ours and the movers') put the data in the members'
+         * memory before these signals. */
+        return r != CPNET_E_OK ? r : grid_epoch(&st.ctx, st.d, e);
+    };
+
     if (blockIdx.x == 0) {
-        if (!grid_open(h, team, a.my_idx, a.size, words, 3, false, &st)) {
-            if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)&words[0], 2);
+        if (!grid_open(h, team, my_idx, size, words, 3, false, &st)) {
+            if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)go, 2);
             return st.err;
         }
-        const int me = st.d.my_idx;
-        uint64_t* const sig_me = team_sig(&st.ctx, st.d, me);
-        for (int k = 1; k < st.d.size; ++k) {
-            const int j = (me + k) % st.d.size;
-            cpnet_putmem_signal_nbi(&st.ctx, (uint8_t*)a.dest + (uint64_t)me * pbytes,
-                                    (const uint8_t*)a.source + (uint64_t)j * pbytes, pbytes, sig_me, st.epoch,
-                                    CPNET_SIGNAL_SET, team_world_pe(st.d, j));
+    } else if (mover) {
+        const int created = cpnet_ctx_create(h, &st.ctx);
+        int e = created;
+        if (e == CPNET_E_OK && threadIdx.x == 0) {
+            cpnet_team_desc_t t;
+            e = team_get(&st.ctx, team, &t);
+            if (e == CPNET_E_OK && (t.my_idx != my_idx || t.size != size)) e = CPNET_E_BAD_TEAM;
+            st.d = t;
+            st.ctx.ret = e;
         }
-        int e = team_wait_all(&st.ctx, st.d, st.epoch);
-        /* Release: the members' parts, acquired through their signals,
-         * before the other blocks' loads of them. */
-        if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)&words[0], e == CPNET_E_OK ? 1 : 2);
+        __syncthreads();
+        if (e == CPNET_E_OK) e = st.ctx.ret;
+        if (e != CPNET_E_OK && threadIdx.x == 0) atomicOr(missing, 1ull << blockIdx.x);
+        if (threadIdx.x == 0) has_ctx = e == CPNET_E_OK;
+        __syncthreads();
+        /* A context on a team that does not check out goes back at once. */
+        if (!has_ctx && created == CPNET_E_OK) cpnet_ctx_destroy(&st.ctx);
+        if (has_ctx) {
+            move(blockIdx.x, false);
+            const int q = cpnet_quiet(&st.ctx);
+            if (q != CPNET_E_OK && threadIdx.x == 0) atomicCAS(first_err, 0ull, (unsigned long long)(unsigned)q);
+        }
+        if (threadIdx.x == 0) arrive();
+    }
+
+    /* 1. The reduce-scatter (block 0), then the release of the folders. */
+    if (blockIdx.x == 0) {
+        const int e = phase(false, st.epoch, C - 1);
+        if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)go, e == CPNET_E_OK ? 1 : 2);
         if (e != CPNET_E_OK) {
             grid_fail(h, &st.ctx, e);
             cpnet_ctx_destroy(&st.ctx);
@@ -331,60 +421,68 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, const cpnet_reduce
     } else {
         if (threadIdx.x == 0) st.go = grid_wait_go(h, words);
         __syncthreads();
-        if (st.go != 1) return CPNET_E_OK;
-    }
-    /* The fold: this block's run of part my_idx, in 16-byte words where
-     * every address and the part's length allow. Member j's contribution is
-     * dest part j (source part my_idx for this member), seen through
-     * src[j] at the offsets of part my_idx. */
-    cpnet_reduce_grid_args_t b;
-    const int me = a.my_idx;
-    for (int j = 0; j < a.size && j < CPNET_GRID_MAX_MEMBERS; ++j)
-        b.src[j] = j == me ? a.source : a.dest + (uint64_t)((int64_t)(j - me) * (int64_t)pbytes);
-    b.dst[me] = a.dest;
-    b.my_idx = me;
-    b.size = a.size;
-    constexpr uint64_t V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
-    const uint64_t q = ((a.dest | a.source | pbytes) & 15) == 0 ? V : 1;
-    const uint64_t plo = (uint64_t)me * m, phi = plo + m;
-    const uint64_t per = ((m + gridDim.x - 1) / gridDim.x + q - 1) / q * q;
-    const uint64_t lo = plo + blockIdx.x * per < phi ? plo + blockIdx.x * per : phi;
-    const uint64_t hi = lo + per < phi ? lo + per : phi;
-    const uint64_t nw = q == V && V > 1 ? (hi - lo) / V : 0;
-    if (nw > 0) reduce_grid_run<T, OP, uint4, CPNET_REDUCE_GRID_VEC_UNROLL>(b, lo, nw, 1);
-    reduce_grid_run<T, OP, T, CPNET_REDUCE_GRID_UNROLL>(b, lo + nw * V, hi - lo - nw * V, 1);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        /* Every thread's stores of this block (the barrier), then the
-         * count; block 0's acquire below pairs with it. */
-        __threadfence_system();
-        if (blockIdx.x != 0) atomicAdd(&words[1], 1ull);
-    }
-    if (blockIdx.x != 0) return CPNET_E_OK;
-    if (threadIdx.x == 0) {
-        unsigned polls = 0;
-        st.ctx.ret = CPNET_E_OK;
-        while (cpnet_ld_acquire_sys_u64((const uint64_t*)&words[1]) < (unsigned long long)(gridDim.x - 1)) {
-            if ((++polls & 1023) == 0) {
-                const int ab = cpnet_abort_code(h);
-                if (ab != CPNET_E_OK) { st.ctx.ret = ab; break; }
-            }
+        if (st.go != 1) {
+            if (mover && has_ctx) cpnet_ctx_destroy(&st.ctx);
+            return CPNET_E_OK;
         }
     }
+
+    /* 2. The fold: this block's run of part my_idx, in 16-byte words where
+     * every address and the part's length allow. Member j's contribution
+     * is dest part j (source part my_idx for this member), seen through
+     * src[j] at the offsets of part my_idx. */
+    {
+        cpnet_reduce_grid_args_t b;
+        for (int j = 0; j < size && j < CPNET_GRID_MAX_MEMBERS; ++j)
+            b.src[j] = j == my_idx ? source : dest + (uint64_t)((int64_t)(j - my_idx) * (int64_t)pbytes);
+        b.dst[my_idx] = dest;
+        b.my_idx = my_idx;
+        b.size = size;
+        constexpr uint64_t V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
+        const uint64_t q = ((dest | source | pbytes) & 15) == 0 ? V : 1;
+        const uint64_t plo = (uint64_t)my_idx * m, phi = plo + m;
+        const uint64_t per = ((m + B - 1) / B + q - 1) / q * q;
+        const uint64_t lo = plo + blockIdx.x * per < phi ? plo + blockIdx.x * per : phi;
+        const uint64_t hi = lo + per < phi ? lo + per : phi;
+        const uint64_t nw = q == V && V > 1 ? (hi - lo) / V : 0;
+        if (nw > 0) reduce_grid_run<T, OP, uint4, CPNET_REDUCE_GRID_VEC_UNROLL>(b, lo, nw, 1);
+        reduce_grid_run<T, OP, T, CPNET_REDUCE_GRID_UNROLL>(b, lo + nw * V, hi - lo - nw * V, 1);
+        __syncthreads();
+    }
+    if (blockIdx.x != 0) {
+        if (threadIdx.x == 0) arrive();
+        if (!mover) return CPNET_E_OK;
+        /* 3. A mover's runs of the allgather, once block 0 says every
+         * member has folded. */
+        if (threadIdx.x == 0) {
+            unsigned polls = 0;
+            unsigned long long v;
+            /* Acquire: pairs with block 0's release of go = 3 (or 2). */
+            while ((v = cpnet_ld_acquire_sys_u64((const uint64_t*)go)) == 1)
+                if ((++polls & 1023) == 0 && cpnet_abort_code(h) != CPNET_E_OK) { v = 2; break; }
+            st.go = (int)v;
+        }
+        __syncthreads();
+        if (st.go == 3 && has_ctx) {
+            move(blockIdx.x, true);
+            const int q = cpnet_quiet(&st.ctx);
+            if (q != CPNET_E_OK && threadIdx.x == 0) atomicCAS(first_err, 0ull, (unsigned long long)(unsigned)q);
+        }
+        if (threadIdx.x == 0 && st.go == 3) arrive();
+        if (has_ctx) cpnet_ctx_destroy(&st.ctx);
+        return CPNET_E_OK;
+    }
+
+    /* Block 0: every block folded, then epoch e + 1, then the allgather. */
+    if (threadIdx.x == 0) st.ctx.ret = wait_count((unsigned long long)(C - 1) + (B - 1));
     __syncthreads();
     int r = st.ctx.ret;
     if (r == CPNET_E_OK) r = grid_fenced_epoch(&st.ctx, st.d, st.epoch + 1);
+    if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)go, r == CPNET_E_OK ? 3 : 2);
     if (r == CPNET_E_OK) {
-        /* After the e + 1 signals, as above. */
+        /* After the e + 1 signals, as in grid_fenced_epoch. */
         cpnet_fence(&st.ctx);
-        uint64_t* const sig_me = team_sig(&st.ctx, st.d, me);
-        uint8_t* const mine = (uint8_t*)a.dest + (uint64_t)me * pbytes;
-        for (int k = 1; k < st.d.size; ++k) {
-            const int j = (me + k) % st.d.size;
-            cpnet_putmem_signal_nbi(&st.ctx, mine, mine, pbytes, sig_me, st.epoch + 2, CPNET_SIGNAL_SET,
-                                    team_world_pe(st.d, j));
-        }
-        r = team_wait_all(&st.ctx, st.d, st.epoch + 2);
+        r = phase(true, st.epoch + 2, 2ull * (C - 1) + (B - 1));
     }
     if (r != CPNET_E_OK) grid_fail(h, &st.ctx, r);
     const int d = cpnet_ctx_destroy(&st.ctx);

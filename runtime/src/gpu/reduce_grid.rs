@@ -46,20 +46,20 @@ pub const GRID_BYTES_PER_BLOCK: u64 = CPNET_REDUCE_GRID_BYTES_PER_BLOCK as u64;
 /// against its offsets, and there by `static_assert`).
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub(super) struct GridArgs {
-    pub(super) dest: u64,
-    pub(super) source: u64,
+struct GridArgs {
+    dest: u64,
+    source: u64,
     /// Elements.
-    pub(super) n: u64,
+    n: u64,
     /// Two words of this launch, zeroed: `go` (block 0 to the others) and
     /// `done` (the others' count).
-    pub(super) words: u64,
+    words: u64,
     /// Member j's `source` as mapped in this process.
-    pub(super) src: [u64; GRID_MAX_MEMBERS],
+    src: [u64; GRID_MAX_MEMBERS],
     /// Member j's `dest` as mapped in this process.
-    pub(super) dst: [u64; GRID_MAX_MEMBERS],
-    pub(super) my_idx: i32,
-    pub(super) size: i32,
+    dst: [u64; GRID_MAX_MEMBERS],
+    my_idx: i32,
+    size: i32,
 }
 
 // SAFETY: repr(C), plain integers laid out as cpnet_reduce_grid_args_t

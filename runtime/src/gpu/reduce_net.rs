@@ -4,7 +4,10 @@
 //! at least [`NET_MIN_BYTES`] runs a reduce-scatter by puts into the
 //! members' `dest` and an allgather of the folded parts, with the fold on
 //! a grid (`cpnet/grid.cuh`'s `reduce_net`, whose comment gives the
-//! protocol). The one-block form it replaces there sends every member's
+//! protocol). The data moves through one block's context with the shm
+//! provider's staging zones (one proxy thread fills the copy engines
+//! there), else through one block per proxy thread, each with a context of
+//! its own, as the network path's alltoall (`alltoall_net.rs`). The one-block form it replaces there sends every member's
 //! whole array to every other through the team scratch, one scratch chunk
 //! per signal round, and folds on one SM: 16 MiB took 21.9 ms over shm on
 //! two H100s against NCCL's 0.65 through host memory (docs/results.md,
@@ -19,9 +22,11 @@
 use cpnet_device::cpu::{ReduceOp, ReduceType, SymAddr};
 use cudarc::driver::CudaStream;
 
+use cudarc::driver::DeviceRepr;
+
 use super::GpuPe;
 use super::grid::GRID_MAX_MEMBERS;
-use super::reduce_grid::{GridArgs, red_name};
+use super::reduce_grid::red_name;
 use crate::error::Result;
 use crate::team::Team;
 
@@ -32,6 +37,29 @@ pub const NET_MIN_BYTES: u64 = 64 << 10;
 pub const NET_MAX_BLOCKS: u64 = 64;
 /// Bytes of this member's part per fold block.
 pub const NET_BYTES_PER_BLOCK: u64 = 256 << 10;
+
+/// `red_net_args` of the kernel, field for field.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct NetArgs {
+    dest: u64,
+    source: u64,
+    /// Elements: size x m.
+    n: u64,
+    /// The launch's words (grid.cuh's reduce_net).
+    words: u64,
+    my_idx: i32,
+    size: i32,
+    /// Blocks that move data, each with its own context.
+    comm: i32,
+    pad: i32,
+}
+
+// SAFETY: repr(C), plain integers laid out as `struct red_net_args` of
+// kernel() (same fields, same order, no padding on either side).
+unsafe impl DeviceRepr for NetArgs {}
+
+const _: () = assert!(size_of::<NetArgs>() == 48);
 
 /// The kernel for the team.cuh reduction `cpnet_<name>_<op>_reduce` (its
 /// element type) and the combiner's operator `red`: `cpnet/grid.cuh`'s
@@ -45,11 +73,17 @@ template <typename T> struct red_net_elem<int (*)(cpnet_ctx_t*, cpnet_team_t, T*
     typedef T type;
 }};
 typedef red_net_elem<decltype(&cpnet_{name}_{op}_reduce)>::type elem_t;
+struct red_net_args {{
+    uint64_t dest, source, n, words;
+    int32_t my_idx, size, comm, pad;
+}};
+static_assert(sizeof(red_net_args) == 48, "red_net_args: as NetArgs in reduce_net.rs");
 
 extern "C" __global__ void __launch_bounds__(CPNET_GRID_THREADS)
-cpnet_reduce_net(cpnet_handle_t h, int team, cpnet_reduce_grid_args_t a)
+cpnet_reduce_net(cpnet_handle_t h, int team, red_net_args a)
 {{
-    cpnet_detail::reduce_net<elem_t, cpnet_detail::{red}>(&h, team, a);
+    cpnet_detail::reduce_net<elem_t, cpnet_detail::{red}>(&h, team, a.dest, a.source, a.n,
+        (unsigned long long*)a.words, a.my_idx, a.size, a.comm);
 }}
 "#
     )
@@ -80,23 +114,26 @@ impl GpuPe {
         let m = nreduce / size;
         let key = format!("cpnet_reduce_net:{}:{}", T::NAME, op.name());
         let f = self.on_stream_built(&key, "cpnet_reduce_net", || kernel(T::NAME, op.name(), red_name(op)))?;
-        let blocks = (m * T::SIZE as u64).div_ceil(NET_BYTES_PER_BLOCK).clamp(1, NET_MAX_BLOCKS) as u32;
+        // Movers: one per proxy thread, except through staging zones.
+        let threads = self.core.tuning.gpu_proxy_threads.min(self.core.tuning.queues).max(1) as u64;
+        let zones = self.core.tuning.stage_shared && self.core.provider() == "shm";
+        let comm = if zones { 1 } else { threads.min(NET_MAX_BLOCKS) };
+        let blocks = (m * T::SIZE as u64).div_ceil(NET_BYTES_PER_BLOCK).clamp(comm, NET_MAX_BLOCKS) as u32;
         // SAFETY: kernel() declares cpnet_reduce_net(cpnet_handle_t, int,
-        // cpnet_reduce_grid_args_t), which GridArgs mirrors (asserted in
-        // reduce_grid.rs); `dest` and `source` were checked inside the heap
-        // by the caller for nreduce >= size x m elements, and the kernel
-        // touches only those (its loads and stores, and puts whose targets
-        // the proxy checks); the member tables are unused (zero).
+        // red_net_args), which NetArgs mirrors (asserted on both sides);
+        // `dest` and `source` were checked inside the heap by the caller for
+        // nreduce >= size x m elements, and the kernel touches only those
+        // (its loads and stores, and puts whose targets the proxy checks).
         unsafe {
-            self.launch_grid(stream, &f, team, blocks, "cuLaunchKernel (network-path reduce)", |words| GridArgs {
+            self.launch_grid(stream, &f, team, blocks, "cuLaunchKernel (network-path reduce)", |words| NetArgs {
                 dest: self.dev_ptr(dest),
                 source: self.dev_ptr(source),
                 n: m * size,
                 words,
-                src: [0; GRID_MAX_MEMBERS],
-                dst: [0; GRID_MAX_MEMBERS],
                 my_idx: d.my_idx,
                 size: d.size,
+                comm: comm as i32,
+                pad: 0,
             })
         }?;
         Ok(Some(m * size))
