@@ -7,11 +7,13 @@
 //! protocol). The data moves through one block's context with the shm
 //! provider's staging zones (one proxy thread fills the copy engines
 //! there), else through one block per proxy thread, each with a context of
-//! its own, as the network path's alltoall (`alltoall_net.rs`). The one-block form it replaces there sends every member's
-//! whole array to every other through the team scratch, one scratch chunk
-//! per signal round, and folds on one SM: 16 MiB took 21.9 ms over shm on
-//! two H100s against NCCL's 0.65 through host memory (docs/results.md,
-//! "Session 23").
+//! its own, as the network path's alltoall (`alltoall_net.rs`). The
+//! one-block form it replaces there sends every member's whole array to
+//! every other through the team scratch, one scratch chunk per signal
+//! round, and folds on one SM. On two H200s (docs/results.md, "Session
+//! 23"), 16 MiB of floats: over shm 594-602 µs against NCCL's 633 through
+//! host memory (the one block: 21.9 ms, two H100s); over `net` 3361 µs
+//! against the one mover's 8258 and NCCL's 5689 over sockets.
 //!
 //! It takes `size x floor(n / size)` elements; the last `n mod size` (fewer
 //! than the members) go by the one-block form after it, on the same
@@ -20,9 +22,7 @@
 //! takes the one-block form.
 
 use cpnet_device::cpu::{ReduceOp, ReduceType, SymAddr};
-use cudarc::driver::CudaStream;
-
-use cudarc::driver::DeviceRepr;
+use cudarc::driver::{CudaStream, DeviceRepr};
 
 use super::GpuPe;
 use super::grid::GRID_MAX_MEMBERS;
@@ -37,6 +37,11 @@ pub const NET_MIN_BYTES: u64 = 64 << 10;
 pub const NET_MAX_BLOCKS: u64 = 64;
 /// Bytes of this member's part per fold block.
 pub const NET_BYTES_PER_BLOCK: u64 = 256 << 10;
+/// Bytes of this member's part per mover block (one per proxy thread at
+/// most). Over `net` on two H200s (docs/results.md, "Session 23"), four
+/// movers took 191 µs for 64 KiB (16 KiB parts) against one's 131, and
+/// 217 for 256 KiB against 252.
+pub const NET_BYTES_PER_MOVER: u64 = 32 << 10;
 
 /// `red_net_args` of the kernel, field for field.
 #[repr(C)]
@@ -114,10 +119,12 @@ impl GpuPe {
         let m = nreduce / size;
         let key = format!("cpnet_reduce_net:{}:{}", T::NAME, op.name());
         let f = self.on_stream_built(&key, "cpnet_reduce_net", || kernel(T::NAME, op.name(), red_name(op)))?;
-        // Movers: one per proxy thread, except through staging zones.
+        // Movers: one per proxy thread and NET_BYTES_PER_MOVER of the part,
+        // except through staging zones.
         let threads = self.core.tuning.gpu_proxy_threads.min(self.core.tuning.queues).max(1) as u64;
         let zones = self.core.tuning.stage_shared && self.core.provider() == "shm";
-        let comm = if zones { 1 } else { threads.min(NET_MAX_BLOCKS) };
+        let part = m * T::SIZE as u64;
+        let comm = if zones { 1 } else { threads.min(part.div_ceil(NET_BYTES_PER_MOVER)).clamp(1, NET_MAX_BLOCKS) };
         let blocks = (m * T::SIZE as u64).div_ceil(NET_BYTES_PER_BLOCK).clamp(comm, NET_MAX_BLOCKS) as u32;
         // SAFETY: kernel() declares cpnet_reduce_net(cpnet_handle_t, int,
         // red_net_args), which NetArgs mirrors (asserted on both sides);
