@@ -337,7 +337,7 @@ impl PeKind for GpuKind {
     fn proxy(&mut self, parts: &mut GpuParts, launch: &Launch, tuning: &Tuning, _boot: &Bootstrap, fabric: &FabricConfig) -> Result<ProxyLink> {
         let me = launch.pe;
         let heap_size = parts.heap.size;
-        let threads = tuning.gpu_proxy_threads.min(tuning.queues).max(1);
+        let threads = tuning.gpu_service_threads();
         if let Some(link) = parts.daemon_link.take() {
             // The agent is loaded here too: GpuPe::max_persistent_blocks
             // reads its attributes to leave room for the daemon's agents.
@@ -559,7 +559,7 @@ impl GpuPe {
         // machine without a GPU says so before any rendezvous is attempted.
         startup::init_logging();
         let cuda = open_device(launch.local_pe)?;
-        let threads = tuning.gpu_proxy_threads.min(tuning.queues).max(1);
+        let threads = tuning.gpu_service_threads();
         let agent = Arc::new(std::sync::OnceLock::new());
         let (core, parts) = startup::start(launch, tuning, GpuKind { cuda: Arc::clone(&cuda), agent: Arc::clone(&agent) })?;
         let GpuParts { stream, peers, p2p, queues, heap, daemon_link: _ } = parts;
@@ -595,7 +595,7 @@ impl GpuPe {
     /// Local.
     pub fn landing_agents(&self) -> u32 {
         let t = &self.core.tuning;
-        (t.gpu_proxy_threads.min(t.queues).max(1) * t.agent_lanes.max(1)) as u32
+        (t.gpu_service_threads() * t.agent_lanes.max(1)) as u32
     }
 
     /// The most blocks of `threads` threads (with `dynamic_smem` bytes of

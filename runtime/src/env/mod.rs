@@ -556,6 +556,12 @@ impl Tuning {
             .then(|| self.proxy_cpus[(pe.max(0) as usize * threads + thread) % self.proxy_cpus.len()])
     }
 
+    /// Proxy service threads a GPU PE runs: `gpu_proxy_threads`, at most
+    /// one per queue, at least one.
+    pub fn gpu_service_threads(&self) -> usize {
+        self.gpu_proxy_threads.min(self.queues).max(1)
+    }
+
     /// The payload slot size in use (bytes; 0: none): `payload_bytes`,
     /// at most `stage_chunk`, halved while `queues * queue_depth` slots
     /// would take more than [`PAYLOAD_BUDGET`]; 0 when even 16-byte slots

@@ -340,6 +340,8 @@ fn gpu_pes_default_to_more_proxy_threads_unless_told() {
     assert_eq!((t.proxy_threads, t.gpu_proxy_threads), (DEFAULT_PROXY_THREADS, DEFAULT_GPU_PROXY_THREADS));
     let t = Tuning::from_lookup(env(&[(PROXY_THREADS, "2")])).unwrap();
     assert_eq!((t.proxy_threads, t.gpu_proxy_threads), (2, 2), "an explicit count applies to both");
+    assert_eq!(Tuning::from_lookup(env(&[])).unwrap().gpu_service_threads(), DEFAULT_GPU_PROXY_THREADS);
+    assert_eq!(Tuning::from_lookup(env(&[(QUEUES, "2")])).unwrap().gpu_service_threads(), 2, "at most one per queue");
     let t = Tuning::from_lookup(env(&[(GPU_IPC, "0"), (STAGE_CHUNK, "64K"), (STAGE_CREDITS, "4")])).unwrap();
     assert_eq!((t.gpu_ipc, t.stage_chunk, t.stage_credits), (false, 65536, 4));
     let t = Tuning::from_lookup(env(&[(AGENT_BYTES, "4K"), (AGENT_IDLE, "500")])).unwrap();

@@ -188,9 +188,8 @@ impl GpuPe {
     /// job's.
     pub(super) fn alltoall_net(&self, team: &Team, dest: SymAddr, source: SymAddr, nbytes: u64, stream: &CudaStream) -> Result<bool> {
         let d = team.desc();
-        let threads = self.core.tuning.gpu_proxy_threads.min(self.core.tuning.queues).max(1) as u64;
-        let zones = self.core.tuning.stage_shared && self.core.provider() == "shm";
-        if nbytes < NET_MIN_BYTES || d.size < 2 || threads < 2 || zones {
+        let threads = self.core.tuning.gpu_service_threads() as u64;
+        if nbytes < NET_MIN_BYTES || d.size < 2 || threads < 2 || self.staging_zones() {
             return Ok(false);
         }
         let blocks = nbytes.div_ceil(NET_BYTES_PER_BLOCK).min(threads).min(u64::from(NET_MAX_BLOCKS));

@@ -139,7 +139,7 @@ pub(super) fn attach(
 ) -> Result<(ProxyLink, [u8; 64])> {
     let uuid = cuda.uuid().map_err(|source| Error::Gpu(GpuError::Cuda { what: "cuDeviceGetUuid (naming the GPU's daemon)", source }))?;
     let uuid: [u8; 16] = uuid.bytes.map(|b| b as u8);
-    let threads = tuning.gpu_proxy_threads.min(tuning.queues).max(1);
+    let threads = tuning.gpu_service_threads();
     let mut att = crate::pe::attach_message(me, n_pes, heap_size, 0, tuning.queues, queues.geometry(), threads, tuning, fabric);
     att.gpu = Some(GpuAttach { uuid, payload_bytes: queues.payload_slot_bytes(), tuning: tuning_vars(tuning) });
     let paths = DaemonPaths::for_gpu(&tuning.proxyd_dir, &uuid_string(&uuid));

@@ -24,6 +24,15 @@ pub const GRID_MAX_MEMBERS: usize = cpnet_device::layout::CPNET_GRID_MAX_MEMBERS
 pub(super) const GRID_WORDS: usize = cpnet_device::layout::CPNET_GRID_WORDS;
 
 impl GpuPe {
+    /// Whether this job's puts go through the staged transport's staging
+    /// zones (`CPNET_STAGE_SHARED` with the `shm` provider), where one proxy
+    /// thread fills the copy engines, so the network path's forms move
+    /// their data through one context (`alltoall_net.rs`, `reduce_net.rs`).
+    /// The same on every PE: the provider and tuning are the job's.
+    pub(super) fn staging_zones(&self) -> bool {
+        self.core.tuning.stage_shared && self.core.provider() == "shm"
+    }
+
     /// `addr` as this process maps it in every member of `team` (its own:
     /// `dev_ptr(addr)`), where a grid form can run on `team`: peer-to-peer
     /// stores on, every other member's heap mapped here, at most

@@ -121,10 +121,9 @@ impl GpuPe {
         let f = self.on_stream_built(&key, "cpnet_reduce_net", || kernel(T::NAME, op.name(), red_name(op)))?;
         // Movers: one per proxy thread and NET_BYTES_PER_MOVER of the part,
         // except through staging zones.
-        let threads = self.core.tuning.gpu_proxy_threads.min(self.core.tuning.queues).max(1) as u64;
-        let zones = self.core.tuning.stage_shared && self.core.provider() == "shm";
+        let threads = self.core.tuning.gpu_service_threads() as u64;
         let part = m * T::SIZE as u64;
-        let comm = if zones { 1 } else { threads.min(part.div_ceil(NET_BYTES_PER_MOVER)).clamp(1, NET_MAX_BLOCKS) };
+        let comm = if self.staging_zones() { 1 } else { threads.min(part.div_ceil(NET_BYTES_PER_MOVER)).clamp(1, NET_MAX_BLOCKS) };
         let blocks = (m * T::SIZE as u64).div_ceil(NET_BYTES_PER_BLOCK).clamp(comm, NET_MAX_BLOCKS) as u32;
         // SAFETY: kernel() declares cpnet_reduce_net(cpnet_handle_t, int,
         // red_net_args), which NetArgs mirrors (asserted on both sides);
