@@ -170,6 +170,15 @@ __device__ inline int grid_close(cpnet_handle_t* h, unsigned long long* words, u
     return r != CPNET_E_OK ? r : d;
 }
 
+/** The element type T of a team.cuh reduction `cpnet_NAME_OP_reduce`,
+ *  from its signature: `reduce_elem<decltype(&cpnet_float_sum_reduce)>::type`
+ *  is float. The runtime's grid kernels (reduce_grid.rs, reduce_net.rs)
+ *  name their type this way. */
+template <typename F> struct reduce_elem;
+template <typename T> struct reduce_elem<int (*)(cpnet_ctx_t*, cpnet_team_t, T*, const T*, cpnet_size_t)> {
+    typedef T type;
+};
+
 /** The reduce grid's words in flight per thread: 8 elements, or 4 16-byte
  *  words, from every member at once. */
 #define CPNET_REDUCE_GRID_UNROLL 8

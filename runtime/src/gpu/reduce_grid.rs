@@ -85,12 +85,7 @@ const _: () = {
 pub(super) fn kernel(name: &str, op: &str, red: &str) -> String {
     format!(
         r#"#include <cpnet/grid.cuh>
-/* The element type of a team.cuh reduction. */
-template <typename F> struct red_grid_elem;
-template <typename T> struct red_grid_elem<int (*)(cpnet_ctx_t*, cpnet_team_t, T*, const T*, cpnet_size_t)> {{
-    typedef T type;
-}};
-typedef red_grid_elem<decltype(&cpnet_{name}_{op}_reduce)>::type elem_t;
+typedef cpnet_detail::reduce_elem<decltype(&cpnet_{name}_{op}_reduce)>::type elem_t;
 
 extern "C" __global__ void __launch_bounds__(CPNET_GRID_THREADS)
 cpnet_reduce_grid(cpnet_handle_t h, int team, cpnet_reduce_grid_args_t a)

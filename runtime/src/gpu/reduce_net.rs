@@ -72,12 +72,7 @@ const _: () = assert!(size_of::<NetArgs>() == 48);
 pub(super) fn kernel(name: &str, op: &str, red: &str) -> String {
     format!(
         r#"#include <cpnet/grid.cuh>
-/* The element type of a team.cuh reduction. */
-template <typename F> struct red_net_elem;
-template <typename T> struct red_net_elem<int (*)(cpnet_ctx_t*, cpnet_team_t, T*, const T*, cpnet_size_t)> {{
-    typedef T type;
-}};
-typedef red_net_elem<decltype(&cpnet_{name}_{op}_reduce)>::type elem_t;
+typedef cpnet_detail::reduce_elem<decltype(&cpnet_{name}_{op}_reduce)>::type elem_t;
 struct red_net_args {{
     uint64_t dest, source, n, words;
     int32_t my_idx, size, comm, pad;
