@@ -284,16 +284,10 @@ impl StagedTransport {
                 self.small_owner[sb as usize] = Some(i);
                 let z = self.peer_zones[pe as usize].as_ref().expect("checked by the match guard");
                 let (to_host, to_dev) = (z.host(slot), z.dev(slot));
-                let send = After::SendSmall { buf: sb, pe };
-                if self.agent_sized(len) {
-                    self.land(copy_out_rec(src + off, len, to_dev), send, self.op_lane(i));
-                } else {
-                    // SAFETY: our slot of the peer's zone (registered) is ours
-                    // until its ACK, which follows this copy's event and the
-                    // send; the source range is decoder-checked.
-                    unsafe { self.inner.out.dtoh(to_host, self.dev(src + off), len as usize)? };
-                    self.after_out(send)?;
-                }
+                // SAFETY: our slot of the peer's zone (registered) is ours
+                // until its ACK, which follows this copy and the send; the
+                // source range is decoder-checked.
+                unsafe { self.copy_out(src + off, len, to_host, to_dev, After::SendSmall { buf: sb, pe }, self.op_lane(i))? };
             }
             Op::Put { dst, src: PutSrc::Heap(src), size, .. } | Op::PutSignal { dst, src: PutSrc::Heap(src), size, .. } => {
                 let Some(b) = self.free_big.pop() else { return Ok(false) };
@@ -311,16 +305,10 @@ impl StagedTransport {
                 Self::write_hdr(self.big_ptr(b), &h);
                 self.big_owner[b as usize] = Some(i);
                 let send = After::Send { buf: b, len: HDR_BYTES + len as usize, pe };
-                if self.agent_sized(len) {
-                    // SAFETY: the payload area of big buffer b, ours until its send completes.
-                    let to = self.staging_dev(unsafe { self.big_ptr(b).add(HDR_BYTES) });
-                    self.land(copy_out_rec(src + off, len, to), send, self.op_lane(i));
-                } else {
-                    // SAFETY: the big buffer is ours (popped) until its send
-                    // completes; the source range is decoder-checked.
-                    unsafe { self.inner.out.dtoh(self.big_ptr(b).add(HDR_BYTES), self.dev(src + off), len as usize)? };
-                    self.after_out(send)?;
-                }
+                let (to_host, to_dev) = self.big_payload(b);
+                // SAFETY: the big buffer is ours (popped) until its send
+                // completes; the source range is decoder-checked.
+                unsafe { self.copy_out(src + off, len, to_host, to_dev, send, self.op_lane(i))? };
             }
             Op::Put { dst, src: PutSrc::Host { host, .. }, size, .. }
             | Op::PutSignal { dst, src: PutSrc::Host { host, .. }, size, .. } => {

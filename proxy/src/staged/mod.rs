@@ -722,6 +722,33 @@ impl StagedTransport {
         self.inner.mem.dev_ptr() + (p as usize - self.base() as usize) as u64
     }
 
+    /// Copy `len` bytes at heap offset `src` out to host memory at `host`
+    /// (kernels see it at `dev`), then run `after`: through the landing
+    /// agent (lane key `lane`) when agent-sized, else by a copy on the
+    /// copy-out stream and its event.
+    ///
+    /// # Safety
+    /// `host..host+len` is pinned or CUDA-registered host memory (a big
+    /// buffer's payload area, or our slot of a peer's zone) that nothing
+    /// else reads or writes until `after` runs; `src..src+len` is a
+    /// checked range of this PE's heap.
+    unsafe fn copy_out(&mut self, src: u64, len: u64, host: *mut u8, dev: u64, after: After, lane: u32) -> Result<(), CudaError> {
+        if self.agent_sized(len) {
+            self.land(copy_out_rec(src, len, dev), after, lane);
+            return Ok(());
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.inner.out.dtoh(host, self.dev(src), len as usize)? };
+        self.after_out(after)
+    }
+
+    /// The payload area of big buffer `b` and its device address.
+    fn big_payload(&self, b: u32) -> (*mut u8, u64) {
+        // SAFETY: inside the staging allocation (Layout: HDR_BYTES + chunk per buffer).
+        let p = unsafe { self.big_ptr(b).add(HDR_BYTES) };
+        (p, self.staging_dev(p))
+    }
+
     /// Whether `bytes` of data land (or leave the heap) through the agent.
     fn agent_sized(&self, bytes: u64) -> bool {
         bytes <= self.inner.lanes[0].max_bytes()

@@ -233,16 +233,10 @@ impl StagedTransport {
             Self::write_hdr(self.big_ptr(b), &a);
             self.big_owner[b as usize] = None;
             let send = After::Send { buf: b, len: HDR_BYTES + h.size as usize, pe: h.src_pe };
-            if self.agent_sized(h.size) {
-                // SAFETY: the payload area of big buffer b, ours until its send completes.
-                let to = self.staging_dev(unsafe { self.big_ptr(b).add(HDR_BYTES) });
-                self.land(copy_out_rec(h.dst, h.size, to), send, msg_lane(&h));
-            } else {
-                // SAFETY: the big buffer is ours until its send completes; the
-                // range was checked against the heap.
-                unsafe { self.inner.out.dtoh(self.big_ptr(b).add(HDR_BYTES), self.dev(h.dst), h.size as usize)? };
-                self.after_out(send)?;
-            }
+            let (to_host, to_dev) = self.big_payload(b);
+            // SAFETY: the big buffer is ours until its send completes; the
+            // range was checked against the heap.
+            unsafe { self.copy_out(h.dst, h.size, to_host, to_dev, send, msg_lane(&h))? };
         }
         Ok(())
     }
