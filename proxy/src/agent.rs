@@ -42,6 +42,10 @@ pub struct AgentKernel {
     /// always take the same lane (applied in order), records of different
     /// queues are applied in parallel.
     pub lanes: usize,
+    /// Whether a copy larger than `max_bytes` and at most `lanes` times it
+    /// moves as one record per lane (`CPNET_AGENT_SPLIT`); off where PEs
+    /// share the GPU without MPS (the agents wait for their turn there).
+    pub split: bool,
 }
 
 /// A landing ring and its agent.
@@ -93,6 +97,11 @@ impl Landing {
     /// Bytes up to which data lands through the agent.
     pub fn max_bytes(&self) -> u64 {
         self.kernel.max_bytes
+    }
+
+    /// Whether copies may split over the lanes ([`AgentKernel::split`]).
+    pub fn split(&self) -> bool {
+        self.kernel.split
     }
 
     /// The control block's u64 at byte offset `off` (a `CPNET_AGENT_CTL_OFF_*`).

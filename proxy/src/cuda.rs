@@ -197,6 +197,24 @@ impl Stream {
         check("cuMemcpyDtoDAsync", unsafe { cusys::cuMemcpyDtoDAsync_v2(dst, src, len, self.raw) })
     }
 
+    /// `cuStreamWriteValue64`: write `value` to the 8-byte device word
+    /// `dst` once the work queued so far on this stream has run, preceded
+    /// by a memory barrier (default flags: the earlier copies' data is
+    /// visible before the word). A stream memory operation, run by the
+    /// GPU's front end: no copy engine, so no copy's fixed cost
+    /// (`cpnet-gpu-check copy-floor`). Needs
+    /// `CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1`, which CUDA 12 and
+    /// later set on every device; an error where it is off.
+    ///
+    /// # Safety
+    /// 1. `dst` is an 8-byte-aligned word of device memory of the current
+    ///    context that stays allocated until a later event on this stream
+    ///    has completed.
+    pub unsafe fn write_u64(&self, dst: u64, value: u64) -> Result<()> {
+        // SAFETY: the caller's contract.
+        check("cuStreamWriteValue64", unsafe { cusys::cuStreamWriteValue64_v2(self.raw, dst, value, 0) })
+    }
+
     /// Wait until everything queued on the stream has run (teardown only).
     ///
     /// # Errors

@@ -346,17 +346,36 @@ impl PeKind for GpuKind {
             return Ok(link);
         }
         let heap = GpuHeap { base: parts.heap.base, size: heap_size };
+        // PEs that share this GPU without MPS take turns on it, and a
+        // landing agent with them: copies stay on the copy engines there.
+        let mut tuning = tuning.clone();
+        if tuning.agent_split && shares_gpu(launch) && !daemon::mps_enabled(&self.cuda) {
+            tuning.agent_split = false;
+        }
         let (backend, per_thread, agent) =
-            gpu_backend(&self.cuda, &parts.queues, heap, parts.peers.bases.clone(), me, launch.n_pes, threads, tuning, fabric)?;
+            gpu_backend(&self.cuda, &parts.queues, heap, parts.peers.bases.clone(), me, launch.n_pes, threads, &tuning, fabric)?;
         let _ = self.agent.set(agent);
         let limits = Limits { n_pes: launch.n_pes, heap_size };
-        Proxies::spawn(backend, me, per_thread, limits, &fabric.provider, tuning).map(ProxyLink::from)
+        Proxies::spawn(backend, me, per_thread, limits, &fabric.provider, &tuning).map(ProxyLink::from)
     }
 
     fn abort(parts: &GpuParts) -> Box<dyn Fn(ErrorCode) + Send + Sync> {
         let q = Arc::clone(&parts.queues);
         Box::new(move |code| q.abort(code))
     }
+}
+
+/// [`GpuPe::pes_on_device`] of the PE that `launch` describes.
+fn pes_on_device(launch: &Launch) -> u32 {
+    let count = CudaContext::device_count().map_or(1, |c| c.max(1));
+    let (lp, ls) = (launch.local_pe, launch.local_size.max(1));
+    let mine = lp.rem_euclid(count);
+    ((0..ls).filter(|p| p.rem_euclid(count) == mine).count() as u32).max(1)
+}
+
+/// Whether another PE of this host has this PE's GPU.
+fn shares_gpu(launch: &Launch) -> bool {
+    pes_on_device(launch) > 1
 }
 
 /// What [`gpu_backend`] builds: the backend, each service thread's queue
@@ -579,10 +598,7 @@ impl GpuPe {
     /// sizes its grid to fill the GPU must take only this share of it, or
     /// the PEs' cooperative grids cannot all be resident at once. Local.
     pub fn pes_on_device(&self) -> u32 {
-        let count = CudaContext::device_count().map_or(1, |c| c.max(1));
-        let (lp, ls) = (self.core.launch.local_pe, self.core.launch.local_size.max(1));
-        let mine = lp.rem_euclid(count);
-        ((0..ls).filter(|p| p.rem_euclid(count) == mine).count() as u32).max(1)
+        pes_on_device(&self.core.launch)
     }
 
     /// Landing agents (one block of `CPNET_AGENT_THREADS` threads each,

@@ -21,12 +21,12 @@ pub fn sizes_and_calls(first: u64, iters: u64, max: u64, min_calls: u64) -> (Vec
     (sizes, counts)
 }
 
-/// The alltoall benchmarks' sizes per pair (1 KiB, x4, up to `max`) and
+/// The alltoall benchmarks' sizes per pair (`min`, x4, up to `max`) and
 /// calls per size (at least 20 above 1 MiB: with 5, the PEs' skew after
 /// the host barrier moved 64 MiB per pair between 263 and 377 µs a call
 /// from run to run on two H200s, docs/results.md "Session 22").
-pub fn a2a_sizes(iters: u64, max: u64) -> (Vec<u64>, Vec<u64>) {
-    sizes_and_calls(1024, iters, max, 20)
+pub fn a2a_sizes(min: u64, iters: u64, max: u64) -> (Vec<u64>, Vec<u64>) {
+    sizes_and_calls(min, iters, max, 20)
 }
 
 /// One size's time per call (ns): a warm-up `call`, then `calls` of them
@@ -65,10 +65,10 @@ pub fn print_a2a(title: &str, n: u64, sizes: &[u64], counts: &[u64], ns: &[u64])
 /// from the first launch to the end of the synchronize, as
 /// scripts/nccl_alltoall.py times NCCL's (CUDA events around the loop).
 /// The last call's result is checked word by word. PE 0 prints.
-pub fn alltoall(pe: &GpuPe, iters: u64, max: u64) -> Result<()> {
+pub fn alltoall(pe: &GpuPe, min: u64, iters: u64, max: u64) -> Result<()> {
     let me = pe.my_pe();
     let n = pe.n_pes() as u64;
-    let (sizes, counts) = a2a_sizes(iters, max);
+    let (sizes, counts) = a2a_sizes(min, iters, max);
     let span = n * sizes.last().copied().unwrap_or(1024);
     let alloc = |what: &str, bytes: u64| {
         pe.shmalloc(bytes).with_context(|| format!("a2a-bench {what}: {bytes} bytes (both buffers need {}: raise CPNET_HEAP_SIZE)", 2 * span))

@@ -12,6 +12,7 @@
 
 pub mod chaos;
 pub mod collectives;
+pub mod copy_floor;
 pub mod gpu;
 pub mod gpu_coll;
 pub mod gpu_on_stream;

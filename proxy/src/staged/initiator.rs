@@ -74,7 +74,7 @@ impl StagedTransport {
                         // SAFETY: pinned scratch word kept until the event
                         // passes (the op holds it); sig is a decoder-checked
                         // heap offset.
-                        unsafe { self.inner.stream.htod(self.dev(sig), self.scratch(i, 1).cast(), 8)? };
+                        unsafe { self.signal_set(sig, signal, self.scratch(i, 1).cast())? };
                     }
                     // The ADD runs in the agent after the data landed.
                     Some((sig, value, SignalOp::Add)) => return self.after(After::LocalThenAdd { op: i, sig, value }),

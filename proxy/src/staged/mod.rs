@@ -31,7 +31,11 @@
 //! Small transfers (at most `CPNET_AGENT_BYTES`), signals and every AMO
 //! need no driver call at all: the thread writes a record into its landing
 //! ring and the PE's landing agent (`cpnet/agent.cuh`, [`crate::agent`])
-//! applies it on the GPU; the thread polls the ring's `done` word.
+//! applies it on the GPU; the thread polls the ring's `done` word. A copy
+//! of up to `CPNET_AGENT_LANES` records' bytes moves as one record per lane
+//! (`CPNET_AGENT_SPLIT`, [`StagedTransport::agent_parts`]): the lanes'
+//! agents copy their parts at once, and what follows the copy (the send,
+//! the signal, the ACK) waits for the last part.
 //!
 //! * **put**: the heap range goes into a send buffer (the agent's
 //!   `COPY_OUT`; above the threshold `cuMemcpyDtoHAsync` and an event), then
@@ -418,6 +422,7 @@ impl StagedEndpoint {
         let peer_addrs = cards.iter().map(|c| printable(&self.av, c)).collect();
         let t = StagedTransport {
             watch: PeerWatch::new(n, self.cfg.fabric.reach_timeout),
+            stream_writes: true,
             peer_addrs,
             timing: tracing::enabled!(tracing::Level::DEBUG),
             clock: StageClock::default(),
@@ -444,6 +449,8 @@ impl StagedEndpoint {
             recv_repost: Vec::new(),
             landed: (0..self.lanes.len()).map(|_| VecDeque::new()).collect(),
             landing_backlog: (0..self.lanes.len()).map(|_| VecDeque::new()).collect(),
+            joins: Vec::new(),
+            free_joins: Vec::new(),
             barrier: BarrierState { epoch: 0, round: 0, sent: false },
             rounds,
             poll_buf: vec![0; 64],
@@ -505,11 +512,20 @@ pub struct StagedTransport {
     landed: Vec<VecDeque<(u64, After)>>,
     /// Per landing lane: records that found the lane's ring full.
     landing_backlog: Vec<VecDeque<(AgentRec, After)>>,
+    /// Copies split over the lanes ([`Self::land_split`]): parts still to
+    /// apply and what runs after the last; reused through `free_joins`.
+    joins: Vec<(u32, After)>,
+    free_joins: Vec<u32>,
     barrier: BarrierState,
     rounds: u32,
     poll_buf: Vec<u64>,
     /// A CUDA failure: the context is unusable; every later op fails.
     broken: Option<String>,
+    /// Whether a SET signal after a landing copy goes by
+    /// `cuStreamWriteValue64` ([`Stream::write_u64`]); off for good after
+    /// the first refusal (stream memory operations off on the device),
+    /// then by an 8-byte copy.
+    stream_writes: bool,
     /// Requests sent per peer and not yet answered ([`crate::reach`]).
     watch: PeerWatch,
     /// Per PE: its endpoint's printable address (index = PE, ours too).
@@ -716,6 +732,33 @@ impl StagedTransport {
         Ok(())
     }
 
+    /// A SET signal on the landing stream, after the copies queued on it:
+    /// `value` into heap word `sig` (decoder- or header-checked, 8-byte
+    /// aligned). A `cuStreamWriteValue64` (no copy engine: on an H100 a
+    /// 64-256 KiB copy and its signal took 6-8 µs less than with an 8-byte
+    /// copy for the signal, `cpnet-gpu-check copy-floor`); where the device refuses stream
+    /// memory operations, from then on an 8-byte copy of `host`, a pinned
+    /// word holding `value` that stays unchanged until the next event on
+    /// the landing stream passes.
+    ///
+    /// # Safety
+    /// `host` as above; `sig` inside this PE's heap.
+    unsafe fn signal_set(&mut self, sig: u64, value: u64, host: *const u8) -> Result<(), CudaError> {
+        if self.stream_writes {
+            // SAFETY: `sig` is an aligned word of this PE's heap (the caller's
+            // contract), which outlives the stream.
+            match unsafe { self.inner.stream.write_u64(self.dev(sig), value) } {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tracing::warn!("PE {}: {e}: signals after landing copies go by 8-byte copies from now on", self.inner.my_pe);
+                    self.stream_writes = false;
+                }
+            }
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.inner.stream.htod(self.dev(sig), host, 8) }
+    }
+
     /// The address at which kernels (the landing agent) see `p`, a
     /// pointer into the staging memory.
     fn staging_dev(&self, p: *const u8) -> u64 {
@@ -733,13 +776,55 @@ impl StagedTransport {
     /// else reads or writes until `after` runs; `src..src+len` is a
     /// checked range of this PE's heap.
     unsafe fn copy_out(&mut self, src: u64, len: u64, host: *mut u8, dev: u64, after: After, lane: u32) -> Result<(), CudaError> {
-        if self.agent_sized(len) {
-            self.land(copy_out_rec(src, len, dev), after, lane);
+        if self.agent_sized(len) || self.agent_parts(len) > 1 {
+            self.land_split(len, lane, after, |lo, n| copy_out_rec(src + lo, n, dev + lo));
             return Ok(());
         }
         // SAFETY: the caller's contract.
         unsafe { self.inner.out.dtoh(host, self.dev(src), len as usize)? };
         self.after_out(after)
+    }
+
+    /// Parts into which a copy of `len` bytes between the heap and host
+    /// staging splits over the landing lanes, one agent block each: more
+    /// than one when it is larger than an agent record
+    /// (`CPNET_AGENT_BYTES`) but fits one per lane; else 1 (one record, or
+    /// a copy-engine copy). One block moves about as much as a copy engine
+    /// for 256 KiB (docs/results.md, "Session 24"), and a copy-engine copy
+    /// and its event cost about 12 µs more than their bytes do, so a piece
+    /// of 256 KiB moves faster as four records of 64 KiB on four lanes.
+    fn agent_parts(&self, len: u64) -> u64 {
+        let max = self.inner.lanes[0].max_bytes();
+        let lanes = self.inner.lanes.len() as u64;
+        if !self.inner.lanes[0].split() || max == 0 || lanes < 2 || len <= max || len > max * lanes { 1 } else { len.div_ceil(max) }
+    }
+
+    /// Land `len` bytes as [`Self::agent_parts`] records (`rec(lo, n)`:
+    /// bytes `lo .. lo + n` of the copy, on lane keys `lane`, `lane + 1`,
+    /// ...); `after` runs once every part is applied. Parts are multiples
+    /// of 256 bytes but the last.
+    fn land_split(&mut self, len: u64, lane: u32, after: After, rec: impl Fn(u64, u64) -> AgentRec) {
+        let k = self.agent_parts(len);
+        if k <= 1 {
+            self.land(rec(0, len), after, lane);
+            return;
+        }
+        let part = len.div_ceil(k).next_multiple_of(256);
+        let n = len.div_ceil(part);
+        let join = match self.free_joins.pop() {
+            Some(j) => {
+                self.joins[j as usize] = (n as u32, after);
+                j
+            }
+            None => {
+                self.joins.push((n as u32, after));
+                self.joins.len() as u32 - 1
+            }
+        };
+        for p in 0..n {
+            let lo = p * part;
+            self.land(rec(lo, part.min(len - lo)), After::Part { join }, lane.wrapping_add(p as u32));
+        }
     }
 
     /// The payload area of big buffer `b` and its device address.
@@ -845,13 +930,30 @@ impl StagedTransport {
                 self.ops[op as usize].value = v;
                 self.answered(op, done);
             }
-            After::Applied { recv, pe, tag, sig_add, lane, slot } => {
+            After::Part { join } => {
+                let j = &mut self.joins[join as usize];
+                j.0 -= 1;
+                if j.0 == 0 {
+                    let after = j.1;
+                    self.free_joins.push(join);
+                    self.run_after(after, value, done)?;
+                }
+            }
+            After::Applied { recv, pe, tag, sig, lane, slot } => {
                 if let Some(t) = self.recv_at[recv as usize].take() {
                     StageClock::add(&mut self.clock.land, t);
                 }
                 self.repost(recv);
-                match sig_add {
-                    Some((sig, value)) => self.land_amo(AmoItem {
+                match sig {
+                    // After a split copy's parts (different lanes, each
+                    // published with a system-scope release before the
+                    // proxy saw it): the SET as a record of its own, the
+                    // agent's release store of the word.
+                    Some((sig, value, SignalOp::Set)) => {
+                        let rec = put_rec(sig, 0, None, 0, Some((sig, value, SignalOp::Set)));
+                        self.land(rec, After::Amo(AmoDone::Ack { pe, tag, slot }), lane);
+                    }
+                    Some((sig, value, SignalOp::Add)) => self.land_amo(AmoItem {
                         ty: AmoType::Uint64,
                         op: AmoOp::Add,
                         dst: sig,
@@ -901,6 +1003,8 @@ impl StagedTransport {
         self.to_stage.clear();
         self.landed.iter_mut().for_each(VecDeque::clear);
         self.landing_backlog.iter_mut().for_each(VecDeque::clear);
+        self.joins.clear();
+        self.free_joins.clear();
         for i in 0..MAX_OPS as u32 {
             let s = self.ops[i as usize];
             if s.phase != Phase::Free {

@@ -1,7 +1,7 @@
 //! The staged transport's per-operation state: slots, what follows a copy,
 //! AMO completions, the dissemination barrier's round.
 
-use cpnet_device::layout::{AmoOp, AmoType, ErrorCode};
+use cpnet_device::layout::{AmoOp, AmoType, ErrorCode, SignalOp};
 
 use crate::decode::Op;
 use crate::service::Tag;
@@ -47,10 +47,15 @@ pub(super) enum After {
     LocalDone { op: u32 },
     /// A local `g` finished: the value is in the op's scratch word 2.
     LocalResult { op: u32 },
-    /// A received PUT was applied: repost `recv`, then ACK (or run the ADD
-    /// signal first, in landing lane key `lane`: the message's), naming the
-    /// zone slot its data came from, if any.
-    Applied { recv: u32, pe: i32, tag: u64, sig_add: Option<(u64, u64)>, lane: u32, slot: Option<u32> },
+    /// A received PUT was applied: repost `recv`, then ACK (or run its
+    /// signal first through the landing agent, in lane key `lane`: the
+    /// message's; `sig`: word, operand, operation), naming the zone slot
+    /// its data came from, if any.
+    Applied { recv: u32, pe: i32, tag: u64, sig: Option<(u64, u64, SignalOp)>, lane: u32, slot: Option<u32> },
+    /// One part of a copy split over the landing lanes was applied: join
+    /// `join` of [`super::StagedTransport`] counts it, and the last part
+    /// runs the join's `After`.
+    Part { join: u32 },
     /// A GET reply was copied into the heap: repost `recv`, one answer less for `op`.
     GetApplied { recv: u32, op: u32 },
     /// An AMO (or ADD signal) ran in the landing agent; the record's value

@@ -58,7 +58,14 @@ impl StagedTransport {
                     } else {
                         put_rec(h.dst, h.size, Some(data_dev), 0, signal)
                     };
-                    self.land(rec, After::Applied { recv: r, pe, tag: h.tag, sig_add: None, lane: msg_lane(&h), slot }, msg_lane(&h));
+                    self.land(rec, After::Applied { recv: r, pe, tag: h.tag, sig: None, lane: msg_lane(&h), slot }, msg_lane(&h));
+                    return Ok(());
+                }
+                if h.size > 0 && self.agent_parts(h.size) > 1 {
+                    // Split over the lanes; the signal after the last part.
+                    let after = After::Applied { recv: r, pe, tag: h.tag, sig: signal, lane: msg_lane(&h), slot };
+                    let dst = h.dst;
+                    self.land_split(h.size, msg_lane(&h), after, |lo, len| put_rec(dst + lo, len, Some(data_dev + lo), 0, None));
                     return Ok(());
                 }
                 if h.size > 0 {
@@ -74,20 +81,18 @@ impl StagedTransport {
                     // checked above.
                     unsafe { self.inner.stream.htod(self.dev(h.dst), src, h.size as usize)? };
                 }
-                let mut sig_add = None;
+                let mut sig = None;
                 if h.flags & F_SIGNAL != 0 {
                     match SignalOp::from_u8(h.sub) {
-                        Some(SignalOp::Add) => sig_add = Some((h.sig, h.signal)),
+                        Some(SignalOp::Add) => sig = Some((h.sig, h.signal, SignalOp::Add)),
                         _ => {
                             // SAFETY: the header's `signal` field, pinned, kept
                             // until the event passes; the word is checked above.
-                            unsafe {
-                                self.inner.stream.htod(self.dev(h.sig), p.add(std::mem::offset_of!(Hdr, signal)), 8)?
-                            };
+                            unsafe { self.signal_set(h.sig, h.signal, p.add(std::mem::offset_of!(Hdr, signal)))? };
                         }
                     }
                 }
-                self.after(After::Applied { recv: r, pe, tag: h.tag, sig_add, lane: msg_lane(&h), slot })?;
+                self.after(After::Applied { recv: r, pe, tag: h.tag, sig, lane: msg_lane(&h), slot })?;
             }
             K_GET => {
                 self.repost(r);
@@ -168,10 +173,12 @@ impl StagedTransport {
                         self.repost(r);
                         self.answered(i, done);
                     }
-                    Some(Op::Get { dst: GetDst::Heap(dst), .. }) if self.agent_sized(h.size) => {
+                    Some(Op::Get { dst: GetDst::Heap(dst), .. }) if self.agent_sized(h.size) || self.agent_parts(h.size) > 1 => {
                         // SAFETY: the payload follows the header in the buffer.
                         let from = self.staging_dev(unsafe { p.add(HDR_BYTES) });
-                        self.land(put_rec(dst + h.value, h.size, Some(from), 0, None), After::GetApplied { recv: r, op: i }, self.op_lane(i));
+                        let to = dst + h.value;
+                        let after = After::GetApplied { recv: r, op: i };
+                        self.land_split(h.size, self.op_lane(i), after, |lo, len| put_rec(to + lo, len, Some(from + lo), 0, None));
                     }
                     Some(Op::Get { dst: GetDst::Heap(dst), .. }) => {
                         if h.size > 0 {

@@ -83,7 +83,8 @@
 //! | `CPNET_STAGE_SLOT` | the bytes of a staging zone slot: a put through a zone moves in pieces of this size | bytes (K/M/G), `4K..=1G` | `1M` |
 //! | `CPNET_STAGE_SLOTS` | staging zone slots per source PE and proxy thread: a put's pieces in flight toward one thread of one PE | count, `1..=64` | `4` |
 //! | `CPNET_AGENT_BYTES` | GPU PEs on the staged path: puts, gets and their pieces of at most this many bytes move between the GPU heap and the pinned staging buffers through the landing agent (a one-block kernel each proxy thread starts, `cpnet/agent.cuh`: no CUDA driver call per message); larger ones through copy-engine copies and events. Signals and AMOs always go through the agent. `0`: data never does. 64 KiB since session 21: on two H200s over `net` the one-block alltoall of 64 KiB per pair took 61-63 µs against 74-84 at 16 KiB (docs/results.md) | bytes (K/M/G), `0..=CPNET_STAGE_CHUNK` | `64K` |
-//! | `CPNET_AGENT_LANES` | GPU PEs on the staged path: landing lanes per proxy thread, each a landing ring with its own agent (one block, its own stream), so records of different queues are applied in parallel; the records of one queue (an initiator's queue, seen from either end) always take the same lane, so they are applied in order | integer, `1..=16` | `4` |
+//! | `CPNET_AGENT_LANES` | GPU PEs on the staged path: landing lanes per proxy thread, each a landing ring with its own agent (one block, its own stream), so records of different queues are applied in parallel; the records of one queue (an initiator's queue, seen from either end) always take the same lane, so they are applied in order; a copy split over the lanes (`CPNET_AGENT_SPLIT`) counts as applied when its last part is, and its signal follows that | integer, `1..=16` | `4` |
+//! | `CPNET_AGENT_SPLIT` | GPU PEs on the staged path: a copy between the heap and host staging larger than `CPNET_AGENT_BYTES` and at most `CPNET_AGENT_LANES` times it (a put's piece out of the heap, a received piece into it) moves as one landing record per lane, each lane's agent a block of its own, instead of by a copy engine: a copy-engine copy and its event cost about 8 µs beyond their bytes (`cpnet-gpu-check copy-floor`). On two H100s over `shm` the one-block alltoall of 256 KiB per pair took 37.6-38.0 µs against 42.4-48.2 without (docs/results.md, "Session 24"). Off by itself where PEs share the GPU without MPS: their kernels then take turns with each other's, and an agent waits for its turn where a copy engine does not | `0` or `1` | `1` |
 //! | `CPNET_AGENT_IDLE` | GPU PEs: a landing agent with nothing to do for this long exits (it holds one block of one SM while it runs, and a device synchronize waits for it); the next record starts it again with one kernel launch | microseconds, `1..=10000000` | `2000` |
 //! | `CPNET_PAYLOAD_BYTES` | GPU PEs: each queue slot has a payload slot of this many bytes in pinned host memory mapped into the GPU (`cmd.h` P0); a put or put-with-signal through the queue of more than 8 and at most this many bytes is copied there by the work-group itself, so the proxy sends it without a copy out of the GPU heap. Halved until all queues' slots fit in 64 MiB (`queues x depth x bytes`), and at most `CPNET_STAGE_CHUNK`; `0`: none | bytes (K), `0` or a power of two in `16..=64K` | `4K` |
 //! | `CPNET_TRANSPORT_MAP` | `1`: right after init each PE prints on stderr one line per PE of the job (itself included) naming the path its operations to that PE take and the provider, as libfabric reports it: `cpnet: transport map: PE <me> -> PE <peer>: <path> via <provider> [<details>]`, path one of `self`, `p2p stores`, `ipc copy`, `rma`, `staged active messages` ([`crate::transport_map`]); `cpnet-run --transport-map` sets it for its PEs | `0` or `1` | `0` |
@@ -170,6 +171,8 @@ pub const AGENT_BYTES: &str = "CPNET_AGENT_BYTES";
 pub const TEAMS: &str = "CPNET_TEAMS";
 /// `CPNET_TEAM_SCRATCH`: symmetric scratch bytes per team.
 pub const TEAM_SCRATCH: &str = "CPNET_TEAM_SCRATCH";
+/// `CPNET_AGENT_SPLIT`: copies of up to `CPNET_AGENT_LANES` agent records split over the lanes.
+pub const AGENT_SPLIT: &str = "CPNET_AGENT_SPLIT";
 /// `CPNET_AGENT_LANES`: landing rings (each with its own agent) per proxy thread.
 pub const AGENT_LANES: &str = "CPNET_AGENT_LANES";
 /// `CPNET_AGENT_IDLE`: microseconds an idle landing agent waits before it exits.
@@ -459,6 +462,10 @@ pub struct Tuning {
     pub agent_idle: Duration,
     /// `CPNET_AGENT_LANES`: landing rings, each with its own agent, per proxy thread.
     pub agent_lanes: usize,
+    /// `CPNET_AGENT_SPLIT`: a copy of up to `agent_lanes` agent records
+    /// moves as one record per lane (off by itself on a GPU that PEs share
+    /// without MPS).
+    pub agent_split: bool,
     /// `CPNET_TEAMS`: entries of the team table (`2..=CPNET_MAX_TEAMS`).
     pub teams: usize,
     /// `CPNET_TEAM_SCRATCH`: symmetric scratch bytes per team, reserved past
@@ -524,6 +531,7 @@ impl Default for Tuning {
             agent_bytes: 64 << 10,
             agent_idle: Duration::from_micros(2000),
             agent_lanes: 4,
+            agent_split: true,
             teams: 32,
             team_scratch: 128 << 10,
             payload_bytes: 4096,
@@ -703,6 +711,9 @@ impl Tuning {
                 .ok()
                 .filter(|n| (1..=16).contains(n))
                 .ok_or_else(|| invalid(AGENT_LANES, &v, "an integer in 1..=16"))?;
+        }
+        if let Some(v) = get(AGENT_SPLIT) {
+            t.agent_split = switch(AGENT_SPLIT, &v)?;
         }
         if let Some(v) = get(QUEUES) {
             t.queues = v

@@ -351,6 +351,9 @@ fn gpu_pes_default_to_more_proxy_threads_unless_told() {
     assert_eq!(Tuning::from_lookup(env(&[(AGENT_LANES, "8")])).unwrap().agent_lanes, 8);
     assert!(Tuning::from_lookup(env(&[(AGENT_LANES, "0")])).is_err());
     assert!(Tuning::from_lookup(env(&[(AGENT_LANES, "17")])).is_err());
+    assert!(Tuning::from_lookup(env(&[])).unwrap().agent_split, "copies split over the lanes by default");
+    assert!(!Tuning::from_lookup(env(&[(AGENT_SPLIT, "0")])).unwrap().agent_split);
+    assert!(Tuning::from_lookup(env(&[(AGENT_SPLIT, "2")])).is_err());
     let t = Tuning::from_lookup(env(&[(TEAMS, "4"), (TEAM_SCRATCH, "64K")])).unwrap();
     assert_eq!((t.teams, t.team_scratch), (4, 65536));
     for (name, bad) in [(TEAMS, "1"), (TEAMS, "65"), (TEAM_SCRATCH, "1K"), (TEAM_SCRATCH, "4100"), (TEAM_SCRATCH, "128M")] {

@@ -96,7 +96,7 @@ fn choose_mode(asked: Option<ProxyMode>, mps: bool, queue_mem: QueuePlacement) -
 /// then the PE's other `CPNET_*` variables (the daemon takes the first of a
 /// name).
 fn tuning_vars(t: &Tuning) -> Vec<(String, String)> {
-    use crate::env::{AGENT_BYTES, AGENT_IDLE, AGENT_LANES, STAGE_BUFS, STAGE_CHUNK, STAGE_CREDITS, STAGE_SHARED, STAGE_SLOT, STAGE_SLOTS};
+    use crate::env::{AGENT_BYTES, AGENT_IDLE, AGENT_LANES, AGENT_SPLIT, STAGE_BUFS, STAGE_CHUNK, STAGE_CREDITS, STAGE_SHARED, STAGE_SLOT, STAGE_SLOTS};
     let mut v: Vec<(String, String)> = [
         (STAGE_CHUNK, t.stage_chunk.to_string()),
         (STAGE_CREDITS, t.stage_credits.to_string()),
@@ -107,6 +107,7 @@ fn tuning_vars(t: &Tuning) -> Vec<(String, String)> {
         (AGENT_BYTES, t.agent_bytes.to_string()),
         (AGENT_IDLE, t.agent_idle.as_micros().to_string()),
         (AGENT_LANES, t.agent_lanes.to_string()),
+        (AGENT_SPLIT, u8::from(t.agent_split).to_string()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))

@@ -41,6 +41,7 @@ pub(super) fn landing_agent(cuda: &Arc<CudaContext>, tuning: &Tuning) -> std::re
         idle_ns: tuning.agent_idle.as_nanos().min(u128::from(u64::MAX)) as u64,
         max_bytes: tuning.agent_bytes,
         lanes: tuning.agent_lanes,
+        split: tuning.agent_split,
     })
 }
 

@@ -101,7 +101,7 @@ enum Scenario {
         small_max: Option<u64>,
     },
     /// Device alltoall latency on CPNET_TEAM_WORLD (cpnet_alltoallmem, one
-    /// block per PE): 1 KiB to `max` bytes per pair, x4, against NCCL's
+    /// block per PE): `min` (1 KiB) to `max` bytes per pair, x4, against NCCL's
     /// all_to_all_single of the same bytes (scripts/nccl_alltoall.py).
     /// PE 0 prints. The heap must hold 2 x n_pes x max bytes
     /// (CPNET_HEAP_SIZE).
@@ -112,6 +112,11 @@ enum Scenario {
         /// The largest size per pair, bytes (K, M suffixes).
         #[arg(long, default_value = "16M", value_parser = parse_size)]
         max: u64,
+        /// The smallest size per pair, bytes (K, M suffixes): a run of one
+        /// size, for the staged transport's timing report
+        /// (`RUST_LOG=cpnet_proxy::staged=debug`) of that size alone.
+        #[arg(long, default_value = "1K", value_parser = parse_size)]
+        min: u64,
         /// Time the host-side form instead (`GpuPe::team_alltoall_on_stream`,
         /// launched back to back on the PE's stream, the host's clock around
         /// them and the synchronize: NCCL's measurement): one block below
@@ -137,6 +142,21 @@ enum Scenario {
     /// The host-side `_on_stream` team collectives (GpuPe::team_*_on_stream)
     /// on the world team and an even-PE split, every element checked.
     OnStream,
+    /// The floor under the staged transport's copies: a copy between the
+    /// device and pinned host memory and its polled event, alone and with
+    /// a signal after it (`cpnet_tests::copy_floor`). PE 0 prints; run
+    /// with one PE.
+    CopyFloor {
+        /// Rounds per size.
+        #[arg(long, default_value_t = 200)]
+        iters: u32,
+        /// The smallest copy, bytes (K, M suffixes).
+        #[arg(long, default_value = "16K", value_parser = parse_size)]
+        min: u64,
+        /// The largest copy, bytes (K, M suffixes).
+        #[arg(long, default_value = "4M", value_parser = parse_size)]
+        max: u64,
+    },
 }
 
 /// A byte count with an optional K/M/G suffix (the runtime's own parser,
@@ -180,10 +200,11 @@ fn main() -> ExitCode {
         Scenario::StuckWait => stuck_wait(&pe, threads),
         Scenario::Collectives => collectives(&pe, threads),
         Scenario::CollBench { iters, small_max } => coll_bench(&pe, threads, iters, small_max),
-        Scenario::A2aBench { iters, max, on_stream: false } => a2a_bench(&pe, threads, iters, max),
-        Scenario::A2aBench { iters, max, on_stream: true } => gpu_on_stream_bench::alltoall(&pe, iters, max),
+        Scenario::A2aBench { iters, max, min, on_stream: false } => a2a_bench(&pe, threads, min, iters, max),
+        Scenario::A2aBench { iters, max, min, on_stream: true } => gpu_on_stream_bench::alltoall(&pe, min, iters, max),
         Scenario::ReduceBench { iters, max } => gpu_on_stream_bench::reduce(&pe, iters, max),
         Scenario::OnStream => cpnet_tests::gpu_on_stream::on_stream(&pe),
+        Scenario::CopyFloor { iters, min, max } => cpnet_tests::copy_floor::copy_floor(me, pe.cuda(), min, max, iters),
     };
     match r.and_then(|()| pe.finalize().context("finalize")) {
         Ok(()) => {
@@ -973,11 +994,11 @@ fn collectives(pe: &GpuPe, threads: u32) -> Result<()> {
 }
 
 /// Alltoall latency on CPNET_TEAM_WORLD, 1 KiB to `max` bytes per pair.
-fn a2a_bench(pe: &GpuPe, threads: u32, iters: u64, max: u64) -> Result<()> {
+fn a2a_bench(pe: &GpuPe, threads: u32, min: u64, iters: u64, max: u64) -> Result<()> {
     use cpnet_tests::gpu_coll;
     let me = pe.my_pe();
     let n = pe.n_pes() as u64;
-    let (sizes, counts) = a2a_sizes(iters, max);
+    let (sizes, counts) = a2a_sizes(min, iters, max);
     let span = n * sizes.last().copied().unwrap_or(1024);
     // Built for this block size (`__launch_bounds__`), as coll-bench is: at
     // 1024 threads the default bounds gave CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES.
