@@ -33,7 +33,7 @@
 //! ring and the PE's landing agent (`cpnet/agent.cuh`, [`crate::agent`])
 //! applies it on the GPU; the thread polls the ring's `done` word. A copy
 //! of up to `CPNET_AGENT_LANES` records' bytes moves as one record per lane
-//! (`CPNET_AGENT_SPLIT`, [`StagedTransport::agent_parts`]): the lanes'
+//! (`CPNET_AGENT_SPLIT`, `StagedTransport::agent_parts`): the lanes'
 //! agents copy their parts at once, and what follows the copy (the send,
 //! the signal, the ACK) waits for the last part.
 //!
