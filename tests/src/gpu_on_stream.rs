@@ -9,7 +9,7 @@ use cpnet::GpuPe;
 use cpnet::device::cpu::{ReduceOp, ReduceType, SymAddr};
 use cpnet::team::Team;
 
-use crate::heap_words::bytes_u64s;
+use crate::heap_words::{bytes_u64s, u64s_bytes};
 
 /// Elements (and bytes per PE for the byte collectives) each case moves:
 /// odd, and more than one round of the team scratch's chunk for the
@@ -191,7 +191,39 @@ fn check_big_reduce(pe: &GpuPe, team: &Team, name: &str, bufs: (SymAddr, SymAddr
     let words = BIG_REDUCE / 8;
     check_reduce::<u64>(pe, team, name, ReduceOp::Xor, bufs, words, false, val)?;
     check_reduce::<u64>(pe, team, name, ReduceOp::Sum, bufs, words, true, |p, i| val(p, i) ^ 0x5555)?;
-    Ok(())
+    check_chained_reduce(pe, team, name, bufs, words)?;
+    check_chained_reduce(pe, team, name, bufs, 12_289)
+}
+
+/// Reductions back to back on one stream, with no synchronize between
+/// them, each from the one before (b = sum(a), a = sum(b), ...), u64 sums
+/// of `n` elements: a member that runs ahead into the next call must not
+/// write a buffer a peer still reads or folds in the last one (the network
+/// path's forms put into the members' `dest`). Every element of the last
+/// result checked. **Collective** over the team.
+fn check_chained_reduce(pe: &GpuPe, team: &Team, name: &str, (a, b): (SymAddr, SymAddr), n: usize) -> Result<()> {
+    const CALLS: u32 = 6;
+    let world = |i: i32| team.world_pe(i).expect("a member index of the team");
+    let mine: Vec<u64> = (0..n).map(|i| val(pe.my_pe(), i)).collect();
+    pe.write_heap(a, &u64s_bytes(&mine))?;
+    pe.team_sync_on_stream(team, false, pe.stream())?;
+    for k in 0..CALLS {
+        let (src, dst) = if k % 2 == 0 { (a, b) } else { (b, a) };
+        pe.team_reduce_on_stream::<u64>(team, ReduceOp::Sum, dst, src, n, pe.stream())?;
+    }
+    pe.synchronize()?;
+    let last = if CALLS % 2 == 0 { a } else { b };
+    let mut got = vec![0u8; n * 8];
+    pe.read_heap(last, &mut got)?;
+    // After the first call every member holds the sum; each later call
+    // multiplies it by the team's size.
+    let scale = (team.n_pes() as u64).wrapping_pow(CALLS - 1);
+    for (i, g) in bytes_u64s(&got).into_iter().enumerate() {
+        let want = (0..team.n_pes()).fold(0u64, |acc, p| acc.wrapping_add(val(world(p), i))).wrapping_mul(scale);
+        ensure!(g == want, "{name}: {CALLS} u64 sum reduces of {n} elements back to back on a stream: element {i} is {g}, expected {want}");
+    }
+    pe.team_sync_on_stream(team, false, pe.stream())?;
+    pe.synchronize().context("sync after the chained reduces")
 }
 
 /// The scenario: the world team, then the even PEs' split (its members

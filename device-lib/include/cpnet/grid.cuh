@@ -498,6 +498,110 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
     return r != CPNET_E_OK ? r : d;
 }
 
+/** The reduce to all of a team of two over the network path
+ *  (runtime/src/gpu/reduce_net.rs, with the shm provider's staging zones):
+ *  one exchange of the whole array instead of a reduce-scatter, a sync and
+ *  an allgather, each of which costs a round through both proxies. Epochs
+ *  e, e + 1, taken by block 0:
+ *
+ *   1. entry epoch e (grid_epoch): the peer has entered this reduce, so it
+ *      has folded its previous one and its dest is free;
+ *   2. block 0 puts this member's whole source into the peer's dest with
+ *      SIG[my_idx] = e + 1 and waits for the peer's e + 1: its source is in
+ *      this member's dest; then it releases the blocks (words[0] = 1);
+ *   3. every block folds its run of the array in team order (member 0's
+ *      contribution first: this member's from source, the peer's from
+ *      dest) into dest, fences and counts itself (words[1]); block 0 waits
+ *      for the count and closes its context (a quiet: its put has landed,
+ *      so source may change once the kernel ends).
+ *
+ *  Each link carries the array once each way, as the reduce-scatter and
+ *  allgather together do, in two signal rounds instead of three, and the
+ *  fold reads twice the array. dest and source must not overlap. Returns,
+ *  in block 0, CPNET_E_OK or the failure it also reported. */
+template <typename T, int OP>
+__device__ inline int reduce_pair(cpnet_handle_t* h, int team, uint64_t dest, uint64_t source, uint64_t n,
+                                  unsigned long long* words, int my_idx)
+{
+    __shared__ grid_state st;
+    unsigned long long* const count = &words[1];
+    const unsigned B = gridDim.x;
+    if (blockIdx.x == 0) {
+        if (!grid_open(h, team, my_idx, 2, words, 2, false, &st)) {
+            if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)&words[0], 2);
+            return st.err;
+        }
+        const int peer = 1 - my_idx;
+        int r = grid_epoch(&st.ctx, st.d, st.epoch);
+        if (r == CPNET_E_OK) {
+            /* The SET of e + 1 never lands before that of e. */
+            cpnet_fence(&st.ctx);
+            cpnet_putmem_signal_nbi(&st.ctx, (void*)dest, (const void*)source, n * sizeof(T),
+                                    team_sig(&st.ctx, st.d, my_idx), st.epoch + 1, CPNET_SIGNAL_SET,
+                                    team_world_pe(st.d, peer));
+            r = team_wait_all(&st.ctx, st.d, st.epoch + 1);
+        }
+        /* Release: what block 0 acquired with the peer's e + 1 (its data in
+         * dest), before the other blocks' loads of dest. */
+        if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)&words[0], r == CPNET_E_OK ? 1 : 2);
+        if (threadIdx.x == 0) st.err = r;
+        __syncthreads();
+        if (st.err != CPNET_E_OK) {
+            grid_fail(h, &st.ctx, st.err);
+            cpnet_ctx_destroy(&st.ctx);
+            return st.err;
+        }
+    } else {
+        if (threadIdx.x == 0) st.go = grid_wait_go(h, words);
+        __syncthreads();
+        if (st.go != 1) return CPNET_E_OK;
+    }
+    /* The fold: this block's run of [0, n), in 16-byte words where every
+     * address allows. */
+    {
+        cpnet_reduce_grid_args_t b;
+        b.src[my_idx] = source;
+        b.src[1 - my_idx] = dest;
+        b.dst[my_idx] = dest;
+        b.my_idx = my_idx;
+        b.size = 2;
+        constexpr uint64_t V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
+        const uint64_t q = ((dest | source) & 15) == 0 ? V : 1;
+        const uint64_t per = ((n + B - 1) / B + q - 1) / q * q;
+        const uint64_t lo = blockIdx.x * per < n ? blockIdx.x * per : n;
+        const uint64_t hi = lo + per < n ? lo + per : n;
+        const uint64_t nw = q == V && V > 1 ? (hi - lo) / V : 0;
+        if (nw > 0) reduce_grid_run<T, OP, uint4, CPNET_REDUCE_GRID_VEC_UNROLL>(b, lo, nw, 1);
+        reduce_grid_run<T, OP, T, CPNET_REDUCE_GRID_UNROLL>(b, lo + nw * V, hi - lo - nw * V, 1);
+        __syncthreads();
+    }
+    if (blockIdx.x != 0) {
+        if (threadIdx.x == 0) {
+            /* This block's stores, then the count block 0 acquires. */
+            __threadfence_system();
+            atomicAdd(count, 1ull);
+        }
+        return CPNET_E_OK;
+    }
+    if (threadIdx.x == 0) {
+        unsigned polls = 0;
+        st.ctx.ret = CPNET_E_OK;
+        /* Acquire: pairs with the folders' fenced counts. */
+        while (cpnet_ld_acquire_sys_u64((const uint64_t*)count) < (unsigned long long)(B - 1))
+            if ((++polls & 1023) == 0) {
+                const int ab = cpnet_abort_code(h);
+                if (ab != CPNET_E_OK) { st.ctx.ret = ab; break; }
+            }
+    }
+    __syncthreads();
+    int r = st.ctx.ret;
+    const int q = cpnet_quiet(&st.ctx);
+    if (r == CPNET_E_OK) r = q;
+    if (r != CPNET_E_OK) grid_fail(h, &st.ctx, r);
+    const int d = cpnet_ctx_destroy(&st.ctx);
+    return r != CPNET_E_OK ? r : d;
+}
+
 /** Fill `a` for a reduce grid of `n` elements from `source` to `dest` (this
  *  PE's device addresses) on `team`, from the handle's team table and peer
  *  table: false (and the one-block form) when the team is unknown, has more

@@ -15,9 +15,16 @@
 //! host memory (the one block: 21.9 ms, two H100s); over `net` 3361 µs
 //! against the one mover's 8258 and NCCL's 5689 over sockets.
 //!
-//! It takes `size x floor(n / size)` elements; the last `n mod size` (fewer
-//! than the members) go by the one-block form after it, on the same
-//! stream. `dest` and `source` must not overlap (members put into each
+//! A team of two through staging zones, up to [`NET_PAIR_MAX_BYTES`],
+//! takes the pair exchange instead (`reduce_pair` in `cpnet/grid.cuh`): an
+//! entry epoch, the whole array into the peer's `dest` by one put with its
+//! signal, and a fold of the whole array on every block of both members:
+//! two signal rounds through the proxies where the reduce-scatter, its
+//! sync and the allgather take three.
+//!
+//! It takes `size x floor(n / size)` elements (the pair exchange: all of
+//! them); the last `n mod size` (fewer than the members) go by the
+//! one-block form after it, on the same stream. `dest` and `source` must not overlap (members put into each
 //! other's `dest` while they still read their `source`): an in-place reduce
 //! takes the one-block form.
 
@@ -33,6 +40,13 @@ use crate::team::Team;
 /// Bytes of the array from which the reduce runs this way over the
 /// network path.
 pub const NET_MIN_BYTES: u64 = 64 << 10;
+/// Most bytes of the array for the pair exchange (a team of two through
+/// staging zones); above, the reduce-scatter and allgather. On two H100s
+/// (docs/results.md, "Session 24") the pair exchange took 63 / 83 / 120 /
+/// 211 µs for 64 KiB / 256 KiB / 1 MiB / 4 MiB against 72 / 97 / 146 / 253,
+/// and 630-641 against 597-608 for 16 MiB, where folding the whole array
+/// on both members and one mover cost more than the round saved.
+pub const NET_PAIR_MAX_BYTES: u64 = 4 << 20;
 /// Most blocks of the fold.
 pub const NET_MAX_BLOCKS: u64 = 64;
 /// Bytes of this member's part per fold block.
@@ -57,7 +71,9 @@ struct NetArgs {
     size: i32,
     /// Blocks that move data, each with its own context.
     comm: i32,
-    pad: i32,
+    /// 0: the reduce-scatter and allgather (`reduce_net`); 1: the pair
+    /// exchange of a team of two (`reduce_pair`).
+    form: i32,
 }
 
 // SAFETY: repr(C), plain integers laid out as `struct red_net_args` of
@@ -75,15 +91,19 @@ pub(super) fn kernel(name: &str, op: &str, red: &str) -> String {
 typedef cpnet_detail::reduce_elem<decltype(&cpnet_{name}_{op}_reduce)>::type elem_t;
 struct red_net_args {{
     uint64_t dest, source, n, words;
-    int32_t my_idx, size, comm, pad;
+    int32_t my_idx, size, comm, form;
 }};
 static_assert(sizeof(red_net_args) == 48, "red_net_args: as NetArgs in reduce_net.rs");
 
 extern "C" __global__ void __launch_bounds__(CPNET_GRID_THREADS)
 cpnet_reduce_net(cpnet_handle_t h, int team, red_net_args a)
 {{
-    cpnet_detail::reduce_net<elem_t, cpnet_detail::{red}>(&h, team, a.dest, a.source, a.n,
-        (unsigned long long*)a.words, a.my_idx, a.size, a.comm);
+    if (a.form == 1)
+        cpnet_detail::reduce_pair<elem_t, cpnet_detail::{red}>(&h, team, a.dest, a.source, a.n,
+            (unsigned long long*)a.words, a.my_idx);
+    else
+        cpnet_detail::reduce_net<elem_t, cpnet_detail::{red}>(&h, team, a.dest, a.source, a.n,
+            (unsigned long long*)a.words, a.my_idx, a.size, a.comm);
 }}
 "#
     )
@@ -111,15 +131,19 @@ impl GpuPe {
         if bytes < NET_MIN_BYTES || size < 2 || size > GRID_MAX_MEMBERS as u64 || overlap || nreduce < size || self.member_ptrs(team, SymAddr(0)).is_some() {
             return Ok(None);
         }
-        let m = nreduce / size;
         let key = format!("cpnet_reduce_net:{}:{}", T::NAME, op.name());
         let f = self.on_stream_built(&key, "cpnet_reduce_net", || kernel(T::NAME, op.name(), red_name(op)))?;
-        // Movers: one per proxy thread and NET_BYTES_PER_MOVER of the part,
-        // except through staging zones.
+        // A team of two through staging zones: the pair exchange of the
+        // whole array, folded on every block.
+        let pair = size == 2 && self.staging_zones() && bytes <= NET_PAIR_MAX_BYTES;
+        // Else movers: one per proxy thread and NET_BYTES_PER_MOVER of the
+        // part, except through staging zones.
+        let (m, form) = if pair { (nreduce, 1) } else { (nreduce / size, 0) };
         let threads = self.core.tuning.gpu_service_threads() as u64;
         let part = m * T::SIZE as u64;
         let comm = if self.staging_zones() { 1 } else { threads.min(part.div_ceil(NET_BYTES_PER_MOVER)).clamp(1, NET_MAX_BLOCKS) };
-        let blocks = (m * T::SIZE as u64).div_ceil(NET_BYTES_PER_BLOCK).clamp(comm, NET_MAX_BLOCKS) as u32;
+        let blocks = part.div_ceil(NET_BYTES_PER_BLOCK).clamp(comm, NET_MAX_BLOCKS) as u32;
+        let n = if pair { nreduce } else { m * size };
         // SAFETY: kernel() declares cpnet_reduce_net(cpnet_handle_t, int,
         // red_net_args), which NetArgs mirrors (asserted on both sides);
         // `dest` and `source` were checked inside the heap by the caller for
@@ -129,14 +153,14 @@ impl GpuPe {
             self.launch_grid(stream, &f, team, blocks, "cuLaunchKernel (network-path reduce)", |words| NetArgs {
                 dest: self.dev_ptr(dest),
                 source: self.dev_ptr(source),
-                n: m * size,
+                n,
                 words,
                 my_idx: d.my_idx,
                 size: d.size,
                 comm: comm as i32,
-                pad: 0,
+                form,
             })
         }?;
-        Ok(Some(m * size))
+        Ok(Some(n))
     }
 }
