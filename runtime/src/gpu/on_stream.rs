@@ -147,7 +147,8 @@ impl GpuPe {
     /// loads and stores); from 64 KiB on any other team of 2-32 members
     /// with `dest` and `source` apart, by puts into the members' `dest`
     /// and back with the fold on a grid (`reduce_net.rs`: the network
-    /// path); else on one block. [`GpuPe::team_reduce_on_stream_is_grid`]
+    /// path; a team of two through staging zones, up to 4 MiB, exchanges
+    /// the whole array in one put each way instead); else on one block. [`GpuPe::team_reduce_on_stream_is_grid`]
     /// says whether the peer grid runs.
     ///
     /// # Errors
