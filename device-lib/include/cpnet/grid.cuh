@@ -81,6 +81,29 @@ __device__ inline int grid_epoch(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, u
     return r != CPNET_E_OK ? r : team_wait_all(ctx, d, e);
 }
 
+/** Thread 0 of a block: fence this block's stores (a block barrier
+ *  ordered its threads' before) and count the block in `*count`, which
+ *  block 0 acquires (grid_wait_count). */
+__device__ inline void grid_arrive(unsigned long long* count)
+{
+    __threadfence_system();
+    atomicAdd(count, 1ull);
+}
+
+/** Thread 0: wait until `*count` reaches `want` or the job aborts; returns
+ *  CPNET_E_OK or the abort code. The acquire load pairs with the blocks'
+ *  fenced counts (grid_arrive). */
+__device__ inline int grid_wait_count(cpnet_handle_t* h, const unsigned long long* count, unsigned long long want)
+{
+    unsigned polls = 0;
+    while (cpnet_ld_acquire_sys_u64((const uint64_t*)count) < want)
+        if ((++polls & 1023) == 0) {
+            const int ab = cpnet_abort_code(h);
+            if (ab != CPNET_E_OK) return ab;
+        }
+    return CPNET_E_OK;
+}
+
 /** Every block, whole block: block 0 opens its context, checks `team`
  *  against (my_idx, size) and takes `epochs` epochs (the first in
  *  st->epoch); with `entry` it runs the first as the entry epoch and then
@@ -152,16 +175,7 @@ __device__ inline int grid_close(cpnet_handle_t* h, unsigned long long* words, u
         if (blockIdx.x != 0) atomicAdd(&words[1], 1ull);
     }
     if (blockIdx.x != 0) return CPNET_E_OK;
-    if (threadIdx.x == 0) {
-        unsigned polls = 0;
-        st->ctx.ret = CPNET_E_OK;
-        while (cpnet_ld_acquire_sys_u64((const uint64_t*)&words[1]) < (unsigned long long)(gridDim.x - 1)) {
-            if ((++polls & 1023) == 0) {
-                const int ab = cpnet_abort_code(h);
-                if (ab != CPNET_E_OK) { st->ctx.ret = ab; break; }
-            }
-        }
-    }
+    if (threadIdx.x == 0) st->ctx.ret = grid_wait_count(h, &words[1], gridDim.x - 1);
     __syncthreads();
     int r = st->ctx.ret;
     if (r == CPNET_E_OK) r = grid_epoch(&st->ctx, st->d, e);
@@ -345,22 +359,6 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
             cpnet_putmem_nbi(&st.ctx, mine + lo, from + lo, len, team_world_pe(st.d, j));
         }
     };
-    /* Thread 0: wait until `count` reaches `want` (or the abort code). */
-    auto wait_count = [&](unsigned long long want) -> int {
-        unsigned polls = 0;
-        /* Acquire: pairs with the movers' and folders' fenced counts. */
-        while (cpnet_ld_acquire_sys_u64((const uint64_t*)count) < want)
-            if ((++polls & 1023) == 0) {
-                const int ab = cpnet_abort_code(h);
-                if (ab != CPNET_E_OK) return ab;
-            }
-        return CPNET_E_OK;
-    };
-    /* Thread 0 of a block other than 0: fence this block's work, count it. */
-    auto arrive = [&]() {
-        __threadfence_system();
-        atomicAdd(count, 1ull);
-    };
     /* Block 0, whole block: the movers' runs of one direction, then the
      * epoch that says they landed (with one mover, the puts carry it). */
     auto phase = [&](bool gather, uint64_t e, unsigned long long want) -> int {
@@ -374,7 +372,7 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
             return team_wait_all(&st.ctx, st.d, e);
         }
         move(0, gather);
-        if (threadIdx.x == 0) st.err = wait_count(want);
+        if (threadIdx.x == 0) st.err = grid_wait_count(h, count, want);
         __syncthreads();
         int r = st.err;
         const unsigned long long miss = *(volatile unsigned long long*)missing;
@@ -415,7 +413,7 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
             const int q = cpnet_quiet(&st.ctx);
             if (q != CPNET_E_OK && threadIdx.x == 0) atomicCAS(first_err, 0ull, (unsigned long long)(unsigned)q);
         }
-        if (threadIdx.x == 0) arrive();
+        if (threadIdx.x == 0) grid_arrive(count);
     }
 
     /* 1. The reduce-scatter (block 0), then the release of the folders. */
@@ -459,7 +457,7 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
         __syncthreads();
     }
     if (blockIdx.x != 0) {
-        if (threadIdx.x == 0) arrive();
+        if (threadIdx.x == 0) grid_arrive(count);
         if (!mover) return CPNET_E_OK;
         /* 3. A mover's runs of the allgather, once block 0 says every
          * member has folded. */
@@ -477,13 +475,13 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
             const int q = cpnet_quiet(&st.ctx);
             if (q != CPNET_E_OK && threadIdx.x == 0) atomicCAS(first_err, 0ull, (unsigned long long)(unsigned)q);
         }
-        if (threadIdx.x == 0 && st.go == 3) arrive();
+        if (threadIdx.x == 0 && st.go == 3) grid_arrive(count);
         if (has_ctx) cpnet_ctx_destroy(&st.ctx);
         return CPNET_E_OK;
     }
 
     /* Block 0: every block folded, then epoch e + 1, then the allgather. */
-    if (threadIdx.x == 0) st.ctx.ret = wait_count((unsigned long long)(C - 1) + (B - 1));
+    if (threadIdx.x == 0) st.ctx.ret = grid_wait_count(h, count, (unsigned long long)(C - 1) + (B - 1));
     __syncthreads();
     int r = st.ctx.ret;
     if (r == CPNET_E_OK) r = grid_fenced_epoch(&st.ctx, st.d, st.epoch + 1);
@@ -576,23 +574,10 @@ __device__ inline int reduce_pair(cpnet_handle_t* h, int team, uint64_t dest, ui
         __syncthreads();
     }
     if (blockIdx.x != 0) {
-        if (threadIdx.x == 0) {
-            /* This block's stores, then the count block 0 acquires. */
-            __threadfence_system();
-            atomicAdd(count, 1ull);
-        }
+        if (threadIdx.x == 0) grid_arrive(count);
         return CPNET_E_OK;
     }
-    if (threadIdx.x == 0) {
-        unsigned polls = 0;
-        st.ctx.ret = CPNET_E_OK;
-        /* Acquire: pairs with the folders' fenced counts. */
-        while (cpnet_ld_acquire_sys_u64((const uint64_t*)count) < (unsigned long long)(B - 1))
-            if ((++polls & 1023) == 0) {
-                const int ab = cpnet_abort_code(h);
-                if (ab != CPNET_E_OK) { st.ctx.ret = ab; break; }
-            }
-    }
+    if (threadIdx.x == 0) st.ctx.ret = grid_wait_count(h, count, B - 1);
     __syncthreads();
     int r = st.ctx.ret;
     const int q = cpnet_quiet(&st.ctx);

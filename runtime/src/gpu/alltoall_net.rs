@@ -143,21 +143,15 @@ cpnet_alltoall_net(cpnet_handle_t h, int team, a2a_net_args a)
              * barrier inside the quiet ordered the block's threads); block
              * 0's acquire below pairs with it. Its puts are in the targets'
              * memory already: the quiet returned. */
-            __threadfence_system();
-            atomicAdd(done, 1ull);
+            grid_arrive(done);
         }
         if (e != CPNET_E_OK) grid_fail(&h, &st.ctx, e);
         cpnet_ctx_destroy(&st.ctx);
         return;
     }
     if (threadIdx.x == 0) {
-        unsigned polls = 0;
-        while (cpnet_ld_acquire_sys_u64((const uint64_t*)done) < (unsigned long long)(gridDim.x - 1)) {
-            if ((++polls & 1023) == 0) {
-                const int ab = cpnet_abort_code(&h);
-                if (ab != CPNET_E_OK) { e = ab; break; }
-            }
-        }
+        const int w = grid_wait_count(&h, done, gridDim.x - 1);
+        if (e == CPNET_E_OK) e = w;
         if (e == CPNET_E_OK) e = (int)*first_err;
         st.err = e;
     }
