@@ -786,44 +786,35 @@ impl StagedTransport {
     }
 
     /// Parts into which a copy of `len` bytes between the heap and host
-    /// staging splits over the landing lanes, one agent block each: more
-    /// than one when it is larger than an agent record
-    /// (`CPNET_AGENT_BYTES`) but fits one per lane; else 1 (one record, or
-    /// a copy-engine copy). One block moves about as much as a copy engine
-    /// for 256 KiB (docs/results.md, "Session 24"), and a copy-engine copy
-    /// and its event cost about 12 µs more than their bytes do, so a piece
-    /// of 256 KiB moves faster as four records of 64 KiB on four lanes.
+    /// staging splits over the landing lanes ([`split_count`] with this
+    /// thread's agent record size, lanes and `CPNET_AGENT_SPLIT`).
     fn agent_parts(&self, len: u64) -> u64 {
-        let max = self.inner.lanes[0].max_bytes();
-        let lanes = self.inner.lanes.len() as u64;
-        if !self.inner.lanes[0].split() || max == 0 || lanes < 2 || len <= max || len > max * lanes { 1 } else { len.div_ceil(max) }
+        let l = &self.inner.lanes[0];
+        split_count(len, l.max_bytes(), self.inner.lanes.len() as u64, l.split())
     }
 
     /// Land `len` bytes as [`Self::agent_parts`] records (`rec(lo, n)`:
-    /// bytes `lo .. lo + n` of the copy, on lane keys `lane`, `lane + 1`,
-    /// ...); `after` runs once every part is applied. Parts are multiples
-    /// of 256 bytes but the last.
+    /// bytes `lo .. lo + n` of the copy, [`split_ranges`], on lane keys
+    /// `lane`, `lane + 1`, ...); `after` runs once every part is applied.
     fn land_split(&mut self, len: u64, lane: u32, after: After, rec: impl Fn(u64, u64) -> AgentRec) {
         let k = self.agent_parts(len);
         if k <= 1 {
             self.land(rec(0, len), after, lane);
             return;
         }
-        let part = len.div_ceil(k).next_multiple_of(256);
-        let n = len.div_ceil(part);
+        let parts: Vec<(u64, u64)> = split_ranges(len, k).collect();
         let join = match self.free_joins.pop() {
             Some(j) => {
-                self.joins[j as usize] = (n as u32, after);
+                self.joins[j as usize] = (parts.len() as u32, after);
                 j
             }
             None => {
-                self.joins.push((n as u32, after));
+                self.joins.push((parts.len() as u32, after));
                 self.joins.len() as u32 - 1
             }
         };
-        for p in 0..n {
-            let lo = p * part;
-            self.land(rec(lo, part.min(len - lo)), After::Part { join }, lane.wrapping_add(p as u32));
+        for (p, &(lo, n)) in parts.iter().enumerate() {
+            self.land(rec(lo, n), After::Part { join }, lane.wrapping_add(p as u32));
         }
     }
 
@@ -1087,6 +1078,27 @@ impl StagedTransport {
     }
 }
 
+/// Parts into which a copy of `len` bytes splits over `lanes` landing
+/// lanes, one agent block each, with agent records of at most `max` bytes
+/// (`CPNET_AGENT_BYTES`) and the split on (`on`, `CPNET_AGENT_SPLIT`):
+/// `ceil(len / max)` when the copy is larger than one record and fits one
+/// per lane; else 1 (one record, or a copy-engine copy). A copy-engine copy
+/// and its polled event cost about 8.5 µs beyond their bytes on an H100
+/// (`cpnet-gpu-check copy-floor`) and one agent block moves 64 KiB in about
+/// 7 µs, so four of them take 256 KiB in about half a copy engine's time
+/// (docs/results.md, "Session 24").
+pub(super) fn split_count(len: u64, max: u64, lanes: u64, on: bool) -> u64 {
+    if !on || max == 0 || lanes < 2 || len <= max || len > max.saturating_mul(lanes) { 1 } else { len.div_ceil(max) }
+}
+
+/// The parts (offset, bytes) of a copy of `len` bytes split `k` ways: in
+/// order, covering it once, each a multiple of 256 bytes but the last
+/// (the agent's vector copies keep the copy's alignment), at most `k`.
+pub(super) fn split_ranges(len: u64, k: u64) -> impl Iterator<Item = (u64, u64)> {
+    let part = len.div_ceil(k.max(1)).next_multiple_of(256).max(1);
+    (0..len.div_ceil(part)).map(move |p| (p * part, part.min(len - p * part)))
+}
+
 impl Transport for StagedTransport {
     fn submit(&mut self, tag: Tag, op: &Op) -> Submit {
         let Some(_pe) = op.pe() else { return Submit::Done(Outcome::Done) };
@@ -1201,6 +1213,33 @@ mod tests {
         use cpnet_device::ordered::{f64_from_ord, f64_ord};
         let d = amo_apply(Uint64, Min, f64_ord(0.75), f64_ord(-0.5), 0);
         assert_eq!(f64_from_ord(d), -0.5, "floats as ordered integers");
+    }
+
+    #[test]
+    fn split_copies_cover_the_copy_once_in_at_most_one_part_per_lane() {
+        let k = 64 << 10;
+        assert_eq!(split_count(k, k, 4, true), 1, "one record");
+        assert_eq!(split_count(k + 1, k, 4, true), 2);
+        assert_eq!(split_count(4 * k, k, 4, true), 4);
+        assert_eq!(split_count(4 * k + 1, k, 4, true), 1, "past one per lane: a copy engine");
+        assert_eq!(split_count(4 * k, k, 4, false), 1, "CPNET_AGENT_SPLIT=0");
+        assert_eq!(split_count(4 * k, k, 1, true), 1, "one lane");
+        assert_eq!(split_count(4 * k, 0, 4, true), 1, "no agent data");
+        for len in [k + 1, 3 * k - 7, 4 * k, 186_624, 2 * k + 255] {
+            let n = split_count(len, k, 4, true);
+            let parts: Vec<(u64, u64)> = split_ranges(len, n).collect();
+            assert!(parts.len() as u64 <= n && parts.len() >= 2, "{len}: {parts:?}");
+            let mut at = 0;
+            for (i, &(lo, b)) in parts.iter().enumerate() {
+                assert_eq!(lo, at, "{len}: parts in order, no gap");
+                assert!(b > 0 && b <= k, "{len}: part {i} of {b} bytes fits one record");
+                if i + 1 < parts.len() {
+                    assert_eq!(b % 256, 0, "{len}: a part but the last is whole 256-byte words");
+                }
+                at += b;
+            }
+            assert_eq!(at, len, "{len}: the parts cover the copy");
+        }
     }
 
     #[test]
