@@ -212,7 +212,7 @@ fn check_chained_reduce(pe: &GpuPe, team: &Team, name: &str, (a, b): (SymAddr, S
         pe.team_reduce_on_stream::<u64>(team, ReduceOp::Sum, dst, src, n, pe.stream())?;
     }
     pe.synchronize()?;
-    let last = if CALLS % 2 == 0 { a } else { b };
+    let last = if CALLS.is_multiple_of(2) { a } else { b };
     let mut got = vec![0u8; n * 8];
     pe.read_heap(last, &mut got)?;
     // After the first call every member holds the sum; each later call
