@@ -349,7 +349,7 @@ impl PeKind for GpuKind {
         // PEs that share this GPU without MPS take turns on it, and a
         // landing agent with them: copies stay on the copy engines there.
         let mut tuning = tuning.clone();
-        if tuning.agent_split && shares_gpu(launch) && !daemon::mps_enabled(&self.cuda) {
+        if tuning.agent_split && pes_on_device(launch) > 1 && !daemon::mps_enabled(&self.cuda) {
             tuning.agent_split = false;
         }
         let (backend, per_thread, agent) =
@@ -371,11 +371,6 @@ fn pes_on_device(launch: &Launch) -> u32 {
     let (lp, ls) = (launch.local_pe, launch.local_size.max(1));
     let mine = lp.rem_euclid(count);
     ((0..ls).filter(|p| p.rem_euclid(count) == mine).count() as u32).max(1)
-}
-
-/// Whether another PE of this host has this PE's GPU.
-fn shares_gpu(launch: &Launch) -> bool {
-    pes_on_device(launch) > 1
 }
 
 /// What [`gpu_backend`] builds: the backend, each service thread's queue

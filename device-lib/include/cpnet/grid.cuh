@@ -163,9 +163,11 @@ __device__ inline bool grid_open(cpnet_handle_t* h, int team, int my_idx, int si
 
 /** Every block that went on, whole block: fence this block's stores and
  *  count it in words[1]; block 0 waits for the count, runs exit epoch `e`
- *  and closes its context. Returns block 0's result (CPNET_E_OK in the
- *  other blocks). */
-__device__ inline int grid_close(cpnet_handle_t* h, unsigned long long* words, uint64_t e, grid_state* st)
+ *  (with `exit_epoch`; else a quiet: its context's puts have landed) and
+ *  closes its context. Returns block 0's result (CPNET_E_OK in the other
+ *  blocks). */
+__device__ inline int grid_close(cpnet_handle_t* h, unsigned long long* words, uint64_t e, grid_state* st,
+                                 bool exit_epoch = true)
 {
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -178,7 +180,7 @@ __device__ inline int grid_close(cpnet_handle_t* h, unsigned long long* words, u
     if (threadIdx.x == 0) st->ctx.ret = grid_wait_count(h, &words[1], gridDim.x - 1);
     __syncthreads();
     int r = st->ctx.ret;
-    if (r == CPNET_E_OK) r = grid_epoch(&st->ctx, st->d, e);
+    if (r == CPNET_E_OK) r = exit_epoch ? grid_epoch(&st->ctx, st->d, e) : cpnet_quiet(&st->ctx);
     if (r != CPNET_E_OK) grid_fail(h, &st->ctx, r);
     const int d = cpnet_ctx_destroy(&st->ctx);
     return r != CPNET_E_OK ? r : d;
@@ -239,6 +241,24 @@ __device__ __forceinline__ void reduce_grid_run(const cpnet_reduce_grid_args_t& 
     }
 }
 
+/** This block's run of elements [plo, phi), which the grid's blocks share
+ *  in runs of whole q-element words (q: 16 bytes of T where every buffer
+ *  allows it, else 1): reduce_grid_run over it in 16-byte words, U of them
+ *  per thread in flight from each member, then element by element (the
+ *  unaligned case, and the array's last partial word); `stores` as there. */
+template <typename T, int OP>
+__device__ __forceinline__ void reduce_grid_block(const cpnet_reduce_grid_args_t& a, uint64_t plo, uint64_t phi,
+                                                  uint64_t q, int stores)
+{
+    constexpr uint64_t V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
+    const uint64_t per = ((phi - plo + gridDim.x - 1) / gridDim.x + q - 1) / q * q;
+    const uint64_t lo = plo + blockIdx.x * per < phi ? plo + blockIdx.x * per : phi;
+    const uint64_t hi = lo + per < phi ? lo + per : phi;
+    const uint64_t nw = q == V && V > 1 ? (hi - lo) / V : 0;
+    if (nw > 0) reduce_grid_run<T, OP, uint4, CPNET_REDUCE_GRID_VEC_UNROLL>(a, lo, nw, stores);
+    reduce_grid_run<T, OP, T, CPNET_REDUCE_GRID_UNROLL>(a, lo + nw * V, hi - lo - nw * V, stores);
+}
+
 /** The reduce to all of `a.n` elements of T with operator OP (enum
  *  reduce_op) on `team`, by every block of the grid (the protocol and the
  *  algorithm above). Every block of the launch calls it with the same
@@ -268,15 +288,7 @@ __device__ inline int reduce_grid(cpnet_handle_t* h, int team, const cpnet_reduc
     const uint64_t part = ((a.n + (uint64_t)a.size - 1) / (uint64_t)a.size + q - 1) / q * q;
     const uint64_t plo = (uint64_t)a.my_idx * part < a.n ? (uint64_t)a.my_idx * part : a.n;
     const uint64_t phi = plo + part < a.n ? plo + part : a.n;
-    const uint64_t per = ((phi - plo + gridDim.x - 1) / gridDim.x + q - 1) / q * q;
-    const uint64_t lo = plo + blockIdx.x * per < phi ? plo + blockIdx.x * per : phi;
-    const uint64_t hi = lo + per < phi ? lo + per : phi;
-    /* Whole 16-byte words, U of them per thread in flight from each member;
-     * then element by element (the unaligned case, and the array's last
-     * partial word). */
-    const uint64_t nw = q == V && V > 1 ? (hi - lo) / V : 0;
-    if (nw > 0) reduce_grid_run<T, OP, uint4, CPNET_REDUCE_GRID_VEC_UNROLL>(a, lo, nw, a.size);
-    reduce_grid_run<T, OP, T, CPNET_REDUCE_GRID_UNROLL>(a, lo + nw * V, hi - lo - nw * V, a.size);
+    reduce_grid_block<T, OP>(a, plo, phi, q, a.size);
     return grid_close(h, words, st.epoch + 1, &st);
 }
 
@@ -447,13 +459,7 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
         b.size = size;
         constexpr uint64_t V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
         const uint64_t q = ((dest | source | pbytes) & 15) == 0 ? V : 1;
-        const uint64_t plo = (uint64_t)my_idx * m, phi = plo + m;
-        const uint64_t per = ((m + B - 1) / B + q - 1) / q * q;
-        const uint64_t lo = plo + blockIdx.x * per < phi ? plo + blockIdx.x * per : phi;
-        const uint64_t hi = lo + per < phi ? lo + per : phi;
-        const uint64_t nw = q == V && V > 1 ? (hi - lo) / V : 0;
-        if (nw > 0) reduce_grid_run<T, OP, uint4, CPNET_REDUCE_GRID_VEC_UNROLL>(b, lo, nw, 1);
-        reduce_grid_run<T, OP, T, CPNET_REDUCE_GRID_UNROLL>(b, lo + nw * V, hi - lo - nw * V, 1);
+        reduce_grid_block<T, OP>(b, (uint64_t)my_idx * m, (uint64_t)(my_idx + 1) * m, q, 1);
         __syncthreads();
     }
     if (blockIdx.x != 0) {
@@ -522,8 +528,6 @@ __device__ inline int reduce_pair(cpnet_handle_t* h, int team, uint64_t dest, ui
                                   unsigned long long* words, int my_idx)
 {
     __shared__ grid_state st;
-    unsigned long long* const count = &words[1];
-    const unsigned B = gridDim.x;
     if (blockIdx.x == 0) {
         if (!grid_open(h, team, my_idx, 2, words, 2, false, &st)) {
             if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)&words[0], 2);
@@ -564,27 +568,10 @@ __device__ inline int reduce_pair(cpnet_handle_t* h, int team, uint64_t dest, ui
         b.my_idx = my_idx;
         b.size = 2;
         constexpr uint64_t V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
-        const uint64_t q = ((dest | source) & 15) == 0 ? V : 1;
-        const uint64_t per = ((n + B - 1) / B + q - 1) / q * q;
-        const uint64_t lo = blockIdx.x * per < n ? blockIdx.x * per : n;
-        const uint64_t hi = lo + per < n ? lo + per : n;
-        const uint64_t nw = q == V && V > 1 ? (hi - lo) / V : 0;
-        if (nw > 0) reduce_grid_run<T, OP, uint4, CPNET_REDUCE_GRID_VEC_UNROLL>(b, lo, nw, 1);
-        reduce_grid_run<T, OP, T, CPNET_REDUCE_GRID_UNROLL>(b, lo + nw * V, hi - lo - nw * V, 1);
-        __syncthreads();
+        reduce_grid_block<T, OP>(b, 0, n, ((dest | source) & 15) == 0 ? V : 1, 1);
     }
-    if (blockIdx.x != 0) {
-        if (threadIdx.x == 0) grid_arrive(count);
-        return CPNET_E_OK;
-    }
-    if (threadIdx.x == 0) st.ctx.ret = grid_wait_count(h, count, B - 1);
-    __syncthreads();
-    int r = st.ctx.ret;
-    const int q = cpnet_quiet(&st.ctx);
-    if (r == CPNET_E_OK) r = q;
-    if (r != CPNET_E_OK) grid_fail(h, &st.ctx, r);
-    const int d = cpnet_ctx_destroy(&st.ctx);
-    return r != CPNET_E_OK ? r : d;
+    /* Every block counts itself; block 0 waits for the count and quiets. */
+    return grid_close(h, words, 0, &st, false);
 }
 
 /** Fill `a` for a reduce grid of `n` elements from `source` to `dest` (this

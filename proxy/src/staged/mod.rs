@@ -776,7 +776,7 @@ impl StagedTransport {
     /// else reads or writes until `after` runs; `src..src+len` is a
     /// checked range of this PE's heap.
     unsafe fn copy_out(&mut self, src: u64, len: u64, host: *mut u8, dev: u64, after: After, lane: u32) -> Result<(), CudaError> {
-        if self.agent_sized(len) || self.agent_parts(len) > 1 {
+        if self.agent_moves(len) {
             self.land_split(len, lane, after, |lo, n| copy_out_rec(src + lo, n, dev + lo));
             return Ok(());
         }
@@ -793,6 +793,12 @@ impl StagedTransport {
         split_count(len, l.max_bytes(), self.inner.lanes.len() as u64, l.split())
     }
 
+    /// Whether the landing agents move a copy of `len` bytes: one record,
+    /// or one per lane ([`Self::agent_parts`]); else a copy engine.
+    fn agent_moves(&self, len: u64) -> bool {
+        self.agent_sized(len) || self.agent_parts(len) > 1
+    }
+
     /// Land `len` bytes as [`Self::agent_parts`] records (`rec(lo, n)`:
     /// bytes `lo .. lo + n` of the copy, [`split_ranges`], on lane keys
     /// `lane`, `lane + 1`, ...); `after` runs once every part is applied.
@@ -802,18 +808,18 @@ impl StagedTransport {
             self.land(rec(0, len), after, lane);
             return;
         }
-        let parts: Vec<(u64, u64)> = split_ranges(len, k).collect();
+        let parts = split_ranges(len, k).count() as u32;
         let join = match self.free_joins.pop() {
             Some(j) => {
-                self.joins[j as usize] = (parts.len() as u32, after);
+                self.joins[j as usize] = (parts, after);
                 j
             }
             None => {
-                self.joins.push((parts.len() as u32, after));
+                self.joins.push((parts, after));
                 self.joins.len() as u32 - 1
             }
         };
-        for (p, &(lo, n)) in parts.iter().enumerate() {
+        for (p, (lo, n)) in split_ranges(len, k).enumerate() {
             self.land(rec(lo, n), After::Part { join }, lane.wrapping_add(p as u32));
         }
     }

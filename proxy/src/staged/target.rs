@@ -173,7 +173,7 @@ impl StagedTransport {
                         self.repost(r);
                         self.answered(i, done);
                     }
-                    Some(Op::Get { dst: GetDst::Heap(dst), .. }) if self.agent_sized(h.size) || self.agent_parts(h.size) > 1 => {
+                    Some(Op::Get { dst: GetDst::Heap(dst), .. }) if self.agent_moves(h.size) => {
                         // SAFETY: the payload follows the header in the buffer.
                         let from = self.staging_dev(unsafe { p.add(HDR_BYTES) });
                         let to = dst + h.value;
