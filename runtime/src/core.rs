@@ -79,7 +79,9 @@ pub(crate) struct PeCore {
     /// `None` only after finalize has handed it back.
     pub(crate) boot: Option<Bootstrap>,
     alloc: Mutex<SymAlloc>,
-    heap_size: u64,
+    /// The allocator's bytes (`CPNET_HEAP_SIZE` rounded up); the teams'
+    /// scratch and the kind's reserve follow them.
+    pub(crate) heap_size: u64,
     /// The team table (world, node, splits).
     pub(crate) teams: Teams,
     proxies: ProxyLink,

@@ -334,6 +334,10 @@ impl PeKind for GpuKind {
         Ok(GpuParts { stream, peers, p2p, queues, heap, daemon_link })
     }
 
+    fn reserve(tuning: &Tuning) -> u64 {
+        tuning.reduce_scratch
+    }
+
     fn proxy(&mut self, parts: &mut GpuParts, launch: &Launch, tuning: &Tuning, _boot: &Bootstrap, fabric: &FabricConfig) -> Result<ProxyLink> {
         let me = launch.pe;
         let heap_size = parts.heap.size;
@@ -528,6 +532,8 @@ pub struct GpuPe {
     agent: Arc<std::sync::OnceLock<CudaFunction>>,
     /// The `_on_stream` collectives' kernels built so far.
     on_stream: on_stream::OnStreamKernels,
+    /// The network path's in-place reduce scratch (`CPNET_REDUCE_SCRATCH`).
+    reduce_scratch: reduce_net::Scratch,
     heap: DeviceMem,
     cuda: Arc<CudaContext>,
 }
@@ -579,7 +585,10 @@ impl GpuPe {
         let GpuParts { stream, peers, p2p, queues, heap, daemon_link: _ } = parts;
         let me = core.my_pe();
         let teams = team::TeamTable::new(&cuda, &core.teams)?;
-        let pe = GpuPe { core, stream, peers, p2p, queues, teams, agent, on_stream: Default::default(), heap, cuda };
+        // PeKind::reserve's bytes: past the heap and the teams' scratch.
+        let scratch_at = SymAddr(core.heap_size + core.tuning.team_scratch * core.tuning.teams as u64);
+        let reduce_scratch = reduce_net::Scratch::new(scratch_at, core.tuning.reduce_scratch);
+        let pe = GpuPe { core, stream, peers, p2p, queues, teams, agent, on_stream: Default::default(), reduce_scratch, heap, cuda };
         tracing::debug!(pe = me, n_pes = pe.n_pes(), device = pe.cuda.ordinal(), provider = %pe.core.provider(), threads, queue_mem = %pe.queues.placement(), "cpnet GPU PE up");
         if pe.core.tuning.transport_map {
             crate::transport_map::print(&pe.transport_map());

@@ -39,6 +39,12 @@ pub(crate) trait PeKind {
     /// `boot` (collective then). `fabric` is what step 4 opens (a GPU PE
     /// that the proxy daemon serves hands it over when it attaches here).
     fn heap(&mut self, launch: &Launch, tuning: &Tuning, boot: &Bootstrap, fabric: &FabricConfig, heap_size: u64) -> Result<Self::Parts>;
+    /// Bytes of heap this kind keeps for itself past the teams' scratch, at
+    /// offset `CPNET_HEAP_SIZE + teams x CPNET_TEAM_SCRATCH` (a GPU PE's
+    /// in-place reduce scratch, `CPNET_REDUCE_SCRATCH`); none by default.
+    fn reserve(_tuning: &Tuning) -> u64 {
+        0
+    }
     /// Step 4: the proxy serving `parts`' queues over `fabric`: service
     /// threads in this process, or an attachment to the proxy daemon
     /// (`CPNET_PROXY`). May use `boot` (collective then).
@@ -64,9 +70,10 @@ pub(crate) fn start<K: PeKind>(launch: Launch, tuning: Tuning, mut kind: K) -> R
     // Set up at the PEs' own pace; `PeCore::start` sets CPNET_COLLECTIVE_TIMEOUT after.
     boot.set_wait_timeout(setup_wait_timeout(&tuning));
     // 3. heap and queues
-    // The teams' scratch (crate::team) follows the heap the allocator hands out.
+    // The teams' scratch (crate::team) follows the heap the allocator hands
+    // out, then the kind's own reserve.
     let heap_size = tuning.heap_size.next_multiple_of(SHMALLOC_ALIGN);
-    let reserved = tuning.team_scratch * tuning.teams as u64;
+    let reserved = tuning.team_scratch * tuning.teams as u64 + K::reserve(&tuning);
     // The provider step 4 opens; a GPU PE served by the daemon hands it over
     // when it attaches, here.
     let fabric = default_fabric(&launch, &tuning, boot.local_ip(), K::TRAFFIC);

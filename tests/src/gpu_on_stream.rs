@@ -192,15 +192,22 @@ fn check_big_reduce(pe: &GpuPe, team: &Team, name: &str, bufs: (SymAddr, SymAddr
     check_reduce::<u64>(pe, team, name, ReduceOp::Xor, bufs, words, false, val)?;
     check_reduce::<u64>(pe, team, name, ReduceOp::Sum, bufs, words, true, |p, i| val(p, i) ^ 0x5555)?;
     check_chained_reduce(pe, team, name, bufs, words)?;
-    check_chained_reduce(pe, team, name, bufs, 12_289)
+    check_chained_reduce(pe, team, name, bufs, 12_289)?;
+    // In place, each call from the last one's result in the same buffer
+    // (the network path: through the reduce scratch).
+    let name = format!("{name}, in place");
+    check_chained_reduce(pe, team, &name, (bufs.0, bufs.0), words)?;
+    check_chained_reduce(pe, team, &name, (bufs.0, bufs.0), 12_289)
 }
 
 /// Reductions back to back on one stream, with no synchronize between
 /// them, each from the one before (b = sum(a), a = sum(b), ...), u64 sums
 /// of `n` elements: a member that runs ahead into the next call must not
 /// write a buffer a peer still reads or folds in the last one (the network
-/// path's forms put into the members' `dest`). Every element of the last
-/// result checked. **Collective** over the team.
+/// path's forms put into the members' `dest`). With `a == b`, in place:
+/// b = sum(b) each time (a member's copy into its reduce scratch must not
+/// meet a peer's put). Every element of the last result checked.
+/// **Collective** over the team.
 fn check_chained_reduce(pe: &GpuPe, team: &Team, name: &str, (a, b): (SymAddr, SymAddr), n: usize) -> Result<()> {
     const CALLS: u32 = 6;
     let world = |i: i32| team.world_pe(i).expect("a member index of the team");

@@ -105,37 +105,53 @@ pub fn alltoall(pe: &GpuPe, min: u64, iters: u64, max: u64) -> Result<()> {
 }
 
 /// Float sum reduce to all through `GpuPe::team_reduce_on_stream` on
-/// CPNET_TEAM_WORLD, 4 KiB to `max` bytes (x4): per size a warm-up call,
-/// then `iters` (fewer above 1 MiB, at least 20) back to back, timed on the host from
-/// the first launch to the end of the synchronize. Element i of PE p is
-/// `(p + i) mod 1000` (small integers: every sum is exact in any order), so
-/// the last result is checked element by element. PE 0 prints one row per
-/// size: bytes, calls, µs per call and busbw as nccl-tests computes it
-/// (`bytes / time x 2 (n - 1) / n`).
+/// CPNET_TEAM_WORLD, `min` (at least 4 KiB) to `max` bytes (x4): per size a
+/// warm-up call, then `iters` (fewer above 1 MiB, at least 20) back to
+/// back, timed on the host from the first launch to the end of the
+/// synchronize. Element i of PE p is `(p + i) mod 1000` (small integers:
+/// every sum is exact in any order), so the last result is checked element
+/// by element. With `in_place` (`dest == source`, as PyTorch's allreduce
+/// runs NCCL's) each call reduces the last one's result, so the check
+/// writes the array again and runs one more call. PE 0 prints one row per
+/// size: bytes, calls, µs per call, busbw as nccl-tests computes it (`bytes
+/// / time x 2 (n - 1) / n`) and the form
+/// (`GpuPe::team_reduce_on_stream_form`).
 ///
 /// # Errors
-/// A wrong element, naming size and index; the heap too small (both
-/// buffers need 2 x `max` bytes: CPNET_HEAP_SIZE); runtime errors.
-pub fn reduce(pe: &GpuPe, iters: u64, max: u64) -> Result<()> {
+/// A wrong element, naming size and index; the heap too small (the buffers
+/// need 2 x `max` bytes, `max` in place: CPNET_HEAP_SIZE); runtime errors.
+pub fn reduce(pe: &GpuPe, iters: u64, min: u64, max: u64, in_place: bool) -> Result<()> {
     let me = pe.my_pe();
     let n = pe.n_pes();
     // At least 20 calls (nccl_allreduce.py's count from 16 MiB): with 12,
     // the PEs' skew after the host barrier added 10-20 µs a call at 16 MiB.
-    let (sizes, counts) = sizes_and_calls(4096, iters, max, 20);
+    let (sizes, counts) = sizes_and_calls(min.max(4096), iters, max, 20);
     let span = sizes.last().copied().unwrap_or(4096);
-    let alloc = |what: &str| {
-        pe.shmalloc(span).with_context(|| format!("reduce-bench {what}: {span} bytes (both buffers need {}: raise CPNET_HEAP_SIZE)", 2 * span))
-    };
-    let (src, dst) = (alloc("source")?, alloc("dest")?);
+    let need = if in_place { span } else { 2 * span };
+    let alloc = |what: &str| pe.shmalloc(span).with_context(|| format!("reduce-bench {what}: {span} bytes (the buffers need {need}: raise CPNET_HEAP_SIZE)"));
+    let src = alloc("source")?;
+    let dst = if in_place { src } else { alloc("dest")? };
     let elems = (span / 4) as usize;
     let v = |p: i32, i: usize| ((p as usize + i) % 1000) as f32;
-    pe.write_heap(src, &(0..elems).flat_map(|i| v(me, i).to_le_bytes()).collect::<Vec<u8>>())?;
+    let init = || pe.write_heap(src, &(0..elems).flat_map(|i| v(me, i).to_le_bytes()).collect::<Vec<u8>>());
+    init()?;
     let world = pe.team_world();
     let s = pe.stream();
     let mut ns = Vec::new();
     for (&size, &c) in sizes.iter().zip(&counts) {
         let count = (size / 4) as usize;
-        ns.push(time_calls(pe, c, || Ok(pe.team_reduce_on_stream::<f32>(&world, ReduceOp::Sum, dst, src, count, s)?))?);
+        let call = || Ok(pe.team_reduce_on_stream::<f32>(&world, ReduceOp::Sum, dst, src, count, s)?);
+        ns.push(time_calls(pe, c, call)?);
+        if in_place {
+            // The timed calls doubled (n-folded) the array each time; start
+            // it again and check one call. The barrier: no member's call
+            // may reach a member still writing its array.
+            pe.synchronize()?;
+            init()?;
+            pe.barrier_all()?;
+            call()?;
+            pe.synchronize()?;
+        }
         let mut got = vec![0u8; size as usize];
         pe.read_heap(dst, &mut got)?;
         for (i, g) in got.chunks_exact(4).enumerate() {
@@ -144,20 +160,26 @@ pub fn reduce(pe: &GpuPe, iters: u64, max: u64) -> Result<()> {
             ensure!(g == want, "reduce-bench: {size} B: element {i} is {g}, expected {want}");
         }
         pe.barrier_all()?;
+        if in_place {
+            init()?;
+            pe.barrier_all()?;
+        }
     }
     if me == 0 {
         let path = if pe.handle().0.peers != 0 { "p2p stores" } else { "queue (network path)" };
-        let grid = cpnet::gpu::REDUCE_GRID_MIN_BYTES;
-        println!("reduce-bench: {n} PEs, team world, float sum, team_reduce_on_stream (one block below {grid} B, a grid from there where heaps are mapped), {path}");
-        println!("reduce-bench: {:>10} {:>8} {:>10} {:>10} {:>6}", "bytes", "calls", "time(us)", "busbw(GB/s)", "form");
+        let place = if in_place { "in place" } else { "dest apart from source" };
+        println!("reduce-bench: {n} PEs, team world, float sum, team_reduce_on_stream, {place}, {path}");
+        println!("reduce-bench: {:>10} {:>8} {:>10} {:>10} {:>15}", "bytes", "calls", "time(us)", "busbw(GB/s)", "form");
         for ((s, c), t) in sizes.iter().zip(&counts).zip(&ns) {
             let bw = *s as f64 / (*t as f64).max(1.0) * 2.0 * f64::from(n - 1) / f64::from(n);
-            let form = if pe.team_reduce_on_stream_is_grid(&world, *s) { "grid" } else { "block" };
-            println!("reduce-bench: {s:>10} {c:>8} {:>10.2} {bw:>10.2} {form:>6}", *t as f64 / 1e3);
+            let form = pe.team_reduce_on_stream_form(&world, *s, 4, in_place);
+            println!("reduce-bench: {s:>10} {c:>8} {:>10.2} {bw:>10.2} {form:>15}", *t as f64 / 1e3);
         }
     }
     pe.barrier_all()?;
-    pe.shfree(dst)?;
+    if !in_place {
+        pe.shfree(dst)?;
+    }
     pe.shfree(src)?;
     Ok(())
 }

@@ -107,7 +107,11 @@ gpu_test! {
     a2a_bench_2_pes_shm: a2a_bench(&[]);
     a2a_bench_2_pes_shm_network_path: a2a_bench(NETWORK_PATH);
     on_stream_2_pes_shm: ok(2, SHM, &["on-stream"]);
-    on_stream_3_pes_shm_network_path: ok_env(3, SHM, &["on-stream"], NETWORK_PATH);
+    // The pair exchange of a team of two, and in place through the reduce
+    // scratch in one chunk.
+    on_stream_2_pes_shm_network_path: ok_env(2, SHM, &["on-stream"], NETWORK_PATH);
+    // In place in chunks of 1 MiB (the 8 MiB reduces: 9 chunks).
+    on_stream_3_pes_shm_network_path: ok_env(3, SHM, &["on-stream"], NETWORK_PATH_SMALL_SCRATCH);
     // The alltoall's network-path form (a block per proxy thread), which
     // the shm provider's staging zones leave aside.
     on_stream_3_pes_net_network_path: ok_env(3, NET_TCP, &["on-stream"], NETWORK_PATH);
@@ -116,6 +120,10 @@ gpu_test! {
 /// `CPNET_GPU_IPC=0 CPNET_GPU_P2P=0`: the network path (every operation
 /// through the queue and the provider, as to a PE on another host).
 const NETWORK_PATH: &[(&str, &str)] = &[("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P", "0")];
+
+/// The network path with a reduce scratch of 1 MiB
+/// (`CPNET_REDUCE_SCRATCH`): an in-place reduce of more runs in chunks.
+const NETWORK_PATH_SMALL_SCRATCH: &[(&str, &str)] = &[("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P", "0"), ("CPNET_REDUCE_SCRATCH", "1M")];
 
 /// The device collectives' benchmark runs and prints its table.
 fn coll_bench() {

@@ -572,8 +572,9 @@ typedef struct cpnet_team_desc {
 #define CPNET_GRID_THREADS 256
 /** Zeroed 8-byte words of device memory each grid launch gets: go, done
  *  (cpnet/grid.cuh), then the alltoall's piece counter, or the network-path
- *  forms' mask of blocks without a context and first error. */
-#define CPNET_GRID_WORDS 4
+ *  forms' mask of blocks without a context, first error and (the reduce
+ *  with an entry epoch) the word that lets the movers start. */
+#define CPNET_GRID_WORDS 8
 /** Bytes of the array from which the on-stream reduce to all runs on a
  *  grid where every other member is peer-mapped (docs/collectives.md). */
 #define CPNET_REDUCE_GRID_MIN_BYTES 65536

@@ -340,10 +340,17 @@ __device__ inline int grid_fenced_epoch(cpnet_ctx_t* ctx, const cpnet_team_desc_
  *  source must not overlap (the runtime takes the one-block form then). A
  *  mover that gets no context is marked in words[2] and block 0 moves its
  *  runs; the first error a mover meets is in words[3]; words[1] counts
- *  arrivals over the whole launch. Returns as reduce_grid. */
+ *  arrivals over the whole launch.
+ *
+ *  With `entry` (the runtime's in-place reduce, reduce_net.rs: each member
+ *  copied its dest into its reduce scratch, `source` here, on its stream
+ *  before this kernel), block 0 first runs an entry epoch, so no member
+ *  puts into a dest whose member has not copied it out yet, and releases
+ *  the movers through words[4] (1; 2: block 0 failed, move nothing); the
+ *  three epochs above follow it. Returns as reduce_grid. */
 template <typename T, int OP>
 __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uint64_t source, uint64_t n,
-                                 unsigned long long* words, int my_idx, int size, int comm)
+                                 unsigned long long* words, int my_idx, int size, int comm, bool entry)
 {
     __shared__ grid_state st;
     __shared__ int has_ctx;
@@ -351,6 +358,7 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
     unsigned long long* const count = &words[1];
     unsigned long long* const missing = &words[2];
     unsigned long long* const first_err = &words[3];
+    unsigned long long* const entered = &words[4];
     const uint64_t m = n / (uint64_t)(size > 0 ? size : 1);
     const uint64_t pbytes = m * sizeof(T);
     const unsigned C = comm < 1 ? 1u : ((unsigned)comm > gridDim.x ? gridDim.x : (unsigned)comm);
@@ -399,9 +407,28 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
     };
 
     if (blockIdx.x == 0) {
-        if (!grid_open(h, team, my_idx, size, words, 3, false, &st)) {
-            if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)go, 2);
+        if (!grid_open(h, team, my_idx, size, words, entry ? 4 : 3, false, &st)) {
+            if (threadIdx.x == 0) {
+                cpnet_st_release_gpu_u64((uint64_t*)go, 2);
+                cpnet_st_release_gpu_u64((uint64_t*)entered, 2);
+            }
             return st.err;
+        }
+        if (entry) {
+            const int r = grid_epoch(&st.ctx, st.d, st.epoch);
+            /* Release: pairs with the movers' acquire below; every member
+             * has entered (its dest is in its scratch) before any put. */
+            if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)entered, r == CPNET_E_OK ? 1 : 2);
+            if (r != CPNET_E_OK) {
+                if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)go, 2);
+                grid_fail(h, &st.ctx, r);
+                cpnet_ctx_destroy(&st.ctx);
+                return r;
+            }
+            if (threadIdx.x == 0) st.epoch += 1;
+            /* The entry's SETs land before any later epoch's. */
+            cpnet_fence(&st.ctx);
+            __syncthreads();
         }
     } else if (mover) {
         const int created = cpnet_ctx_create(h, &st.ctx);
@@ -420,7 +447,18 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
         __syncthreads();
         /* A context on a team that does not check out goes back at once. */
         if (!has_ctx && created == CPNET_E_OK) cpnet_ctx_destroy(&st.ctx);
-        if (has_ctx) {
+        if (has_ctx && entry) {
+            if (threadIdx.x == 0) {
+                unsigned polls = 0;
+                unsigned long long v;
+                /* Acquire: pairs with block 0's release of `entered`. */
+                while ((v = cpnet_ld_acquire_sys_u64((const uint64_t*)entered)) == 0)
+                    if ((++polls & 1023) == 0 && cpnet_abort_code(h) != CPNET_E_OK) { v = 2; break; }
+                st.go = (int)v;
+            }
+            __syncthreads();
+        }
+        if (has_ctx && (!entry || st.go == 1)) {
             move(blockIdx.x, false);
             const int q = cpnet_quiet(&st.ctx);
             if (q != CPNET_E_OK && threadIdx.x == 0) atomicCAS(first_err, 0ull, (unsigned long long)(unsigned)q);

@@ -354,6 +354,12 @@ fn gpu_pes_default_to_more_proxy_threads_unless_told() {
     assert!(Tuning::from_lookup(env(&[])).unwrap().agent_split, "copies split over the lanes by default");
     assert!(!Tuning::from_lookup(env(&[(AGENT_SPLIT, "0")])).unwrap().agent_split);
     assert!(Tuning::from_lookup(env(&[(AGENT_SPLIT, "2")])).is_err());
+    assert_eq!(Tuning::from_lookup(env(&[])).unwrap().reduce_scratch, 16 << 20, "16 MiB of in-place reduce scratch by default");
+    assert_eq!(Tuning::from_lookup(env(&[(REDUCE_SCRATCH, "0")])).unwrap().reduce_scratch, 0);
+    assert_eq!(Tuning::from_lookup(env(&[(REDUCE_SCRATCH, "4M")])).unwrap().reduce_scratch, 4 << 20);
+    for bad in ["100", "2G", "-1", "x"] {
+        assert!(Tuning::from_lookup(env(&[(REDUCE_SCRATCH, bad)])).is_err(), "{bad}");
+    }
     let t = Tuning::from_lookup(env(&[(TEAMS, "4"), (TEAM_SCRATCH, "64K")])).unwrap();
     assert_eq!((t.teams, t.team_scratch), (4, 65536));
     for (name, bad) in [(TEAMS, "1"), (TEAMS, "65"), (TEAM_SCRATCH, "1K"), (TEAM_SCRATCH, "4100"), (TEAM_SCRATCH, "128M")] {

@@ -144,12 +144,16 @@ impl GpuPe {
     /// (`cpnet::gpu::REDUCE_GRID_MIN_BYTES`) on a team whose members all
     /// map each other's heaps it runs on a grid of up to 128 blocks
     /// (`reduce_grid.rs`: a reduce-scatter and an allgather by the blocks'
-    /// loads and stores); from 64 KiB on any other team of 2-32 members
-    /// with `dest` and `source` apart, by puts into the members' `dest`
-    /// and back with the fold on a grid (`reduce_net.rs`: the network
-    /// path; a team of two through staging zones, up to 4 MiB, exchanges
-    /// the whole array in one put each way instead); else on one block. [`GpuPe::team_reduce_on_stream_is_grid`]
-    /// says whether the peer grid runs.
+    /// loads and stores); from 64 KiB on any other team of 2-32 members,
+    /// by puts into the members' `dest` and back with the fold on a grid
+    /// (`reduce_net.rs`: the network path; a team of two through staging
+    /// zones, up to 4 MiB, exchanges the whole array in one put each way
+    /// instead; in place, `dest == source`, through this PE's reduce
+    /// scratch, `CPNET_REDUCE_SCRATCH`, in chunks of its size); else on
+    /// one block. [`GpuPe::team_reduce_on_stream_form`] names the form.
+    /// In-place reduces on different streams take the reduce scratch in
+    /// the order this PE enqueued them: every member must enqueue them in
+    /// the same order (as NCCL asks of operations on one communicator).
     ///
     /// # Errors
     /// [`Error::Team`]: a bitwise `op` on a float type; [`Error::OutsideHeap`]:

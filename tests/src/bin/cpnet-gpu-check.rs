@@ -130,7 +130,8 @@ enum Scenario {
     /// times NCCL's allreduce (one block below
     /// cpnet::gpu::REDUCE_GRID_MIN_BYTES, a grid from there where heaps are
     /// mapped); the last result checked element by element. PE 0 prints.
-    /// The heap must hold 2 x `max` bytes (CPNET_HEAP_SIZE).
+    /// The heap must hold 2 x `max` bytes (CPNET_HEAP_SIZE); `max` with
+    /// `--in-place`.
     ReduceBench {
         /// Calls per size up to 1 MiB (fewer above: about 1 GiB moved per size).
         #[arg(long, default_value_t = 200)]
@@ -138,6 +139,14 @@ enum Scenario {
         /// The largest array, bytes (K, M suffixes).
         #[arg(long, default_value = "16M", value_parser = parse_size)]
         max: u64,
+        /// The smallest array, bytes (K, M suffixes).
+        #[arg(long, default_value = "4K", value_parser = parse_size)]
+        min: u64,
+        /// `dest == source`, as NCCL's allreduce through PyTorch runs
+        /// (scripts/nccl_allreduce.py): each call reduces the last one's
+        /// result; the check reinitializes the array and runs one more.
+        #[arg(long)]
+        in_place: bool,
     },
     /// The host-side `_on_stream` team collectives (GpuPe::team_*_on_stream)
     /// on the world team and an even-PE split, every element checked.
@@ -202,7 +211,7 @@ fn main() -> ExitCode {
         Scenario::CollBench { iters, small_max } => coll_bench(&pe, threads, iters, small_max),
         Scenario::A2aBench { iters, max, min, on_stream: false } => a2a_bench(&pe, threads, min, iters, max),
         Scenario::A2aBench { iters, max, min, on_stream: true } => gpu_on_stream_bench::alltoall(&pe, min, iters, max),
-        Scenario::ReduceBench { iters, max } => gpu_on_stream_bench::reduce(&pe, iters, max),
+        Scenario::ReduceBench { iters, max, min, in_place } => gpu_on_stream_bench::reduce(&pe, iters, min, max, in_place),
         Scenario::OnStream => cpnet_tests::gpu_on_stream::on_stream(&pe),
         Scenario::CopyFloor { iters, min, max } => cpnet_tests::copy_floor::copy_floor(me, pe.cuda(), min, max, iters),
     };
