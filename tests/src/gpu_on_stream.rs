@@ -233,6 +233,53 @@ fn check_chained_reduce(pe: &GpuPe, team: &Team, name: &str, (a, b): (SymAddr, S
     pe.synchronize().context("sync after the chained reduces")
 }
 
+/// Three reductions of 100,003 elements, each of a type and operator no
+/// other check uses (so each builds its kernel on first use), enqueued back
+/// to back with no synchronize between them, then every element of all
+/// three checked: a kernel built and loaded while the one before still
+/// runs must not stall it (loading may wait for the context to go idle,
+/// and the one before waits for what the proxy lands). **Collective** over
+/// the team.
+fn check_first_use(pe: &GpuPe, team: &Team, (src, dst): (SymAddr, SymAddr)) -> Result<()> {
+    const N: usize = 100_003;
+    let world = |i: i32| team.world_pe(i).expect("a member index of the team");
+    let at = |b: SymAddr, k: u64| SymAddr(b.0 + (k << 20));
+    let v16 = |p: i32, i: usize| (val(p, i) % 30_011) as i16;
+    let v32 = |p: i32, i: usize| (val(p, i) % 1_000_003) as u32;
+    let v64 = |p: i32, i: usize| 1.0 + ((p as usize * 3 + i) % 7) as f64 * 0.5;
+    let bytes = |f: &dyn Fn(usize, &mut [u8]), size: usize| {
+        let mut b = vec![0u8; N * size];
+        for (i, c) in b.chunks_exact_mut(size).enumerate() {
+            f(i, c);
+        }
+        b
+    };
+    let me = pe.my_pe();
+    pe.write_heap(at(src, 0), &bytes(&|i, c| v16(me, i).write(c), 2))?;
+    pe.write_heap(at(src, 1), &bytes(&|i, c| v32(me, i).write(c), 4))?;
+    pe.write_heap(at(src, 2), &bytes(&|i, c| v64(me, i).write(c), 8))?;
+    pe.team_sync_on_stream(team, false, pe.stream())?;
+    pe.team_reduce_on_stream::<i16>(team, ReduceOp::Sum, at(dst, 0), at(src, 0), N, pe.stream())?;
+    pe.team_reduce_on_stream::<u32>(team, ReduceOp::Max, at(dst, 1), at(src, 1), N, pe.stream())?;
+    pe.team_reduce_on_stream::<f64>(team, ReduceOp::Prod, at(dst, 2), at(src, 2), N, pe.stream())?;
+    pe.synchronize().context("sync after three reductions built on first use")?;
+    fn check<T: ReduceType>(pe: &GpuPe, team: &Team, op: ReduceOp, dst: SymAddr, v: impl Fn(i32, usize) -> T, world: impl Fn(i32) -> i32) -> Result<()> {
+        let mut got = vec![0u8; N * T::SIZE];
+        pe.read_heap(dst, &mut got)?;
+        for (i, g) in got.chunks_exact(T::SIZE).enumerate() {
+            let want = (1..team.n_pes()).fold(v(world(0), i), |a, p| T::combine(op, a, v(world(p), i)));
+            let g = T::read(g);
+            ensure!(g == want, "{} {} reduce of {N} elements built on first use behind another: element {i} is {g:?}, expected {want:?}", T::NAME, op.name());
+        }
+        Ok(())
+    }
+    check::<i16>(pe, team, ReduceOp::Sum, at(dst, 0), v16, world)?;
+    check::<u32>(pe, team, ReduceOp::Max, at(dst, 1), v32, world)?;
+    check::<f64>(pe, team, ReduceOp::Prod, at(dst, 2), v64, world)?;
+    pe.team_sync_on_stream(team, false, pe.stream())?;
+    pe.synchronize().context("sync after the first-use check")
+}
+
 /// The scenario: the world team, then the even PEs' split (its members
 /// only; the others wait at the world barrier). **Collective.**
 ///
@@ -246,6 +293,7 @@ pub fn on_stream(pe: &GpuPe) -> Result<()> {
     let big = (BIG * pe.n_pes() as usize) as u64;
     let (bsrc, bdst) = (pe.shmalloc(big)?, pe.shmalloc(big)?);
     let (rsrc, rdst) = (pe.shmalloc(BIG_REDUCE as u64)?, pe.shmalloc(BIG_REDUCE as u64)?);
+    check_first_use(pe, &world, (rsrc, rdst)).context("team world, kernels built on first use")?;
     check_team(pe, &world, "world", src, dst).context("team world")?;
     check_big_alltoall(pe, &world, "world", bsrc, bdst).context("team world")?;
     check_big_reduce(pe, &world, "world", (rsrc, rdst)).context("team world")?;

@@ -63,6 +63,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <type_traits>
 #include <vector>
 #include <cpnet/cpnet.h>
 #include <cpnet/device.cuh>
@@ -1050,13 +1051,43 @@ struct preload_grid {
 template <class Op>
 const int preload_grid<Op>::registered = register_preload((const void*)reduce_grid_kernel<Op>);
 
-/* The _reduce_on_stream forms: a grid of up to CPNET_REDUCE_GRID_MAX_BLOCKS
- * blocks from CPNET_REDUCE_GRID_MIN_BYTES on teams of at most
- * CPNET_GRID_MAX_MEMBERS (reduce_grid_kernel), else one block. */
+/* The element kind libcpnet's cpnet_gpu_reduce_on_stream_net takes with
+ * the size (runtime/capi/src/gpu.rs: 0 signed, 1 unsigned, 2 IEEE float,
+ * 3 half, 4 bfloat16). */
+template <class T>
+static inline int reduce_kind()
+{
+    if (std::is_same<T, cpnet_half_t>::value) return 3;
+    if (std::is_same<T, cpnet_bfloat16_t>::value) return 4;
+    if (std::is_floating_point<T>::value) return 2;
+    return std::is_signed<T>::value ? 0 : 1;
+}
+/* The operator codes cpnet_gpu_reduce_on_stream_net maps (gpu.rs's
+ * reduce_op). */
+static_assert(cpnet_detail::RED_AND == 0 && cpnet_detail::RED_OR == 1 && cpnet_detail::RED_XOR == 2 &&
+                  cpnet_detail::RED_MIN == 3 && cpnet_detail::RED_MAX == 4 && cpnet_detail::RED_SUM == 5 &&
+                  cpnet_detail::RED_PROD == 6,
+              "enum reduce_op: as reduce_op in runtime/capi/src/gpu.rs");
+
+/* The _reduce_on_stream forms. Where some member's heap is not mapped here
+ * (the network path), from 64 KiB the runtime's forms
+ * (GpuPe::team_reduce_on_stream_net: puts into the members' dest with the
+ * fold on a grid, in place through the reduce scratch) take the first
+ * size x floor(n / size) elements; else a grid of up to
+ * CPNET_REDUCE_GRID_MAX_BLOCKS blocks from CPNET_REDUCE_GRID_MIN_BYTES on
+ * teams of at most CPNET_GRID_MAX_MEMBERS (reduce_grid_kernel); else, and
+ * for what is left, one block. */
 template <class Op>
 static inline int launch_reduce_on_stream(const char* routine, cudaStream_t stream, nvshmem_team_t team,
                                           typename Op::type* dest, const typename Op::type* source, size_t n)
 {
+    typedef typename Op::type T;
+    if (n * sizeof(T) >= CPNET_REDUCE_GRID_MIN_BYTES) {
+        const size_t k = cpnet_gpu_reduce_on_stream_net(routine, (int)team, reduce_kind<T>(), sizeof(T), Op::red,
+                                                        (void*)dest, (const void*)source, n, (void*)stream);
+        if (k >= n) return NVSHMEMX_SUCCESS;
+        if (k > 0) return launch_on_stream<Op>(routine, stream, team, dest + k, source + k, n - k, 0);
+    }
     const size_t bytes = n * sizeof(typename Op::type);
     const int size = bytes >= CPNET_REDUCE_GRID_MIN_BYTES ? nvshmem_team_n_pes(team) : 0;
     if (size <= 0 || size > CPNET_GRID_MAX_MEMBERS) return launch_on_stream<Op>(routine, stream, team, dest, source, n, 0);

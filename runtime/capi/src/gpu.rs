@@ -13,7 +13,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use cpnet_device::cpu::SymAddr;
+use cpnet_device::cpu::{ReduceOp, SymAddr};
 use cpnet_device::layout::CPNET_HANDLE_BYTES;
 use rt::GpuPe;
 
@@ -300,5 +300,103 @@ pub unsafe extern "C" fn cpnet_gpu_finalize(routine: *const c_char) {
     N_PES.store(-1, Ordering::Release);
     if let Err(e) = pe.cuda().synchronize().map_err(|e| format!("cuCtxSynchronize: {e:?}")).and_then(|()| pe.finalize().map_err(|e| e.to_string())) {
         fatal(routine, &e);
+    }
+}
+
+/// Element kinds of [`cpnet_gpu_reduce_on_stream_net`] (with the size in
+/// bytes): nvshmem.h's `cpnet_nv::reduce_kind<T>()`.
+const KIND_SIGNED: c_int = 0;
+const KIND_UNSIGNED: c_int = 1;
+const KIND_FLOAT: c_int = 2;
+const KIND_HALF: c_int = 3;
+const KIND_BFLOAT16: c_int = 4;
+
+/// The operator of team.cuh's `enum reduce_op` (`RED_AND` 0 .. `RED_PROD`
+/// 6, asserted in nvshmem.h beside the call).
+fn reduce_op(op: c_int) -> Option<ReduceOp> {
+    use ReduceOp as R;
+    Some(match op {
+        0 => R::And,
+        1 => R::Or,
+        2 => R::Xor,
+        3 => R::Min,
+        4 => R::Max,
+        5 => R::Sum,
+        6 => R::Prod,
+        _ => return None,
+    })
+}
+
+/// The network path's forms of the reduce to all on a stream
+/// (`GpuPe::team_reduce_on_stream_net`) for nvshmem.h's
+/// `nvshmemx_TYPENAME_OP_reduce_on_stream`: `nreduce` elements of the
+/// type `kind` / `size` (bytes) with `op` (team.cuh's `reduce_op`) from
+/// `source` into `dest` (device addresses in the symmetric heap; equal for
+/// in place) on team `team` (world 0, node 1), launched on `stream` (a
+/// `cudaStream_t` of this PE's device; null: the legacy stream). Returns
+/// the elements launched, a multiple of the team's size; the caller runs
+/// its own kernels for the rest after them on the same stream. 0 where
+/// these forms do not run (below 64 KiB, every member's heap mapped here,
+/// another team or type): the caller runs its own for all. **Collective**
+/// over the team, the same answer on every member. Fatal: an address
+/// outside the heap, a bitwise operator on a float type, a launch that
+/// fails.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string; `stream` is null or a
+/// live stream of this PE's device, kept alive until the work enqueued on
+/// it has run.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn cpnet_gpu_reduce_on_stream_net(
+    routine: *const c_char,
+    team: c_int,
+    kind: c_int,
+    size: usize,
+    op: c_int,
+    dest: *mut c_void,
+    source: *const c_void,
+    nreduce: usize,
+    stream: *mut c_void,
+) -> usize {
+    let Some(op) = reduce_op(op) else { return 0 };
+    let r = with_pe(routine, |pe| {
+        let t = match team {
+            0 => pe.team_world(),
+            1 => pe.team_node(),
+            _ => return Ok(0),
+        };
+        let base = pe.dev_ptr(SymAddr(0));
+        let (d, s) = ((dest as u64).wrapping_sub(base), (source as u64).wrapping_sub(base));
+        // SAFETY: `stream` is a live stream of this PE's device (the
+        // caller's contract, as for any cudaStream_t it passes); the
+        // wrapper does not destroy it, and everything enqueued through it
+        // is ordered with the caller's own work on it.
+        let st = unsafe { pe.cuda().wrap_borrowed_stream(stream as cudarc::driver::sys::CUstream) };
+        macro_rules! run {
+            ($t:ty) => {
+                pe.team_reduce_on_stream_net::<$t>(&t, op, SymAddr(d), SymAddr(s), nreduce, &st)
+            };
+        }
+        match (kind, size) {
+            (KIND_SIGNED, 1) => run!(i8),
+            (KIND_SIGNED, 2) => run!(i16),
+            (KIND_SIGNED, 4) => run!(i32),
+            (KIND_SIGNED, 8) => run!(i64),
+            (KIND_UNSIGNED, 1) => run!(u8),
+            (KIND_UNSIGNED, 2) => run!(u16),
+            (KIND_UNSIGNED, 4) => run!(u32),
+            (KIND_UNSIGNED, 8) => run!(u64),
+            (KIND_FLOAT, 4) => run!(f32),
+            (KIND_FLOAT, 8) => run!(f64),
+            (KIND_HALF, 2) => run!(half::f16),
+            (KIND_BFLOAT16, 2) => run!(half::bf16),
+            _ => Ok(0),
+        }
+        .map_err(|e| e.to_string())
+    });
+    match r {
+        Ok(k) => k as usize,
+        Err(why) => fatal(routine, &why),
     }
 }

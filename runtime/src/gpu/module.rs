@@ -20,11 +20,20 @@ use crate::env::Tuning;
 /// [`GpuError::Nvrtc`] with the compiler log; [`GpuError::Cuda`] when the
 /// module does not load.
 pub fn build_module(ctx: &Arc<CudaContext>, name: &str, source: &str) -> std::result::Result<Arc<CudaModule>, GpuError> {
+    let image = compile(ctx, name, source)?;
+    ctx.load_module(image).map_err(|source| GpuError::Cuda { what: "cuModuleLoadData", source })
+}
+
+/// Compile `source` for `ctx`'s GPU with the NVRTC helper, without loading
+/// it (no call into the context but the capability query).
+///
+/// # Errors
+/// [`GpuError::Nvrtc`] with the compiler log.
+pub(super) fn compile(ctx: &Arc<CudaContext>, name: &str, source: &str) -> std::result::Result<cudarc::nvrtc::Ptx, GpuError> {
     let (major, minor) =
         ctx.compute_capability().map_err(|source| GpuError::Cuda { what: "cuDeviceGetAttribute (capability)", source })?;
     let opts = BuildOptions { name: name.into(), ..BuildOptions::for_compute_capability(major as u32, minor as u32) };
-    let image = nvrtc::compile_kernel(source, &opts)?;
-    ctx.load_module(image).map_err(|source| GpuError::Cuda { what: "cuModuleLoadData", source })
+    Ok(nvrtc::compile_kernel(source, &opts)?)
 }
 
 /// The landing agent (`cpnet/agent.cuh`), compiled with NVRTC for this

@@ -100,10 +100,24 @@ impl GpuPe {
         if let Some((_, f)) = built.get(key) {
             return Ok(f.clone());
         }
-        let module = self.build_module(&format!("{name}.cu"), &source())?;
+        // Loading a kernel may wait for the whole context to go idle (CUDA
+        // C++ Programming Guide, "Lazy Loading", concurrent execution), and
+        // while it waits the proxy's own CUDA calls (the landing agent's
+        // launches, its copies) wait behind it. A collective enqueued
+        // earlier that spins on what the proxy lands would then never end:
+        // tests/cuda/coll.cu at 2 and 3 PEs on the network path stalled 5
+        // runs in 14 that way (the watchdog reported the proxy thread
+        // stuck in its progress call). So compile first, let every kernel
+        // of this context end (the proxy serves them meanwhile), then load
+        // the module and its function at once, not at the first launch.
+        let image = super::module::compile(&self.cuda, &format!("{name}.cu"), &source())?;
+        self.bind()?;
+        self.cuda.synchronize().map_err(|source| GpuError::Cuda { what: "cuCtxSynchronize (before loading an on-stream collective)", source })?;
+        let module = self.cuda.load_module(image).map_err(|source| GpuError::Cuda { what: "cuModuleLoadData", source })?;
         let f = module
             .load_function(name)
             .map_err(|source| GpuError::Cuda { what: "cuModuleGetFunction (on-stream collective)", source })?;
+        super::module::load_now(&f, "cuFuncLoad (on-stream collective)")?;
         built.insert(key.to_owned(), (module, f.clone()));
         Ok(f)
     }
@@ -133,6 +147,19 @@ impl GpuPe {
             }
         }
         Ok(())
+    }
+
+    /// The checks of a reduce on a stream: a bitwise `op` on a float type,
+    /// `dest` or `source` (`nreduce` elements of `T`) outside the heap.
+    pub(super) fn reduce_checks<T: ReduceType>(&self, op: ReduceOp, dest: SymAddr, source: SymAddr, nreduce: usize) -> Result<()> {
+        if !T::INTEGER && matches!(op, ReduceOp::And | ReduceOp::Or | ReduceOp::Xor) {
+            return Err(Error::Team {
+                pe: self.my_pe(),
+                why: format!("team_reduce_on_stream: {} of {} elements: the bitwise operators take integer types", op.name(), T::NAME),
+            });
+        }
+        let bytes = (nreduce as u64).saturating_mul(T::SIZE as u64);
+        self.on_stream_ranges(dest, bytes, source, bytes)
     }
 
     /// Reduce to all on `stream` (`nvshmemx_TYPENAME_OP_reduce_on_stream`;
@@ -169,14 +196,7 @@ impl GpuPe {
         nreduce: usize,
         stream: &CudaStream,
     ) -> Result<()> {
-        if !T::INTEGER && matches!(op, ReduceOp::And | ReduceOp::Or | ReduceOp::Xor) {
-            return Err(Error::Team {
-                pe: self.my_pe(),
-                why: format!("team_reduce_on_stream: {} of {} elements: the bitwise operators take integer types", op.name(), T::NAME),
-            });
-        }
-        let bytes = (nreduce as u64).saturating_mul(T::SIZE as u64);
-        self.on_stream_ranges(dest, bytes, source, bytes)?;
+        self.reduce_checks::<T>(op, dest, source, nreduce)?;
         if self.reduce_grid::<T>(team, op, dest, source, nreduce as u64, stream)? {
             return Ok(());
         }

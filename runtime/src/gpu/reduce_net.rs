@@ -213,6 +213,34 @@ impl GpuPe {
         }
     }
 
+    /// The network path's forms of [`GpuPe::team_reduce_on_stream`] alone
+    /// (OpenSHMEM 1.5 §9.9.12, on a stream), for a caller with kernels of
+    /// its own for every other case: `nvshmem.h`'s
+    /// `nvshmemx_TYPENAME_OP_reduce_on_stream`, through libcpnet's
+    /// `cpnet_gpu_reduce_on_stream_net`. Where they take the call (at least
+    /// 64 KiB on a team of 2-32 members some of whose heaps are not mapped
+    /// here, `dest` and `source` apart or equal: in place through the reduce
+    /// scratch), launches them on `stream` for the first `k` elements and
+    /// returns `k`, a multiple of the team's size; the caller then reduces
+    /// the last `nreduce - k` elements (fewer than the members) after them
+    /// on the same stream. Else returns 0 and launches nothing. The same
+    /// answer on every member. **Collective** over `team`.
+    ///
+    /// # Errors
+    /// As [`GpuPe::team_reduce_on_stream`].
+    pub fn team_reduce_on_stream_net<T: ReduceType>(
+        &self,
+        team: &Team,
+        op: ReduceOp,
+        dest: SymAddr,
+        source: SymAddr,
+        nreduce: usize,
+        stream: &CudaStream,
+    ) -> Result<u64> {
+        self.reduce_checks::<T>(op, dest, source, nreduce)?;
+        Ok(self.reduce_net::<T>(team, op, dest, source, nreduce as u64, stream)?.unwrap_or(0))
+    }
+
     /// The reduce to all over the network path, if it runs that way (see
     /// the module; the same answer on every member: the size, the team and
     /// the peer table): `Ok(Some(k))` once launched for the first `k`
