@@ -48,7 +48,11 @@
  *    forms; loaded by nvshmem_init; the reduce from CPNET_REDUCE_GRID_MIN_BYTES
  *    on a team whose members are all peer-mapped runs on a grid of up to
  *    CPNET_REDUCE_GRID_MAX_BLOCKS blocks, cpnet/grid.cuh, as the runtime's
- *    team_reduce_on_stream). Peer-to-peer where mapped; otherwise through a command
+ *    team_reduce_on_stream; on the world or node team where some member is
+ *    not, the runtime's network-path forms take it through libcpnet,
+ *    cpnet_gpu_reduce_on_stream_net, in place too: their kernels are built
+ *    with NVRTC at first use, which then waits for this PE's kernels to
+ *    end). Peer-to-peer where mapped; otherwise through a command
  *    queue and the proxy (cpnet's network path), claimed for the call and
  *    quieted before it returns, so the _nbi forms complete on return there.
  *
