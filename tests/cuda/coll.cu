@@ -5,7 +5,8 @@
 // reduce, broadcast, fcollect; double min reduce; and reductions large enough
 // for the grid form of cpnet/grid.cuh where the heaps are mapped: float sum
 // of NG elements, int max 4 bytes off 16-byte alignment, long sum in place)
-// on the same stream, every element checked on the host. `coll legacy` uses
+// and an alltoall of NA ints per pair (the runtime's grid or network-path
+// form where one runs) on the same stream, every element checked on the host. `coll legacy` uses
 // the legacy stream; `coll bench` also times the float sum reduce on a stream.
 #include <nvshmem.h>
 #include <algorithm>
@@ -15,6 +16,9 @@
 #define N 1000
 /* Elements of the large reductions: over CPNET_REDUCE_GRID_MIN_BYTES, odd. */
 #define NG 300001
+/* Ints per pair of the large alltoall (640 KiB): over the runtime's grid
+ * form's 512 KiB and its network-path form's 128 KiB. */
+#define NA 163840
 
 __global__ void coll_kernel(int* src, int* sum, int* mx, int* bc, int* fc, int* a2a_src, int* a2a)
 {
@@ -57,6 +61,8 @@ int main(int argc, char** argv)
     int* gisrc = (int*)nvshmem_malloc((NG + 1) * sizeof(int));
     int* gimax = (int*)nvshmem_malloc((NG + 1) * sizeof(int));
     long* glong = (long*)nvshmem_malloc(NG * sizeof(long));
+    int* asrc = (int*)nvshmem_malloc((size_t)NA * n * sizeof(int));
+    int* adst = (int*)nvshmem_malloc((size_t)NA * n * sizeof(int));
     coll_kernel<<<1, 128, 0, s>>>(src, sum, mx, bc, fc, a2a_src, a2a);
     nvshmemx_barrier_on_stream(NVSHMEM_TEAM_WORLD, s);
     /* The _on_stream forms, ordered after the kernel on the same stream. */
@@ -82,6 +88,12 @@ int main(int argc, char** argv)
     rc |= nvshmemx_int_broadcast_on_stream(NVSHMEM_TEAM_WORLD, bc2, src, N, 0, s);
     rc |= nvshmemx_int_fcollect_on_stream(NVSHMEM_TEAM_WORLD, fc2, src, 7, s);
     rc |= nvshmemx_double_min_reduce_on_stream(NVSHMEM_TEAM_WORLD, dmin, dsrc, N, s);
+    /* Element k of block j of PE p: p * 1000003 + j * 7919 + k. */
+    std::vector<int> ha((size_t)NA * n);
+    for (int j = 0; j < n; ++j)
+        for (int k = 0; k < NA; ++k) ha[(size_t)j * NA + k] = me * 1000003 + j * 7919 + k;
+    cudaMemcpyAsync(asrc, ha.data(), ha.size() * sizeof(int), cudaMemcpyHostToDevice, s);
+    rc |= nvshmemx_int_alltoall_on_stream(NVSHMEM_TEAM_WORLD, adst, asrc, NA, s);
     cudaStreamSynchronize(s);
     nvshmem_barrier_all();
     std::vector<int> h(N), f(7 * n), a(n);
@@ -136,8 +148,11 @@ int main(int argc, char** argv)
         for (int p = 0; p < n; ++p) want += (long)(p + 1) * 1000003L + i;
         gbad += hl[i] != want;
     }
+    cudaMemcpy(ha.data(), adst, ha.size() * sizeof(int), cudaMemcpyDeviceToHost);
+    for (int i = 0; i < n; ++i)
+        for (int k = 0; k < NA; ++k) gbad += ha[(size_t)i * NA + k] != i * 1000003 + me * 7919 + k;
     bad += gbad;
-    printf("coll: PE %d of %d (%d-element reductions: %d wrong): %d wrong: %s\n", me, n, NG, gbad, bad,
+    printf("coll: PE %d of %d (%d-element reductions, %d ints per pair alltoall: %d wrong): %d wrong: %s\n", me, n, NG, NA, gbad, bad,
            bad ? "FAILED" : "ok");
     if (bench) {
         /* float sum on a stream, µs per call (20 after 3 warm-up), as the

@@ -45,7 +45,11 @@
  *  - Host, on a stream: barrier_all_on_stream, barrier_on_stream(team),
  *    team_sync_on_stream(team), TYPENAME_{broadcast,fcollect,alltoall}_on_stream
  *    and TYPENAME_OP_reduce_on_stream (one-block kernels running the block
- *    forms; loaded by nvshmem_init; the reduce from CPNET_REDUCE_GRID_MIN_BYTES
+ *    forms; loaded by nvshmem_init; the alltoall of large blocks on the
+ *    world or node team runs the runtime's forms through libcpnet,
+ *    cpnet_gpu_alltoall_on_stream_large: a grid from 512 KiB per pair where
+ *    every heap is mapped, a block per proxy thread from 128 KiB on the
+ *    network path without staging zones; the reduce from CPNET_REDUCE_GRID_MIN_BYTES
  *    on a team whose members are all peer-mapped runs on a grid of up to
  *    CPNET_REDUCE_GRID_MAX_BLOCKS blocks, cpnet/grid.cuh, as the runtime's
  *    team_reduce_on_stream; on the world or node team where some member is
@@ -1002,6 +1006,12 @@ static inline int launch_on_stream(const char* routine, cudaStream_t stream, nvs
                                                            const TYPE* source, size_t nelems,           \
                                                            cudaStream_t stream)                         \
     {                                                                                                   \
+        /* The runtime's grid or network-path form where one runs (large   \
+         * blocks), else the one-block kernel. */                                                       \
+        if (cpnet_gpu_alltoall_on_stream_large("nvshmemx_" #NAME "_alltoall_on_stream", (int)team,       \
+                                               (void*)dest, (const void*)source, nelems * sizeof(TYPE), \
+                                               (void*)stream))                                          \
+            return NVSHMEMX_SUCCESS;                                                                    \
         return cpnet_nv::launch_on_stream<cpnet_nv::NAME##_alltoall_op>(                                \
             "nvshmemx_" #NAME "_alltoall_on_stream", stream, team, dest, source, nelems, 0);             \
     }

@@ -400,3 +400,46 @@ pub unsafe extern "C" fn cpnet_gpu_reduce_on_stream_net(
         Err(why) => fatal(routine, &why),
     }
 }
+
+/// The alltoall forms for large blocks (`GpuPe::team_alltoall_on_stream_large`:
+/// the grid where every member's heap is mapped, a block per proxy thread
+/// on the network path without staging zones) for nvshmem.h's
+/// `nvshmemx_TYPENAME_alltoall_on_stream`: block `j` (`nbytes` bytes at
+/// `source + j x nbytes`) of every member `i` into block `i` of member
+/// `j`'s `dest` (device addresses in the symmetric heap) on team `team`
+/// (world 0, node 1), launched on `stream` (a `cudaStream_t` of this PE's
+/// device; null: the legacy stream). Returns 1 once launched, 0 where
+/// neither form runs (below their sizes, another team): the caller runs
+/// its own one-block kernel. **Collective** over the team, the same answer
+/// on every member. Fatal: an address outside the heap, a launch that
+/// fails.
+///
+/// # Safety
+/// As [`cpnet_gpu_reduce_on_stream_net`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cpnet_gpu_alltoall_on_stream_large(
+    routine: *const c_char,
+    team: c_int,
+    dest: *mut c_void,
+    source: *const c_void,
+    nbytes: usize,
+    stream: *mut c_void,
+) -> c_int {
+    let r = with_pe(routine, |pe| {
+        let t = match team {
+            0 => pe.team_world(),
+            1 => pe.team_node(),
+            _ => return Ok(false),
+        };
+        let base = pe.dev_ptr(SymAddr(0));
+        let (d, s) = ((dest as u64).wrapping_sub(base), (source as u64).wrapping_sub(base));
+        // SAFETY: as in cpnet_gpu_reduce_on_stream_net: a live stream of
+        // this PE's device, not destroyed by the wrapper.
+        let st = unsafe { pe.cuda().wrap_borrowed_stream(stream as cudarc::driver::sys::CUstream) };
+        pe.team_alltoall_on_stream_large(&t, SymAddr(d), SymAddr(s), nbytes, &st).map_err(|e| e.to_string())
+    });
+    match r {
+        Ok(launched) => c_int::from(launched),
+        Err(why) => fatal(routine, &why),
+    }
+}

@@ -248,12 +248,29 @@ impl GpuPe {
     /// # Errors
     /// As [`GpuPe::team_reduce_on_stream`].
     pub fn team_alltoall_on_stream(&self, team: &Team, dest: SymAddr, source: SymAddr, nbytes: usize, stream: &CudaStream) -> Result<()> {
-        let total = (nbytes as u64).saturating_mul(team.n_pes().max(0) as u64);
-        self.on_stream_ranges(dest, total, source, total)?;
-        if self.alltoall_grid(team, dest, source, nbytes as u64, stream)? || self.alltoall_net(team, dest, source, nbytes as u64, stream)? {
+        if self.team_alltoall_on_stream_large(team, dest, source, nbytes, stream)? {
             return Ok(());
         }
         self.launch_on_stream("cpnet_alltoallmem(&ctx, team, dest, source, n)", stream, team, Args { dest, source, n: nbytes as u64, root: 0 })
+    }
+
+    /// The forms of [`GpuPe::team_alltoall_on_stream`] for large blocks
+    /// alone (OpenSHMEM 1.5 §9.9.10, on a stream), for a caller with a
+    /// one-block kernel of its own: `nvshmem.h`'s
+    /// `nvshmemx_TYPENAME_alltoall_on_stream`, through libcpnet's
+    /// `cpnet_gpu_alltoall_on_stream_large`. The grid where every member's
+    /// heap is mapped (from 512 KiB per pair, `alltoall_grid.rs`), one block
+    /// per proxy thread on the network path without staging zones (from 128
+    /// KiB, `alltoall_net.rs`): `Ok(true)` once launched on `stream`;
+    /// `Ok(false)` where neither runs, with nothing launched. The same
+    /// answer on every member. **Collective** over `team`.
+    ///
+    /// # Errors
+    /// As [`GpuPe::team_alltoall_on_stream`].
+    pub fn team_alltoall_on_stream_large(&self, team: &Team, dest: SymAddr, source: SymAddr, nbytes: usize, stream: &CudaStream) -> Result<bool> {
+        let total = (nbytes as u64).saturating_mul(team.n_pes().max(0) as u64);
+        self.on_stream_ranges(dest, total, source, total)?;
+        Ok(self.alltoall_grid(team, dest, source, nbytes as u64, stream)? || self.alltoall_net(team, dest, source, nbytes as u64, stream)?)
     }
 
     /// Sync `team` on `stream` (`nvshmemx_team_sync_on_stream`, §9.9.2):
