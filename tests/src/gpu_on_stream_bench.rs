@@ -133,7 +133,7 @@ pub fn reduce(pe: &GpuPe, iters: u64, min: u64, max: u64, in_place: bool) -> Res
     let dst = if in_place { src } else { alloc("dest")? };
     let elems = (span / 4) as usize;
     let v = |p: i32, i: usize| ((p as usize + i) % 1000) as f32;
-    let init = || pe.write_heap(src, &(0..elems).flat_map(|i| v(me, i).to_le_bytes()).collect::<Vec<u8>>());
+    let init = || -> Result<()> { Ok(pe.write_heap(src, &(0..elems).flat_map(|i| v(me, i).to_le_bytes()).collect::<Vec<u8>>())?) };
     init()?;
     let world = pe.team_world();
     let s = pe.stream();
