@@ -8,9 +8,13 @@
 //!
 //! Each form's kernel is compiled with NVRTC and loaded the first time the
 //! form is called with a given element type and operator (about half a
-//! second), then kept. A first load may wait for the context's running
-//! kernels (module loading can synchronize): call each form once before
-//! launching a kernel that waits on the network, as with any module.
+//! second), then kept. Loading a kernel may wait for the context's running
+//! kernels, with the proxy's driver calls waiting behind it, so the first
+//! call compiles, then synchronizes the context (the proxy serves the
+//! kernels in flight meanwhile), then loads ([`GpuPe::on_stream_built`]):
+//! a first call waits for every kernel of this PE that runs, and one that
+//! waits for something this thread does later never ends. Call each form
+//! once before launching such a kernel.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
