@@ -145,6 +145,16 @@ impl Scratch {
     }
 }
 
+/// The chunks of an in-place reduce of `n` elements on a team of `size`
+/// through a scratch of `per` elements (a positive multiple of `size`):
+/// `(first element, elements)` in order, each a multiple of `size` and at
+/// most `per`, covering `[0, n - n mod size)` once; the last `n mod size`
+/// elements are the caller's.
+fn in_place_chunks(n: u64, size: u64, per: u64) -> impl Iterator<Item = (u64, u64)> {
+    let whole = if size == 0 { 0 } else { n / size * size };
+    (0..whole.div_ceil(per.max(1))).map(move |k| (k * per, per.min(whole - k * per)))
+}
+
 /// Which network-path form a reduce takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Form {
@@ -280,9 +290,8 @@ impl GpuPe {
         }
         let mut done = 0u64;
         let mut run = || -> Result<()> {
-            while nreduce - done >= size {
-                let len = per.min((nreduce - done) / size * size);
-                let at = SymAddr(dest.0 + done * elem);
+            for (first, len) in in_place_chunks(nreduce, size, per) {
+                let at = SymAddr(dest.0 + first * elem);
                 // SAFETY: `at` .. + len x elem is inside `dest`'s range, which
                 // the caller checked inside the heap; the scratch's `bytes`
                 // (>= per x elem) are this PE's own past the teams' scratch
@@ -357,5 +366,27 @@ impl GpuPe {
             })
         }?;
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_place_chunks;
+
+    /// The chunks cover the whole multiple of the team's size once, in
+    /// order, each a multiple of the size and at most the scratch.
+    #[test]
+    fn in_place_chunks_cover_the_array_once() {
+        for (n, size, per) in [(1_048_577, 3, 131_070), (1_048_577, 2, 2_097_152), (12_289, 2, 4096), (7, 3, 3), (5, 3, 3), (2, 3, 3), (0, 2, 2)] {
+            let chunks: Vec<(u64, u64)> = in_place_chunks(n, size, per).collect();
+            let mut next = 0;
+            for &(first, len) in &chunks {
+                assert_eq!(first, next, "n {n} size {size} per {per}: {chunks:?}");
+                assert!(len > 0 && len <= per && len % size == 0, "n {n} size {size} per {per}: {chunks:?}");
+                next += len;
+            }
+            assert_eq!(next, n / size * size, "n {n} size {size} per {per}: {chunks:?}");
+        }
+        assert_eq!(in_place_chunks(1_048_577, 3, 131_070).count(), 9, "the 3-PE test's 9 chunks of a 1 MiB scratch");
     }
 }
