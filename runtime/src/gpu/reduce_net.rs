@@ -151,7 +151,7 @@ impl Scratch {
 /// most `per`, covering `[0, n - n mod size)` once; the last `n mod size`
 /// elements are the caller's.
 fn in_place_chunks(n: u64, size: u64, per: u64) -> impl Iterator<Item = (u64, u64)> {
-    let whole = if size == 0 { 0 } else { n / size * size };
+    let whole = n.checked_div(size).map_or(0, |q| q * size);
     (0..whole.div_ceil(per.max(1))).map(move |k| (k * per, per.min(whole - k * per)))
 }
 
