@@ -90,6 +90,21 @@ __device__ inline void grid_arrive(unsigned long long* count)
     atomicAdd(count, 1ull);
 }
 
+/** Every block, whole block: its run of the `nbytes` at `from` into `to`
+ *  (block b copies bytes [b run, (b + 1) run), run a 256-byte multiple, so
+ *  the addresses' alignment is kept), then every block but 0 counts itself
+ *  in `*count` (grid_arrive); block 0 waits for gridDim.x - 1 there before
+ *  it reads `to`. The in-place reduce's copy of its array into the reduce
+ *  scratch (reduce_net.rs), on the grid instead of a copy on the stream. */
+__device__ inline void grid_copy_in(void* to, const void* from, uint64_t nbytes, unsigned long long* count)
+{
+    const uint64_t run = ((nbytes + gridDim.x - 1) / gridDim.x + 255) / 256 * 256;
+    const uint64_t lo = (uint64_t)blockIdx.x * run;
+    if (lo < nbytes) block_copy((uint8_t*)to + lo, (const uint8_t*)from + lo, lo + run < nbytes ? run : nbytes - lo);
+    __syncthreads();
+    if (threadIdx.x == 0 && blockIdx.x != 0) grid_arrive(count);
+}
+
 /** Thread 0: wait until `*count` reaches `want` or the job aborts; returns
  *  CPNET_E_OK or the abort code. The acquire load pairs with the blocks'
  *  fenced counts (grid_arrive). */
@@ -342,12 +357,13 @@ __device__ inline int grid_fenced_epoch(cpnet_ctx_t* ctx, const cpnet_team_desc_
  *  runs; the first error a mover meets is in words[3]; words[1] counts
  *  arrivals over the whole launch.
  *
- *  With `entry` (the runtime's in-place reduce, reduce_net.rs: each member
- *  copied its dest into its reduce scratch, `source` here, on its stream
- *  before this kernel), block 0 first runs an entry epoch, so no member
- *  puts into a dest whose member has not copied it out yet, and releases
- *  the movers through words[4] (1; 2: block 0 failed, move nothing); the
- *  three epochs above follow it. Returns as reduce_grid. */
+ *  With `entry` (the runtime's in-place reduce, reduce_net.rs), every
+ *  block first copies its run of dest into `source` (this PE's reduce
+ *  scratch; grid_copy_in, counted in words[5]); block 0 waits for the
+ *  copies, runs an entry epoch, so no member puts into a dest whose member
+ *  has not copied it out yet, and releases the movers through words[4] (1;
+ *  2: block 0 failed, move nothing); the three epochs above follow it.
+ *  Returns as reduce_grid. */
 template <typename T, int OP>
 __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uint64_t source, uint64_t n,
                                  unsigned long long* words, int my_idx, int size, int comm, bool entry)
@@ -359,6 +375,7 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
     unsigned long long* const missing = &words[2];
     unsigned long long* const first_err = &words[3];
     unsigned long long* const entered = &words[4];
+    if (entry) grid_copy_in((void*)source, (const void*)dest, n * sizeof(T), &words[5]);
     const uint64_t m = n / (uint64_t)(size > 0 ? size : 1);
     const uint64_t pbytes = m * sizeof(T);
     const unsigned C = comm < 1 ? 1u : ((unsigned)comm > gridDim.x ? gridDim.x : (unsigned)comm);
@@ -415,7 +432,10 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
             return st.err;
         }
         if (entry) {
-            const int r = grid_epoch(&st.ctx, st.d, st.epoch);
+            if (threadIdx.x == 0) st.err = grid_wait_count(h, &words[5], gridDim.x - 1);
+            __syncthreads();
+            int r = st.err;
+            if (r == CPNET_E_OK) r = grid_epoch(&st.ctx, st.d, st.epoch);
             /* Release: pairs with the movers' acquire below; every member
              * has entered (its dest is in its scratch) before any put. */
             if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)entered, r == CPNET_E_OK ? 1 : 2);
@@ -559,20 +579,30 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
  *
  *  Each link carries the array once each way, as the reduce-scatter and
  *  allgather together do, in two signal rounds instead of three, and the
- *  fold reads twice the array. dest and source must not overlap. Returns,
- *  in block 0, CPNET_E_OK or the failure it also reported. */
+ *  fold reads twice the array. dest and source must not overlap. With
+ *  `copy_in` (the runtime's in-place reduce, reduce_net.rs), every block
+ *  first copies its run of dest into `source` (this PE's reduce scratch;
+ *  grid_copy_in, counted in words[5]) and block 0 waits for the copies
+ *  before the entry epoch. Returns, in block 0, CPNET_E_OK or the failure
+ *  it also reported. */
 template <typename T, int OP>
 __device__ inline int reduce_pair(cpnet_handle_t* h, int team, uint64_t dest, uint64_t source, uint64_t n,
-                                  unsigned long long* words, int my_idx)
+                                  unsigned long long* words, int my_idx, bool copy_in = false)
 {
     __shared__ grid_state st;
+    if (copy_in) grid_copy_in((void*)source, (const void*)dest, n * sizeof(T), &words[5]);
     if (blockIdx.x == 0) {
         if (!grid_open(h, team, my_idx, 2, words, 2, false, &st)) {
             if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)&words[0], 2);
             return st.err;
         }
         const int peer = 1 - my_idx;
-        int r = grid_epoch(&st.ctx, st.d, st.epoch);
+        if (copy_in) {
+            if (threadIdx.x == 0) st.err = grid_wait_count(h, &words[5], gridDim.x - 1);
+            __syncthreads();
+        }
+        int r = copy_in ? st.err : CPNET_E_OK;
+        if (r == CPNET_E_OK) r = grid_epoch(&st.ctx, st.d, st.epoch);
         if (r == CPNET_E_OK) {
             /* The SET of e + 1 never lands before that of e. */
             cpnet_fence(&st.ctx);

@@ -30,17 +30,18 @@
 //! `source`, so these forms need the two apart. An in-place reduce (`dest
 //! == source`) goes through the PE's reduce scratch (`CPNET_REDUCE_SCRATCH`,
 //! heap of its own past the teams' scratch, [`Scratch`]): in chunks of the
-//! scratch's size, each member copies its chunk of `dest` there on its
-//! stream, and the reduce runs from that copy into `dest` with an entry
-//! epoch first, so no member puts into a chunk its owner has not copied out
-//! yet (the pair exchange has that epoch anyway). Without scratch, or with
+//! scratch's size, the kernel's blocks first copy the member's chunk of
+//! `dest` there (`grid_copy_in`), and the reduce runs from that copy into
+//! `dest` after an entry epoch that follows the copy, so no member puts
+//! into a chunk its owner has not copied out yet (the pair exchange has
+//! that epoch anyway). Without scratch, or with
 //! a partial overlap (undefined in OpenSHMEM 1.5 §9.9.12), it takes the
 //! one-block form through the team scratch: 21.6 ms for 16 MiB of floats
 //! over shm on two H100s.
 
 use cpnet_device::cpu::{ReduceOp, ReduceType, SymAddr};
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaStream, DeviceRepr, result};
+use cudarc::driver::{CudaEvent, CudaStream, DeviceRepr};
 use parking_lot::Mutex;
 
 use super::GpuPe;
@@ -84,8 +85,10 @@ struct NetArgs {
     /// Blocks that move data, each with its own context.
     comm: i32,
     /// 0: the reduce-scatter and allgather (`reduce_net`); 1: the pair
-    /// exchange of a team of two (`reduce_pair`); 2: the reduce-scatter
-    /// and allgather after an entry epoch (an in-place reduce's chunk).
+    /// exchange of a team of two (`reduce_pair`); 2 and 3: those of an
+    /// in-place reduce's chunk, which first copy `dest` into `source` (the
+    /// reduce scratch) on the grid, the reduce-scatter then with an entry
+    /// epoch.
     form: i32,
 }
 
@@ -111,9 +114,9 @@ static_assert(sizeof(red_net_args) == 48, "red_net_args: as NetArgs in reduce_ne
 extern "C" __global__ void __launch_bounds__(CPNET_GRID_THREADS)
 cpnet_reduce_net(cpnet_handle_t h, int team, red_net_args a)
 {{
-    if (a.form == 1)
+    if (a.form == 1 || a.form == 3)
         cpnet_detail::reduce_pair<elem_t, cpnet_detail::{red}>(&h, team, a.dest, a.source, a.n,
-            (unsigned long long*)a.words, a.my_idx);
+            (unsigned long long*)a.words, a.my_idx, a.form == 3);
     else
         cpnet_detail::reduce_net<elem_t, cpnet_detail::{red}>(&h, team, a.dest, a.source, a.n,
             (unsigned long long*)a.words, a.my_idx, a.size, a.comm, a.form == 2);
@@ -158,7 +161,8 @@ fn in_place_chunks(n: u64, size: u64, per: u64) -> impl Iterator<Item = (u64, u6
 /// Which network-path form a reduce takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Form {
-    /// Reduce-scatter and allgather; `true`: after an entry epoch.
+    /// Reduce-scatter and allgather; `true`: in place (a copy into the
+    /// scratch, then an entry epoch).
     Scatter(bool),
     /// The pair exchange (its entry epoch is its own).
     Pair,
@@ -273,8 +277,8 @@ impl GpuPe {
     }
 
     /// The in-place reduce through the reduce scratch (the module): per
-    /// chunk a device-to-device copy of `dest`'s chunk into the scratch and
-    /// a launch from there into the chunk, after the scratch's last use on
+    /// chunk a launch that copies `dest`'s chunk into the scratch and
+    /// reduces from there into the chunk, after the scratch's last use on
     /// any stream. Returns the elements taken (a multiple of the team's
     /// size).
     fn reduce_in_place<T: ReduceType>(&self, team: &Team, op: ReduceOp, dest: SymAddr, nreduce: u64, stream: &CudaStream) -> Result<u64> {
@@ -291,15 +295,11 @@ impl GpuPe {
         let mut done = 0u64;
         let mut run = || -> Result<()> {
             for (first, len) in in_place_chunks(nreduce, size, per) {
+                // The chunk, inside `dest`'s range (checked by the caller);
+                // the scratch holds `per` >= len elements, and the launch is
+                // ordered on `stream` after the scratch's last use (the wait
+                // above).
                 let at = SymAddr(dest.0 + first * elem);
-                // SAFETY: `at` .. + len x elem is inside `dest`'s range, which
-                // the caller checked inside the heap; the scratch's `bytes`
-                // (>= per x elem) are this PE's own past the teams' scratch
-                // (reserved at start-up); both are device memory of this
-                // context (bound above), and the copy is ordered on `stream`
-                // after the scratch's last use (the wait above).
-                unsafe { result::memcpy_dtod_async(self.dev_ptr(s.at), self.dev_ptr(at), (len * elem) as usize, stream.cu_stream()) }
-                    .map_err(cuda("cuMemcpyDtoDAsync (dest into the reduce scratch)"))?;
                 done += self.reduce_net_launch::<T>(team, op, at, s.at, len, true, stream)?;
             }
             Ok(())
@@ -312,7 +312,8 @@ impl GpuPe {
     }
 
     /// One launch of the network path's forms from `source` into `dest`
-    /// (apart), `entry` asking for an entry epoch before any put: returns
+    /// (apart), `in_place` asking it to copy `dest` into `source` (the
+    /// reduce scratch) first, with an entry epoch after the copy: returns
     /// the elements it takes.
     #[allow(clippy::too_many_arguments)]
     fn reduce_net_launch<T: ReduceType>(
@@ -322,7 +323,7 @@ impl GpuPe {
         dest: SymAddr,
         source: SymAddr,
         nreduce: u64,
-        entry: bool,
+        in_place: bool,
         stream: &CudaStream,
     ) -> Result<u64> {
         let d = team.desc();
@@ -332,7 +333,7 @@ impl GpuPe {
         let bytes = nreduce * T::SIZE as u64;
         // A team of two through staging zones: the pair exchange of the
         // whole array, folded on every block.
-        let form = self.net_form(size, bytes, entry);
+        let form = self.net_form(size, bytes, in_place);
         let pair = form == Form::Pair;
         // Else movers: one per proxy thread and NET_BYTES_PER_MOVER of the
         // part, except through staging zones.
@@ -342,10 +343,11 @@ impl GpuPe {
         let comm = if self.staging_zones() { 1 } else { threads.min(part.div_ceil(NET_BYTES_PER_MOVER)).clamp(1, NET_MAX_BLOCKS) };
         let blocks = part.div_ceil(NET_BYTES_PER_BLOCK).clamp(comm, NET_MAX_BLOCKS) as u32;
         let n = if pair { nreduce } else { m * size };
-        let form = match form {
-            Form::Scatter(false) => 0,
-            Form::Pair => 1,
-            Form::Scatter(true) => 2,
+        let form = match (form, in_place) {
+            (Form::Scatter(_), false) => 0,
+            (Form::Pair, false) => 1,
+            (Form::Scatter(_), true) => 2,
+            (Form::Pair, true) => 3,
         };
         // SAFETY: kernel() declares cpnet_reduce_net(cpnet_handle_t, int,
         // red_net_args), which NetArgs mirrors (asserted on both sides);
