@@ -240,6 +240,18 @@ pub const fn claim_abort(n_queues: usize) -> usize {
 
 const _: () = assert!(CPNET_CLAIM_AFTER_REPORT < CPNET_CLAIM_EXTRA && CPNET_CLAIM_AFTER_ABORT < CPNET_CLAIM_EXTRA);
 
+// cmd.h's reduction operators number `cpu::ReduceOp::ALL` in its order
+// (libcpnet maps a code to `ALL[code]`; team.cuh's enum takes the codes).
+const _: () = assert!(
+    CPNET_RED_AND == 0
+        && CPNET_RED_OR == 1
+        && CPNET_RED_XOR == 2
+        && CPNET_RED_MIN == 3
+        && CPNET_RED_MAX == 4
+        && CPNET_RED_SUM == 5
+        && CPNET_RED_PROD == 6
+);
+
 /// The PE-wide status block (`cpnet_status_t`): the host sets `abort`; a
 /// kernel reports its first device-side error (a wait timeout) here.
 #[repr(C)]

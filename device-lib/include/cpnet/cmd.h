@@ -584,6 +584,25 @@ typedef struct cpnet_team_desc {
  *  ceil(part / this) blocks, at most CPNET_REDUCE_GRID_MAX_BLOCKS. */
 #define CPNET_REDUCE_GRID_BYTES_PER_BLOCK 16384
 
+/** The reduction operators (team.cuh's enum reduce_op, team.rs's ReduceOp,
+ *  in that order), as libcpnet's cpnet_gpu_reduce_on_stream_net takes them
+ *  from nvshmem.h. */
+#define CPNET_RED_AND 0
+#define CPNET_RED_OR 1
+#define CPNET_RED_XOR 2
+#define CPNET_RED_MIN 3
+#define CPNET_RED_MAX 4
+#define CPNET_RED_SUM 5
+#define CPNET_RED_PROD 6
+/** Element kinds of cpnet_gpu_reduce_on_stream_net, with the element's
+ *  size in bytes: two's-complement signed and unsigned integers, IEEE
+ *  binary floats (4 and 8 bytes), half and bfloat16. */
+#define CPNET_KIND_SIGNED 0
+#define CPNET_KIND_UNSIGNED 1
+#define CPNET_KIND_FLOAT 2
+#define CPNET_KIND_HALF 3
+#define CPNET_KIND_BFLOAT16 4
+
 #define CPNET_REDUCE_GRID_ARGS_BYTES 552
 #define CPNET_REDUCE_GRID_ARGS_OFF_DEST 0
 #define CPNET_REDUCE_GRID_ARGS_OFF_SOURCE 8

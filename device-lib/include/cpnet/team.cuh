@@ -196,8 +196,17 @@ __device__ __forceinline__ cpnet_bfloat16_t cpnet_float_to_bfloat16(float f)
 
 namespace cpnet_detail {
 
-/** The reduction operators, in the order of team.rs's ReduceOp. */
-enum reduce_op { RED_AND, RED_OR, RED_XOR, RED_MIN, RED_MAX, RED_SUM, RED_PROD };
+/** The reduction operators, in the order of team.rs's ReduceOp (cmd.h's
+ *  CPNET_RED_*, their one source). */
+enum reduce_op {
+    RED_AND = CPNET_RED_AND,
+    RED_OR = CPNET_RED_OR,
+    RED_XOR = CPNET_RED_XOR,
+    RED_MIN = CPNET_RED_MIN,
+    RED_MAX = CPNET_RED_MAX,
+    RED_SUM = CPNET_RED_SUM,
+    RED_PROD = CPNET_RED_PROD
+};
 
 /** The team table entry of `team`, or nullptr: no table, out of range, or a
  *  free entry (size 0). Plain loads: the host writes an entry only while no

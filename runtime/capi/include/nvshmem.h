@@ -1066,22 +1066,16 @@ template <class Op>
 const int preload_grid<Op>::registered = register_preload((const void*)reduce_grid_kernel<Op>);
 
 /* The element kind libcpnet's cpnet_gpu_reduce_on_stream_net takes with
- * the size (runtime/capi/src/gpu.rs: 0 signed, 1 unsigned, 2 IEEE float,
- * 3 half, 4 bfloat16). */
+ * the size (cmd.h's CPNET_KIND_*). Its operator is Op::red, team.cuh's
+ * enum reduce_op, whose values are cmd.h's CPNET_RED_*. */
 template <class T>
 static inline int reduce_kind()
 {
-    if (std::is_same<T, cpnet_half_t>::value) return 3;
-    if (std::is_same<T, cpnet_bfloat16_t>::value) return 4;
-    if (std::is_floating_point<T>::value) return 2;
-    return std::is_signed<T>::value ? 0 : 1;
+    if (std::is_same<T, cpnet_half_t>::value) return CPNET_KIND_HALF;
+    if (std::is_same<T, cpnet_bfloat16_t>::value) return CPNET_KIND_BFLOAT16;
+    if (std::is_floating_point<T>::value) return CPNET_KIND_FLOAT;
+    return std::is_signed<T>::value ? CPNET_KIND_SIGNED : CPNET_KIND_UNSIGNED;
 }
-/* The operator codes cpnet_gpu_reduce_on_stream_net maps (gpu.rs's
- * reduce_op). */
-static_assert(cpnet_detail::RED_AND == 0 && cpnet_detail::RED_OR == 1 && cpnet_detail::RED_XOR == 2 &&
-                  cpnet_detail::RED_MIN == 3 && cpnet_detail::RED_MAX == 4 && cpnet_detail::RED_SUM == 5 &&
-                  cpnet_detail::RED_PROD == 6,
-              "enum reduce_op: as reduce_op in runtime/capi/src/gpu.rs");
 
 /* The _reduce_on_stream forms. Where some member's heap is not mapped here
  * (the network path), from 64 KiB the runtime's forms

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use cpnet_device::cpu::{ReduceOp, SymAddr};
-use cpnet_device::layout::CPNET_HANDLE_BYTES;
+use cpnet_device::layout::{self, CPNET_HANDLE_BYTES};
 use rt::GpuPe;
 
 use crate::state::fatal;
@@ -304,27 +304,19 @@ pub unsafe extern "C" fn cpnet_gpu_finalize(routine: *const c_char) {
 }
 
 /// Element kinds of [`cpnet_gpu_reduce_on_stream_net`] (with the size in
-/// bytes): nvshmem.h's `cpnet_nv::reduce_kind<T>()`.
-const KIND_SIGNED: c_int = 0;
-const KIND_UNSIGNED: c_int = 1;
-const KIND_FLOAT: c_int = 2;
-const KIND_HALF: c_int = 3;
-const KIND_BFLOAT16: c_int = 4;
+/// bytes): cmd.h's `CPNET_KIND_*`, which nvshmem.h's
+/// `cpnet_nv::reduce_kind<T>()` gives.
+const KIND_SIGNED: c_int = layout::CPNET_KIND_SIGNED as c_int;
+const KIND_UNSIGNED: c_int = layout::CPNET_KIND_UNSIGNED as c_int;
+const KIND_FLOAT: c_int = layout::CPNET_KIND_FLOAT as c_int;
+const KIND_HALF: c_int = layout::CPNET_KIND_HALF as c_int;
+const KIND_BFLOAT16: c_int = layout::CPNET_KIND_BFLOAT16 as c_int;
 
-/// The operator of team.cuh's `enum reduce_op` (`RED_AND` 0 .. `RED_PROD`
-/// 6, asserted in nvshmem.h beside the call).
+/// The operator of cmd.h's code `op` (`CPNET_RED_*`, which team.cuh's
+/// `enum reduce_op` takes): `ReduceOp::ALL[op]`, the order
+/// `cpnet_device::layout` asserts.
 fn reduce_op(op: c_int) -> Option<ReduceOp> {
-    use ReduceOp as R;
-    Some(match op {
-        0 => R::And,
-        1 => R::Or,
-        2 => R::Xor,
-        3 => R::Min,
-        4 => R::Max,
-        5 => R::Sum,
-        6 => R::Prod,
-        _ => return None,
-    })
+    usize::try_from(op).ok().and_then(|i| ReduceOp::ALL.get(i).copied())
 }
 
 /// The network path's forms of the reduce to all on a stream
