@@ -15,7 +15,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use cpnet_device::cpu::{ReduceOp, SymAddr};
 use cpnet_device::layout::{self, CPNET_HANDLE_BYTES};
-use rt::GpuPe;
+use rt::{GpuPe, Team};
 
 use crate::state::fatal;
 
@@ -48,6 +48,36 @@ fn with_pe<R>(routine: *const c_char, f: impl FnOnce(&GpuPe) -> R) -> R {
             fatal(routine, "called before nvshmem_init (cpnet_gpu_init)")
         }
     }
+}
+
+/// nvshmem.h's team handle `team` (world 0, node 1) as the runtime's team;
+/// `None` for any other.
+fn team_of(pe: &GpuPe, team: c_int) -> Option<Team> {
+    match team {
+        0 => Some(pe.team_world()),
+        1 => Some(pe.team_node()),
+        _ => None,
+    }
+}
+
+/// The heap offset of device address `p` of this PE's heap (wrapping: an
+/// address outside the heap gives an offset past its end, which the
+/// runtime's range checks refuse).
+fn heap_offset(pe: &GpuPe, p: *const c_void) -> SymAddr {
+    SymAddr((p as u64).wrapping_sub(pe.dev_ptr(SymAddr(0))))
+}
+
+/// `stream` (a `cudaStream_t` of this PE's device; null: the legacy
+/// stream) as a cudarc stream that does not destroy it.
+///
+/// # Safety
+/// `stream` is null or a live stream of this PE's device, kept alive until
+/// the work enqueued through the wrapper has run.
+unsafe fn borrowed_stream(pe: &GpuPe, stream: *mut c_void) -> std::sync::Arc<cudarc::driver::CudaStream> {
+    // SAFETY: the caller's contract above, as for any cudaStream_t it
+    // passes; the wrapper does not destroy the stream, and everything
+    // enqueued through it is ordered with the caller's own work on it.
+    unsafe { pe.cuda().wrap_borrowed_stream(stream as cudarc::driver::sys::CUstream) }
 }
 
 fn handle_bytes(pe: &GpuPe) -> [u8; CPNET_HANDLE_BYTES] {
@@ -195,11 +225,7 @@ pub unsafe extern "C" fn cpnet_gpu_persistent_blocks(
 /// `routine` is null or a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cpnet_gpu_team_my_pe(routine: *const c_char, team: c_int) -> c_int {
-    with_pe(routine, |pe| match team {
-        0 => pe.team_world().my_pe(),
-        1 => pe.team_node().my_pe(),
-        _ => -1,
-    })
+    with_pe(routine, |pe| team_of(pe, team).map_or(-1, |t| t.my_pe()))
 }
 
 /// Number of PEs in team `team` (`nvshmem_team_n_pes`): world (0) and node
@@ -209,11 +235,7 @@ pub unsafe extern "C" fn cpnet_gpu_team_my_pe(routine: *const c_char, team: c_in
 /// `routine` is null or a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cpnet_gpu_team_n_pes(routine: *const c_char, team: c_int) -> c_int {
-    with_pe(routine, |pe| match team {
-        0 => pe.team_world().n_pes(),
-        1 => pe.team_node().n_pes(),
-        _ => -1,
-    })
+    with_pe(routine, |pe| team_of(pe, team).map_or(-1, |t| t.n_pes()))
 }
 
 /// `bytes` of symmetric GPU memory aligned to `align` (a power of two, at
@@ -250,12 +272,11 @@ pub unsafe extern "C" fn cpnet_gpu_free(routine: *const c_char, ptr: *mut c_void
         return;
     }
     let r = with_pe(routine, |pe| {
-        let base = pe.dev_ptr(SymAddr(0));
-        let off = (ptr as u64).wrapping_sub(base);
-        if off >= pe.heap_size() {
+        let off = heap_offset(pe, ptr);
+        if off.0 >= pe.heap_size() {
             return Err(format!("{ptr:p} is not in the symmetric heap"));
         }
-        pe.shfree(SymAddr(off)).map_err(|e| e.to_string())
+        pe.shfree(off).map_err(|e| e.to_string())
     });
     if let Err(why) = r {
         fatal(routine, &why);
@@ -353,21 +374,13 @@ pub unsafe extern "C" fn cpnet_gpu_reduce_on_stream_net(
 ) -> usize {
     let Some(op) = reduce_op(op) else { return 0 };
     let r = with_pe(routine, |pe| {
-        let t = match team {
-            0 => pe.team_world(),
-            1 => pe.team_node(),
-            _ => return Ok(0),
-        };
-        let base = pe.dev_ptr(SymAddr(0));
-        let (d, s) = ((dest as u64).wrapping_sub(base), (source as u64).wrapping_sub(base));
-        // SAFETY: `stream` is a live stream of this PE's device (the
-        // caller's contract, as for any cudaStream_t it passes); the
-        // wrapper does not destroy it, and everything enqueued through it
-        // is ordered with the caller's own work on it.
-        let st = unsafe { pe.cuda().wrap_borrowed_stream(stream as cudarc::driver::sys::CUstream) };
+        let Some(t) = team_of(pe, team) else { return Ok(0) };
+        let (d, s) = (heap_offset(pe, dest), heap_offset(pe, source));
+        // SAFETY: this function's own contract on `stream`.
+        let st = unsafe { borrowed_stream(pe, stream) };
         macro_rules! run {
             ($t:ty) => {
-                pe.team_reduce_on_stream_net::<$t>(&t, op, SymAddr(d), SymAddr(s), nreduce, &st)
+                pe.team_reduce_on_stream_net::<$t>(&t, op, d, s, nreduce, &st)
             };
         }
         match (kind, size) {
@@ -418,17 +431,10 @@ pub unsafe extern "C" fn cpnet_gpu_alltoall_on_stream_large(
     stream: *mut c_void,
 ) -> c_int {
     let r = with_pe(routine, |pe| {
-        let t = match team {
-            0 => pe.team_world(),
-            1 => pe.team_node(),
-            _ => return Ok(false),
-        };
-        let base = pe.dev_ptr(SymAddr(0));
-        let (d, s) = ((dest as u64).wrapping_sub(base), (source as u64).wrapping_sub(base));
-        // SAFETY: as in cpnet_gpu_reduce_on_stream_net: a live stream of
-        // this PE's device, not destroyed by the wrapper.
-        let st = unsafe { pe.cuda().wrap_borrowed_stream(stream as cudarc::driver::sys::CUstream) };
-        pe.team_alltoall_on_stream_large(&t, SymAddr(d), SymAddr(s), nbytes, &st).map_err(|e| e.to_string())
+        let Some(t) = team_of(pe, team) else { return Ok(false) };
+        // SAFETY: this function's own contract on `stream`.
+        let st = unsafe { borrowed_stream(pe, stream) };
+        pe.team_alltoall_on_stream_large(&t, heap_offset(pe, dest), heap_offset(pe, source), nbytes, &st).map_err(|e| e.to_string())
     });
     match r {
         Ok(launched) => c_int::from(launched),
