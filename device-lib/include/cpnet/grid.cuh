@@ -119,6 +119,19 @@ __device__ inline int grid_wait_count(cpnet_handle_t* h, const unsigned long lon
     return CPNET_E_OK;
 }
 
+/** Thread 0 of a block other than 0: wait while `*word` holds `from`, or
+ *  until the job aborts; returns the value it saw next (2 on abort: block
+ *  0 failed). The acquire load pairs with block 0's release store of the
+ *  word (go, the reduce's `entered`). */
+__device__ inline int grid_wait_word(cpnet_handle_t* h, const unsigned long long* word, unsigned long long from)
+{
+    unsigned polls = 0;
+    unsigned long long v;
+    while ((v = cpnet_ld_acquire_sys_u64((const uint64_t*)word)) == from)
+        if ((++polls & 1023) == 0 && cpnet_abort_code(h) != CPNET_E_OK) return 2;
+    return (int)v;
+}
+
 /** Every block, whole block: block 0 opens its context, checks `team`
  *  against (my_idx, size) and takes `epochs` epochs (the first in
  *  st->epoch); with `entry` it runs the first as the entry epoch and then
@@ -130,14 +143,7 @@ __device__ inline bool grid_open(cpnet_handle_t* h, int team, int my_idx, int si
 {
     if (blockIdx.x != 0) {
         if (!entry) return true;
-        if (threadIdx.x == 0) {
-            unsigned polls = 0;
-            unsigned long long v;
-            /* Acquire: pairs with block 0's release of words[0]. */
-            while ((v = cpnet_ld_acquire_sys_u64((const uint64_t*)&words[0])) == 0)
-                if ((++polls & 1023) == 0 && cpnet_abort_code(h) != CPNET_E_OK) break;
-            st->go = (int)v;
-        }
+        if (threadIdx.x == 0) st->go = grid_wait_word(h, &words[0], 0);
         __syncthreads();
         return st->go == 1;
     }
@@ -311,12 +317,7 @@ __device__ inline int reduce_grid(cpnet_handle_t* h, int team, const cpnet_reduc
  *  or the abort code; returns what it saw (1: go, 2: block 0 failed). */
 __device__ inline int grid_wait_go(cpnet_handle_t* h, unsigned long long* words)
 {
-    unsigned polls = 0;
-    unsigned long long v;
-    /* Acquire: pairs with block 0's release of words[0]. */
-    while ((v = cpnet_ld_acquire_sys_u64((const uint64_t*)&words[0])) == 0)
-        if ((++polls & 1023) == 0 && cpnet_abort_code(h) != CPNET_E_OK) return 2;
-    return (int)v;
+    return grid_wait_word(h, &words[0], 0);
 }
 
 /** Block 0, whole block: a fence (the puts and signals so far are
@@ -468,14 +469,8 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
         /* A context on a team that does not check out goes back at once. */
         if (!has_ctx && created == CPNET_E_OK) cpnet_ctx_destroy(&st.ctx);
         if (has_ctx && entry) {
-            if (threadIdx.x == 0) {
-                unsigned polls = 0;
-                unsigned long long v;
-                /* Acquire: pairs with block 0's release of `entered`. */
-                while ((v = cpnet_ld_acquire_sys_u64((const uint64_t*)entered)) == 0)
-                    if ((++polls & 1023) == 0 && cpnet_abort_code(h) != CPNET_E_OK) { v = 2; break; }
-                st.go = (int)v;
-            }
+            /* Block 0's release of `entered`: every member copied its chunk. */
+            if (threadIdx.x == 0) st.go = grid_wait_word(h, entered, 0);
             __syncthreads();
         }
         if (has_ctx && (!entry || st.go == 1)) {
@@ -525,14 +520,8 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
         if (!mover) return CPNET_E_OK;
         /* 3. A mover's runs of the allgather, once block 0 says every
          * member has folded. */
-        if (threadIdx.x == 0) {
-            unsigned polls = 0;
-            unsigned long long v;
-            /* Acquire: pairs with block 0's release of go = 3 (or 2). */
-            while ((v = cpnet_ld_acquire_sys_u64((const uint64_t*)go)) == 1)
-                if ((++polls & 1023) == 0 && cpnet_abort_code(h) != CPNET_E_OK) { v = 2; break; }
-            st.go = (int)v;
-        }
+        /* Block 0's release of go = 3 (or 2). */
+        if (threadIdx.x == 0) st.go = grid_wait_word(h, go, 1);
         __syncthreads();
         if (st.go == 3 && has_ctx) {
             move(blockIdx.x, true);
