@@ -621,13 +621,25 @@ __device__ __noinline__ inline int create(const cpnet_handle_t* h, cpnet_ctx_t* 
     return CPNET_E_NO_QUEUE;
 }
 
-/** Return the context's queue (leader only): drain (quiet), store the
- *  producer's private indices back, then release-store in_use = 0 (pairs with
- *  the next owner's acquire CAS). Returns the drain's result. */
+/** Return the context's queue (leader only): drain (quiet) where a command
+ *  went in since the last drain, store the producer's private indices back,
+ *  then release-store in_use = 0 (pairs with the next owner's acquire CAS).
+ *  Returns the drain's result (without one, the device-side failure
+ *  remembered since the last quiet, or CPNET_E_OK). */
 __device__ __noinline__ inline int destroy(cpnet_ctx_t* ctx)
 {
     if (ctx->ctl == nullptr) return CPNET_E_NO_QUEUE;
-    const int e = drain(ctx, CPNET_OP_QUIET);
+    /* Nothing went into the queue since the last drain (proxy_used is set
+     * by every submit but the drain's own): the queue is complete already,
+     * and that drain reported the proxy's errors; a device-side failure
+     * since (pending_error) is still this call's to return. */
+    int e = CPNET_E_OK;
+    if (ctx->proxy_used) {
+        e = drain(ctx, CPNET_OP_QUIET);
+    } else {
+        e = ctx->pending_error;
+        ctx->pending_error = CPNET_E_OK;
+    }
     cpnet_st_relaxed_sys_u64(&ctx->prod->write_idx, ctx->write_idx);
     cpnet_st_relaxed_sys_u64(&ctx->prod->cached_consumed, ctx->cached_consumed);
     if (ctx->claims != nullptr) {

@@ -62,8 +62,14 @@ pub const NET_MIN_BYTES: u64 = 64 << 10;
 pub const NET_PAIR_MAX_BYTES: u64 = 4 << 20;
 /// Most blocks of the fold.
 pub const NET_MAX_BLOCKS: u64 = 64;
-/// Bytes of this member's part per fold block.
-pub const NET_BYTES_PER_BLOCK: u64 = 256 << 10;
+/// Bytes of this member's part (the pair exchange: of the array) per fold
+/// block. The fold runs after the data landed, on the critical path: one
+/// block folds about 57 GB/s. On two H200s (docs/results.md, "Session 26"),
+/// the pair exchange with 16 KiB per block took 54 / 63 / 97 / 188 µs for 64
+/// KiB / 256 KiB / 1 MiB / 4 MiB against 59 / 78 / 113 / 206 with 256 KiB
+/// (its fold alone: 1.5 µs against 14 at 256 KiB and 1 MiB); 32 KiB was
+/// within the noise of 16.
+pub const NET_BYTES_PER_BLOCK: u64 = 16 << 10;
 /// Bytes of this member's part per mover block (one per proxy thread at
 /// most). Over `net` on two H200s (docs/results.md, "Session 23"), four
 /// movers took 191 µs for 64 KiB (16 KiB parts) against one's 131, and
