@@ -572,16 +572,24 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
  *  `copy_in` (the runtime's in-place reduce, reduce_net.rs), every block
  *  first copies its run of dest into `source` (this PE's reduce scratch;
  *  grid_copy_in, counted in words[5]) and block 0 waits for the copies
- *  before the entry epoch. Returns, in block 0, CPNET_E_OK or the failure
- *  it also reported. */
+ *  before the entry epoch.
+ *
+ *  With `land` (a landing half of this PE's reduce scratch, at the same
+ *  heap offset on the peer; the runtime alternates two per call, so the
+ *  peer puts call k + 2 there only after this member's call k + 1 put
+ *  reached it, which it issued after call k's fold), block 0 takes one
+ *  epoch e and runs no entry epoch: it puts its source into the peer's
+ *  `land` with SIG[my_idx] = e, waits for the peer's e, and the fold reads
+ *  the peer's array from `land`. Returns, in block 0, CPNET_E_OK or the
+ *  failure it also reported. */
 template <typename T, int OP>
 __device__ inline int reduce_pair(cpnet_handle_t* h, int team, uint64_t dest, uint64_t source, uint64_t n,
-                                  unsigned long long* words, int my_idx, bool copy_in = false)
+                                  unsigned long long* words, int my_idx, bool copy_in = false, uint64_t land = 0)
 {
     __shared__ grid_state st;
     if (copy_in) grid_copy_in((void*)source, (const void*)dest, n * sizeof(T), &words[5]);
     if (blockIdx.x == 0) {
-        if (!grid_open(h, team, my_idx, 2, words, 2, false, &st)) {
+        if (!grid_open(h, team, my_idx, 2, words, land != 0 ? 1 : 2, false, &st)) {
             if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)&words[0], 2);
             return st.err;
         }
@@ -591,17 +599,21 @@ __device__ inline int reduce_pair(cpnet_handle_t* h, int team, uint64_t dest, ui
             __syncthreads();
         }
         int r = copy_in ? st.err : CPNET_E_OK;
-        if (r == CPNET_E_OK) r = grid_epoch(&st.ctx, st.d, st.epoch);
-        if (r == CPNET_E_OK) {
+        /* Into the peer's landing half with e, or into its dest after entry
+         * epoch e with e + 1. */
+        const uint64_t e = land != 0 ? st.epoch : st.epoch + 1;
+        if (r == CPNET_E_OK && land == 0) {
+            r = grid_epoch(&st.ctx, st.d, st.epoch);
             /* The SET of e + 1 never lands before that of e. */
             cpnet_fence(&st.ctx);
-            cpnet_putmem_signal_nbi(&st.ctx, (void*)dest, (const void*)source, n * sizeof(T),
-                                    team_sig(&st.ctx, st.d, my_idx), st.epoch + 1, CPNET_SIGNAL_SET,
-                                    team_world_pe(st.d, peer));
-            r = team_wait_all(&st.ctx, st.d, st.epoch + 1);
         }
-        /* Release: what block 0 acquired with the peer's e + 1 (its data in
-         * dest), before the other blocks' loads of dest. */
+        if (r == CPNET_E_OK) {
+            cpnet_putmem_signal_nbi(&st.ctx, (void*)(land != 0 ? land : dest), (const void*)source, n * sizeof(T),
+                                    team_sig(&st.ctx, st.d, my_idx), e, CPNET_SIGNAL_SET, team_world_pe(st.d, peer));
+            r = team_wait_all(&st.ctx, st.d, e);
+        }
+        /* Release: what block 0 acquired with the peer's signal (its data in
+         * land or dest), before the other blocks' loads of it. */
         if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)&words[0], r == CPNET_E_OK ? 1 : 2);
         if (threadIdx.x == 0) st.err = r;
         __syncthreads();
@@ -620,12 +632,12 @@ __device__ inline int reduce_pair(cpnet_handle_t* h, int team, uint64_t dest, ui
     {
         cpnet_reduce_grid_args_t b;
         b.src[my_idx] = source;
-        b.src[1 - my_idx] = dest;
+        b.src[1 - my_idx] = land != 0 ? land : dest;
         b.dst[my_idx] = dest;
         b.my_idx = my_idx;
         b.size = 2;
         constexpr uint64_t V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
-        reduce_grid_block<T, OP>(b, 0, n, ((dest | source) & 15) == 0 ? V : 1, 1);
+        reduce_grid_block<T, OP>(b, 0, n, ((dest | source | land) & 15) == 0 ? V : 1, 1);
     }
     /* Every block counts itself; block 0 waits for the count and quiets. */
     return grid_close(h, words, 0, &st, false);

@@ -85,7 +85,7 @@
 //! | `CPNET_AGENT_BYTES` | GPU PEs on the staged path: puts, gets and their pieces of at most this many bytes move between the GPU heap and the pinned staging buffers through the landing agent (a one-block kernel each proxy thread starts, `cpnet/agent.cuh`: no CUDA driver call per message); larger ones through copy-engine copies and events. Signals and AMOs always go through the agent. `0`: data never does. 64 KiB since session 21: on two H200s over `net` the one-block alltoall of 64 KiB per pair took 61-63 µs against 74-84 at 16 KiB (docs/results.md) | bytes (K/M/G), `0..=CPNET_STAGE_CHUNK` | `64K` |
 //! | `CPNET_AGENT_LANES` | GPU PEs on the staged path: landing lanes per proxy thread, each a landing ring with its own agent (one block, its own stream), so records of different queues are applied in parallel; the records of one queue (an initiator's queue, seen from either end) always take the same lane, so they are applied in order; a copy split over the lanes (`CPNET_AGENT_SPLIT`) counts as applied when its last part is, and its signal follows that | integer, `1..=16` | `4` |
 //! | `CPNET_AGENT_SPLIT` | GPU PEs on the staged path: a copy between the heap and host staging larger than `CPNET_AGENT_BYTES` and at most `CPNET_AGENT_LANES` times it (a put's piece out of the heap, a received piece into it) moves as one landing record per lane, each lane's agent a block of its own, instead of by a copy engine: a copy-engine copy and its event cost about 8 µs beyond their bytes (`cpnet-gpu-check copy-floor`). On two H100s over `shm` the one-block alltoall of 256 KiB per pair took 37.6-38.0 µs against 42.4-48.2 without (docs/results.md, "Session 24"). Off by itself where PEs share the GPU without MPS: their kernels then take turns with each other's, and an agent waits for its turn where a copy engine does not | `0` or `1` | `1` |
-//! | `CPNET_REDUCE_SCRATCH` | GPU PEs: heap bytes each PE reserves past the teams' scratch for the network path's in-place reduce on a stream (`team_reduce_on_stream` with `dest == source` of 64 KiB or more, where the members' heaps are not mapped): in chunks of this size, the reduce's kernel copies the member's array there and runs from that copy into `dest`, instead of on one block through the team scratch (21.6 ms for 16 MiB of floats over `shm` on two H100s). One per PE: in-place reduces on different streams take it in the order they were enqueued on this PE, so the members must enqueue them in the same order. `0`: none (the one-block form) | bytes (K/M/G), a multiple of 256, `0..=1G` | `16M` |
+//! | `CPNET_REDUCE_SCRATCH` | GPU PEs: heap bytes each PE reserves past the teams' scratch for the network path's reduce on a stream (`team_reduce_on_stream` of 64 KiB or more where the members' heaps are not mapped), at the same offset on every PE. Where it holds 8 MiB + 64 KiB or more, its first 8 MiB are two landing halves into which the peer of a world team of two puts its array for the pair exchange (up to 4 MiB, through staging zones), one call each in turn, so the call needs no entry round. The rest is the in-place copy: an in-place reduce (`dest == source`) runs in chunks of its size, the reduce's kernel copying the member's array there and reducing from that copy into `dest`, instead of on one block through the team scratch (21.6 ms for 16 MiB of floats over `shm` on two H100s). One per PE: reduces that use it on different streams take it in the order they were enqueued on this PE, so the members must enqueue them in the same order. `0`: none (the one-block form in place; the pair exchange with an entry round) | bytes (K/M/G), a multiple of 256, `0..=1G` | `24M` |
 //! | `CPNET_AGENT_IDLE` | GPU PEs: a landing agent with nothing to do for this long exits (it holds one block of one SM while it runs, and a device synchronize waits for it); the next record starts it again with one kernel launch | microseconds, `1..=10000000` | `2000` |
 //! | `CPNET_PAYLOAD_BYTES` | GPU PEs: each queue slot has a payload slot of this many bytes in pinned host memory mapped into the GPU (`cmd.h` P0); a put or put-with-signal through the queue of more than 8 and at most this many bytes is copied there by the work-group itself, so the proxy sends it without a copy out of the GPU heap. Halved until all queues' slots fit in 64 MiB (`queues x depth x bytes`), and at most `CPNET_STAGE_CHUNK`; `0`: none | bytes (K), `0` or a power of two in `16..=64K` | `4K` |
 //! | `CPNET_TRANSPORT_MAP` | `1`: right after init each PE prints on stderr one line per PE of the job (itself included) naming the path its operations to that PE take and the provider, as libfabric reports it: `cpnet: transport map: PE <me> -> PE <peer>: <path> via <provider> [<details>]`, path one of `self`, `p2p stores`, `ipc copy`, `rma`, `staged active messages` ([`crate::transport_map`]); `cpnet-run --transport-map` sets it for its PEs | `0` or `1` | `0` |
@@ -475,8 +475,9 @@ pub struct Tuning {
     /// the heap's end.
     pub team_scratch: u64,
     /// `CPNET_REDUCE_SCRATCH`: heap bytes a GPU PE reserves past the teams'
-    /// scratch for the network path's in-place reduce on a stream (a
-    /// multiple of 256; 0: none).
+    /// scratch for the network path's reduce on a stream: the world team of
+    /// two's landing halves (its first 8 MiB, where it holds 8 MiB + 64 KiB
+    /// or more) and the in-place copy (a multiple of 256; 0: none).
     pub reduce_scratch: u64,
     /// `CPNET_PAYLOAD_BYTES`: requested bytes per payload slot (0: none);
     /// [`Tuning::payload_slot_bytes`] gives the size in use.
@@ -541,7 +542,7 @@ impl Default for Tuning {
             agent_split: true,
             teams: 32,
             team_scratch: 128 << 10,
-            reduce_scratch: 16 << 20,
+            reduce_scratch: 24 << 20,
             payload_bytes: 4096,
             transport_map: false,
             proxy: None,

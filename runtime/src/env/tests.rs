@@ -354,7 +354,7 @@ fn gpu_pes_default_to_more_proxy_threads_unless_told() {
     assert!(Tuning::from_lookup(env(&[])).unwrap().agent_split, "copies split over the lanes by default");
     assert!(!Tuning::from_lookup(env(&[(AGENT_SPLIT, "0")])).unwrap().agent_split);
     assert!(Tuning::from_lookup(env(&[(AGENT_SPLIT, "2")])).is_err());
-    assert_eq!(Tuning::from_lookup(env(&[])).unwrap().reduce_scratch, 16 << 20, "16 MiB of in-place reduce scratch by default");
+    assert_eq!(Tuning::from_lookup(env(&[])).unwrap().reduce_scratch, 24 << 20, "24 MiB of reduce scratch by default: 8 MiB landing, 16 MiB in-place copy");
     assert_eq!(Tuning::from_lookup(env(&[(REDUCE_SCRATCH, "0")])).unwrap().reduce_scratch, 0);
     assert_eq!(Tuning::from_lookup(env(&[(REDUCE_SCRATCH, "4M")])).unwrap().reduce_scratch, 4 << 20);
     for bad in ["100", "2G", "-1", "x"] {

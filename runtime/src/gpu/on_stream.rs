@@ -179,12 +179,14 @@ impl GpuPe {
     /// by puts into the members' `dest` and back with the fold on a grid
     /// (`reduce_net.rs`: the network path; a team of two through staging
     /// zones, up to 4 MiB, exchanges the whole array in one put each way
-    /// instead; in place, `dest == source`, through this PE's reduce
-    /// scratch, `CPNET_REDUCE_SCRATCH`, in chunks of its size); else on
-    /// one block. [`GpuPe::team_reduce_on_stream_form`] names the form.
-    /// In-place reduces on different streams take the reduce scratch in
-    /// the order this PE enqueued them: every member must enqueue them in
-    /// the same order (as NCCL asks of operations on one communicator).
+    /// instead, the world team's into the peer's landing halves of its
+    /// reduce scratch, `CPNET_REDUCE_SCRATCH`; in place, `dest == source`,
+    /// through a copy in this PE's reduce scratch, in chunks of its size);
+    /// else on one block. [`GpuPe::team_reduce_on_stream_form`] names the
+    /// form. Reduces that use the reduce scratch on different streams take
+    /// it in the order this PE enqueued them: every member must enqueue
+    /// them in the same order (as NCCL asks of operations on one
+    /// communicator).
     ///
     /// # Errors
     /// [`Error::Team`]: a bitwise `op` on a float type; [`Error::OutsideHeap`]:

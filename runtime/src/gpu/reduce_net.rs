@@ -40,6 +40,7 @@
 //! over shm on two H100s.
 
 use cpnet_device::cpu::{ReduceOp, ReduceType, SymAddr};
+use cpnet_device::layout::CPNET_TEAM_WORLD;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, CudaStream, DeviceRepr};
 use parking_lot::Mutex;
@@ -96,13 +97,17 @@ struct NetArgs {
     /// reduce scratch) on the grid, the reduce-scatter then with an entry
     /// epoch.
     form: i32,
+    /// The pair exchange's landing half of this call (device address, the
+    /// same heap offset on the peer), 0: none (it puts into the peer's
+    /// `dest` after an entry epoch).
+    land: u64,
 }
 
 // SAFETY: repr(C), plain integers laid out as `struct red_net_args` of
 // kernel() (same fields, same order, no padding on either side).
 unsafe impl DeviceRepr for NetArgs {}
 
-const _: () = assert!(size_of::<NetArgs>() == 48);
+const _: () = assert!(size_of::<NetArgs>() == 56);
 
 /// The kernel for the team.cuh reduction `cpnet_<name>_<op>_reduce` (its
 /// element type) and the combiner's operator `red`: `cpnet/grid.cuh`'s
@@ -114,15 +119,16 @@ typedef cpnet_detail::reduce_elem<decltype(&cpnet_{name}_{op}_reduce)>::type ele
 struct red_net_args {{
     uint64_t dest, source, n, words;
     int32_t my_idx, size, comm, form;
+    uint64_t land;
 }};
-static_assert(sizeof(red_net_args) == 48, "red_net_args: as NetArgs in reduce_net.rs");
+static_assert(sizeof(red_net_args) == 56, "red_net_args: as NetArgs in reduce_net.rs");
 
 extern "C" __global__ void __launch_bounds__(CPNET_GRID_THREADS)
 cpnet_reduce_net(cpnet_handle_t h, int team, red_net_args a)
 {{
     if (a.form == 1 || a.form == 3)
         cpnet_detail::reduce_pair<elem_t, cpnet_detail::{red}>(&h, team, a.dest, a.source, a.n,
-            (unsigned long long*)a.words, a.my_idx, a.form == 3);
+            (unsigned long long*)a.words, a.my_idx, a.form == 3, a.land);
     else
         cpnet_detail::reduce_net<elem_t, cpnet_detail::{red}>(&h, team, a.dest, a.source, a.n,
             (unsigned long long*)a.words, a.my_idx, a.size, a.comm, a.form == 2);
@@ -131,26 +137,61 @@ cpnet_reduce_net(cpnet_handle_t h, int team, red_net_args a)
     )
 }
 
-/// A GPU PE's in-place reduce scratch (`CPNET_REDUCE_SCRATCH`): heap of
-/// its own past the teams' scratch (`startup::PeKind::reserve`), which
-/// only this PE reads and writes (a member's puts come from it; none land
-/// in it), and the event that ends its last use.
+/// A GPU PE's reduce scratch (`CPNET_REDUCE_SCRATCH`): heap of its own
+/// past the teams' scratch (`startup::PeKind::reserve`), at the same offset
+/// on every GPU PE. Where it holds at least [`LANDING_BYTES`] +
+/// [`NET_MIN_BYTES`], its first [`LANDING_BYTES`] are two landing halves
+/// of [`NET_PAIR_MAX_BYTES`], into which the peer of a world team of two
+/// puts its array for the pair exchange (call k into half k mod 2), and the
+/// rest is the in-place copy: an in-place reduce copies its array there and
+/// puts from it; only this PE reads and writes it. Else all of it is the
+/// copy and the pair exchange puts into the peer's `dest` after an entry
+/// epoch.
 #[derive(Debug)]
 pub(super) struct Scratch {
     /// Heap offset.
     at: SymAddr,
     /// Bytes (0: none).
     bytes: u64,
-    /// Recorded after the last in-place reduce that used it, on its stream:
-    /// the next one's stream waits for it before its first copy in, so
-    /// reduces on different streams take the scratch in turn.
-    last: Mutex<Option<CudaEvent>>,
+    /// Bytes of the landing halves at `at` (0 or [`LANDING_BYTES`]).
+    land: u64,
+    /// Its turns, one launch sequence at a time (`GpuPe::scratch_turn`).
+    turn: Mutex<Turn>,
 }
+
+/// The reduce scratch's turns on this PE.
+#[derive(Debug, Default)]
+struct Turn {
+    /// Recorded after the last reduce that used the scratch, on its stream:
+    /// the next one's stream waits for it before its first launch, so
+    /// reduces on different streams take the scratch in the order they
+    /// were enqueued here.
+    last: Option<CudaEvent>,
+    /// Pair exchanges through the landing halves so far: the next lands in
+    /// half `pairs mod 2`. The same count on both members, which enqueue
+    /// the world team's reduces in the same order.
+    pairs: u64,
+}
+
+/// Bytes of the two landing halves of the pair exchange in the reduce
+/// scratch.
+pub const LANDING_BYTES: u64 = 2 * NET_PAIR_MAX_BYTES;
 
 impl Scratch {
     /// `bytes` at heap offset `at`.
     pub(super) fn new(at: SymAddr, bytes: u64) -> Scratch {
-        Scratch { at, bytes, last: Mutex::new(None) }
+        let land = if bytes >= LANDING_BYTES + NET_MIN_BYTES { LANDING_BYTES } else { 0 };
+        Scratch { at, bytes, land, turn: Mutex::new(Turn::default()) }
+    }
+
+    /// Heap offset of the in-place copy.
+    fn copy_at(&self) -> SymAddr {
+        SymAddr(self.at.0 + self.land)
+    }
+
+    /// Bytes of the in-place copy.
+    fn copy_bytes(&self) -> u64 {
+        self.bytes - self.land
     }
 }
 
@@ -170,8 +211,11 @@ enum Form {
     /// Reduce-scatter and allgather; `true`: in place (a copy into the
     /// scratch, then an entry epoch).
     Scatter(bool),
-    /// The pair exchange (its entry epoch is its own).
+    /// The pair exchange into the peer's `dest`, after an entry epoch.
     Pair,
+    /// The pair exchange into the peer's landing half of the reduce
+    /// scratch: no entry epoch (the world team of two; [`Scratch`]).
+    Landing,
 }
 
 impl GpuPe {
@@ -179,7 +223,7 @@ impl GpuPe {
     /// scratch on a team of `size`: a multiple of `size`, 0 where the
     /// scratch cannot take one chunk of at least [`NET_MIN_BYTES`].
     fn scratch_chunk(&self, elem: u64, size: u64) -> u64 {
-        let per = self.reduce_scratch.bytes / elem / size * size;
+        let per = self.reduce_scratch.copy_bytes() / elem / size * size;
         if per * elem < NET_MIN_BYTES { 0 } else { per }
     }
 
@@ -201,15 +245,24 @@ impl GpuPe {
         }
     }
 
-    /// The form of one launch of `bytes` on a team of `size`.
-    fn net_form(&self, size: u64, bytes: u64, in_place: bool) -> Form {
-        if size == 2 && self.staging_zones() && bytes <= NET_PAIR_MAX_BYTES { Form::Pair } else { Form::Scatter(in_place) }
+    /// The form of one launch of `bytes` on `team`: the same on every
+    /// member (the team, the size, the provider, the tuning).
+    fn net_form(&self, team: &Team, bytes: u64, in_place: bool) -> Form {
+        let size = team.desc().size;
+        if size != 2 || !self.staging_zones() || bytes > NET_PAIR_MAX_BYTES {
+            Form::Scatter(in_place)
+        } else if team.id() == CPNET_TEAM_WORLD && self.reduce_scratch.land > 0 {
+            Form::Landing
+        } else {
+            Form::Pair
+        }
     }
 
     /// What [`GpuPe::team_reduce_on_stream`] of `bytes` (elements x their
     /// size, `elem` bytes each) on `team` runs, `in_place` meaning `dest ==
     /// source`: `"grid"` (the peer grid, `reduce_grid.rs`), `"pair"` (the
-    /// network path's pair exchange), `"scatter"` (its reduce-scatter and
+    /// network path's pair exchange), `"landing"` (the pair exchange
+    /// through the landing halves), `"scatter"` (its reduce-scatter and
     /// allgather), each with `"+scratch"` when in place through the reduce
     /// scratch (`CPNET_REDUCE_SCRATCH`, chunks of its size; the form named
     /// is the first chunk's), or `"block"` (one block through the team
@@ -225,9 +278,11 @@ impl GpuPe {
         let Some(scratch) = self.net_takes(team, dest, source, bytes / elem, elem) else { return "block" };
         let size = team.desc().size.max(0) as u64;
         let first = if scratch { bytes.min(self.scratch_chunk(elem, size) * elem) } else { bytes };
-        match (self.net_form(size, first, scratch), scratch) {
+        match (self.net_form(team, first, scratch), scratch) {
             (Form::Pair, false) => "pair",
             (Form::Pair, true) => "pair+scratch",
+            (Form::Landing, false) => "landing",
+            (Form::Landing, true) => "landing+scratch",
             (Form::Scatter(_), false) => "scatter",
             (Form::Scatter(_), true) => "scatter+scratch",
         }
@@ -275,52 +330,62 @@ impl GpuPe {
         nreduce: u64,
         stream: &CudaStream,
     ) -> Result<Option<u64>> {
-        match self.net_takes(team, dest, source, nreduce, T::SIZE as u64) {
-            None => Ok(None),
-            Some(false) => self.reduce_net_launch::<T>(team, op, dest, source, nreduce, false, stream).map(Some),
-            Some(true) => self.reduce_in_place::<T>(team, op, dest, nreduce, stream).map(Some),
+        let Some(in_place) = self.net_takes(team, dest, source, nreduce, T::SIZE as u64) else { return Ok(None) };
+        if in_place {
+            return self.reduce_in_place::<T>(team, op, dest, nreduce, stream).map(Some);
         }
+        if self.net_form(team, nreduce * T::SIZE as u64, false) == Form::Landing {
+            return self.scratch_turn(stream, |turn| self.reduce_net_launch::<T>(team, op, dest, source, nreduce, false, Some(turn), stream)).map(Some);
+        }
+        self.reduce_net_launch::<T>(team, op, dest, source, nreduce, false, None, stream).map(Some)
+    }
+
+    /// `launch` (the launches of one reduce through the reduce scratch, on
+    /// `stream`) in the scratch's turn: after the last user's event, the
+    /// turn's state locked for it, and a new event recorded after it, even
+    /// where it failed (what it enqueued uses the scratch).
+    fn scratch_turn<R>(&self, stream: &CudaStream, launch: impl FnOnce(&mut Turn) -> Result<R>) -> Result<R> {
+        let cuda = |what: &'static str| move |source| GpuError::Cuda { what, source };
+        self.bind()?;
+        let mut turn = self.reduce_scratch.turn.lock();
+        if let Some(ev) = turn.last.as_ref() {
+            stream.wait(ev).map_err(cuda("cuStreamWaitEvent (the reduce scratch's last use)"))?;
+        }
+        let ran = launch(&mut turn);
+        let ev = stream.record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING)).map_err(cuda("cuEventRecord (the reduce scratch's last use)"))?;
+        turn.last = Some(ev);
+        ran
     }
 
     /// The in-place reduce through the reduce scratch (the module): per
-    /// chunk a launch that copies `dest`'s chunk into the scratch and
-    /// reduces from there into the chunk, after the scratch's last use on
-    /// any stream. Returns the elements taken (a multiple of the team's
-    /// size).
+    /// chunk a launch that copies `dest`'s chunk into the scratch's copy and
+    /// reduces from there into the chunk, in the scratch's turn. Returns
+    /// the elements taken (a multiple of the team's size).
     fn reduce_in_place<T: ReduceType>(&self, team: &Team, op: ReduceOp, dest: SymAddr, nreduce: u64, stream: &CudaStream) -> Result<u64> {
         let size = team.desc().size.max(0) as u64;
         let elem = T::SIZE as u64;
         let per = self.scratch_chunk(elem, size);
-        let s = &self.reduce_scratch;
-        let cuda = |what: &'static str| move |source| GpuError::Cuda { what, source };
-        self.bind()?;
-        let mut last = s.last.lock();
-        if let Some(ev) = last.as_ref() {
-            stream.wait(ev).map_err(cuda("cuStreamWaitEvent (the reduce scratch's last use)"))?;
-        }
-        let mut done = 0u64;
-        let mut run = || -> Result<()> {
+        let copy = self.reduce_scratch.copy_at();
+        self.scratch_turn(stream, |turn| {
+            let mut done = 0u64;
             for (first, len) in in_place_chunks(nreduce, size, per) {
                 // The chunk, inside `dest`'s range (checked by the caller);
-                // the scratch holds `per` >= len elements, and the launch is
-                // ordered on `stream` after the scratch's last use (the wait
-                // above).
+                // the copy holds `per` >= len elements, and the launch is
+                // ordered on `stream` after the scratch's last use (the
+                // turn).
                 let at = SymAddr(dest.0 + first * elem);
-                done += self.reduce_net_launch::<T>(team, op, at, s.at, len, true, stream)?;
+                done += self.reduce_net_launch::<T>(team, op, at, copy, len, true, Some(&mut *turn), stream)?;
             }
-            Ok(())
-        };
-        let ran = run();
-        // Even after a failure: what was enqueued uses the scratch.
-        let ev = stream.record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING)).map_err(cuda("cuEventRecord (the reduce scratch's last use)"))?;
-        *last = Some(ev);
-        ran.map(|()| done)
+            Ok(done)
+        })
     }
 
     /// One launch of the network path's forms from `source` into `dest`
     /// (apart), `in_place` asking it to copy `dest` into `source` (the
-    /// reduce scratch) first, with an entry epoch after the copy: returns
-    /// the elements it takes.
+    /// reduce scratch's copy) first: returns the elements it takes. With the
+    /// scratch's `turn` (the caller holds it), a pair exchange of the world
+    /// team lands in the next landing half; without, it puts into the
+    /// peer's `dest` after an entry epoch.
     #[allow(clippy::too_many_arguments)]
     fn reduce_net_launch<T: ReduceType>(
         &self,
@@ -330,6 +395,7 @@ impl GpuPe {
         source: SymAddr,
         nreduce: u64,
         in_place: bool,
+        turn: Option<&mut Turn>,
         stream: &CudaStream,
     ) -> Result<u64> {
         let d = team.desc();
@@ -338,9 +404,18 @@ impl GpuPe {
         let f = self.on_stream_built(&key, "cpnet_reduce_net", || kernel(T::NAME, op.name(), red_name(op)))?;
         let bytes = nreduce * T::SIZE as u64;
         // A team of two through staging zones: the pair exchange of the
-        // whole array, folded on every block.
-        let form = self.net_form(size, bytes, in_place);
-        let pair = form == Form::Pair;
+        // whole array, folded on every block; into the peer's landing half
+        // in the scratch's turn.
+        let (form, land) = match (self.net_form(team, bytes, in_place), turn) {
+            (Form::Landing, Some(turn)) => {
+                let half = turn.pairs % 2;
+                turn.pairs += 1;
+                (Form::Landing, self.dev_ptr(SymAddr(self.reduce_scratch.at.0 + half * NET_PAIR_MAX_BYTES)))
+            }
+            (Form::Landing, None) => (Form::Pair, 0),
+            (form, _) => (form, 0),
+        };
+        let pair = matches!(form, Form::Pair | Form::Landing);
         // Else movers: one per proxy thread and NET_BYTES_PER_MOVER of the
         // part, except through staging zones.
         let m = if pair { nreduce } else { nreduce / size };
@@ -349,18 +424,20 @@ impl GpuPe {
         let comm = if self.staging_zones() { 1 } else { threads.min(part.div_ceil(NET_BYTES_PER_MOVER)).clamp(1, NET_MAX_BLOCKS) };
         let blocks = part.div_ceil(NET_BYTES_PER_BLOCK).clamp(comm, NET_MAX_BLOCKS) as u32;
         let n = if pair { nreduce } else { m * size };
-        let form = match (form, in_place) {
-            (Form::Scatter(_), false) => 0,
-            (Form::Pair, false) => 1,
-            (Form::Scatter(_), true) => 2,
-            (Form::Pair, true) => 3,
+        let form = match (pair, in_place) {
+            (false, false) => 0,
+            (true, false) => 1,
+            (false, true) => 2,
+            (true, true) => 3,
         };
         // SAFETY: kernel() declares cpnet_reduce_net(cpnet_handle_t, int,
         // red_net_args), which NetArgs mirrors (asserted on both sides);
         // `dest` and `source` are inside the heap for nreduce >= size x m
-        // elements (the caller's ranges, or the reduce scratch), and the
-        // kernel touches only those (its loads and stores, and puts whose
-        // targets the proxy checks).
+        // elements (the caller's ranges, or the reduce scratch's copy), so is
+        // `land` for nreduce elements (a landing half, NET_PAIR_MAX_BYTES >=
+        // bytes, at the same offset on the peer), and the kernel touches
+        // only those (its loads and stores, and puts whose targets the proxy
+        // checks).
         unsafe {
             self.launch_grid(stream, &f, team, blocks, "cuLaunchKernel (network-path reduce)", |words| NetArgs {
                 dest: self.dev_ptr(dest),
@@ -371,6 +448,7 @@ impl GpuPe {
                 size: d.size,
                 comm: comm as i32,
                 form,
+                land,
             })
         }?;
         Ok(n)
