@@ -155,12 +155,14 @@ int main(int argc, char** argv)
     printf("coll: PE %d of %d (%d-element reductions, %d ints per pair alltoall: %d wrong): %d wrong: %s\n", me, n, NG, NA, gbad, bad,
            bad ? "FAILED" : "ok");
     if (bench) {
-        /* float sum on a stream, µs per call (20 after 3 warm-up), as the
-         * runtime's `cpnet-gpu-check reduce-bench` times it. */
+        /* float sum on a stream, µs per call (200 up to 1 MiB, else 20,
+         * after 3 warm-up), as the runtime's `cpnet-gpu-check reduce-bench`
+         * times it. */
         for (size_t bytes = 4096; bytes <= ((size_t)64 << 20); bytes *= 4) {
             float* bs = (float*)nvshmem_malloc(bytes);
             float* bd = (float*)nvshmem_malloc(bytes);
             const size_t ne = bytes / sizeof(float);
+            const int calls = bytes <= ((size_t)1 << 20) ? 200 : 20;
             for (int k = 0; k < 3; ++k) nvshmemx_float_sum_reduce_on_stream(NVSHMEM_TEAM_WORLD, bd, bs, ne, s);
             cudaStreamSynchronize(s);
             nvshmem_barrier_all();
@@ -168,12 +170,12 @@ int main(int argc, char** argv)
             cudaEventCreate(&e0);
             cudaEventCreate(&e1);
             cudaEventRecord(e0, s);
-            for (int k = 0; k < 20; ++k) nvshmemx_float_sum_reduce_on_stream(NVSHMEM_TEAM_WORLD, bd, bs, ne, s);
+            for (int k = 0; k < calls; ++k) nvshmemx_float_sum_reduce_on_stream(NVSHMEM_TEAM_WORLD, bd, bs, ne, s);
             cudaEventRecord(e1, s);
             cudaEventSynchronize(e1);
             float ms = 0;
             cudaEventElapsedTime(&ms, e0, e1);
-            if (me == 0) printf("coll bench: float sum_reduce_on_stream %zu bytes: %.2f us\n", bytes, ms * 1000.0f / 20);
+            if (me == 0) printf("coll bench: float sum_reduce_on_stream %zu bytes: %.2f us\n", bytes, ms * 1000.0f / calls);
             nvshmem_barrier_all();
             nvshmem_free(bd);
             nvshmem_free(bs);

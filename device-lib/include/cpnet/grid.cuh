@@ -639,7 +639,12 @@ __device__ inline int reduce_pair(cpnet_handle_t* h, int team, uint64_t dest, ui
         constexpr uint64_t V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
         reduce_grid_block<T, OP>(b, 0, n, ((dest | source | land) & 15) == 0 ? V : 1, 1);
     }
-    /* Every block counts itself; block 0 waits for the count and quiets. */
+    /* Every block counts itself; block 0 waits for the count and quiets.
+     * The quiet is needed even where source is a copy: a later collective's
+     * SET to the peer goes through another queue and could land before
+     * this put's, so the peer would fold before the data (session 26 tried
+     * a copy half per call and no quiet: coll.cu's large reductions came out
+     * wrong, and 1-4 MiB got slower). */
     return grid_close(h, words, 0, &st, false);
 }
 
