@@ -20,7 +20,13 @@
 //! entry epoch, the whole array into the peer's `dest` by one put with its
 //! signal, and a fold of the whole array on every block of both members:
 //! two signal rounds through the proxies where the reduce-scatter, its
-//! sync and the allgather take three.
+//! sync and the allgather take three. The world team of two puts into the
+//! peer's *landing half* of its reduce scratch instead, two halves taken in
+//! turn call by call ([`Scratch`]), so it needs no entry epoch: one signal
+//! round. On two H200s (docs/results.md, "Session 26") that took 44 / 53 /
+//! 85 / 173 µs for 64 KiB / 256 KiB / 1 MiB / 4 MiB of floats against 52-55
+//! / 61-64 / 94-99 / 186-196 with the entry epoch (NCCL through host
+//! memory: 38-42 / 38-39 / 63 / 171-173).
 //!
 //! It takes `size x floor(n / size)` elements (the pair exchange: all of
 //! them); the last `n mod size` (fewer than the members) go by the
@@ -34,7 +40,8 @@
 //! `dest` there (`grid_copy_in`), and the reduce runs from that copy into
 //! `dest` after an entry epoch that follows the copy, so no member puts
 //! into a chunk its owner has not copied out yet (the pair exchange has
-//! that epoch anyway). Without scratch, or with
+//! that epoch anyway; the landing halves need none: no member puts into
+//! `dest`). Without scratch, or with
 //! a partial overlap (undefined in OpenSHMEM 1.5 §9.9.12), it takes the
 //! one-block form through the team scratch: 21.6 ms for 16 MiB of floats
 //! over shm on two H100s.
@@ -147,6 +154,15 @@ cpnet_reduce_net(cpnet_handle_t h, int team, red_net_args a)
 /// puts from it; only this PE reads and writes it. Else all of it is the
 /// copy and the pair exchange puts into the peer's `dest` after an entry
 /// epoch.
+///
+/// Two landing halves suffice: the peer puts call k + 2 into half k mod 2
+/// only after this member's call k + 1 put reached it, which this member
+/// issued after call k's fold (the calls that use the scratch run one at a
+/// time on each PE, in the order enqueued: [`Turn`]). Only the world team
+/// takes them, so that both members count the same calls (members order
+/// one team's collectives alike, not different teams'). The kernel still
+/// quiets at its end: a later collective's signal to the peer, through
+/// another queue, must not land before this put's.
 #[derive(Debug)]
 pub(super) struct Scratch {
     /// Heap offset.
