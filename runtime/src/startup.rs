@@ -5,8 +5,10 @@
 //!    which also opens what must fail before any rendezvous (a GPU PE's
 //!    device);
 //! 2. **rendezvous**: join the job's TCP rendezvous ([`Bootstrap::connect`]);
-//! 3. **heap**: the symmetric heap and the command queues of the PE's kind
-//!    ([`PeKind::heap`]; a GPU PE also exchanges its CUDA IPC handles here);
+//! 3. **heap**: every PE checks that all have the same heap layout
+//!    ([`check_layout`]), then the symmetric heap and the command queues of
+//!    the PE's kind ([`PeKind::heap`]; a GPU PE also exchanges its CUDA IPC
+//!    handles here);
 //! 4. **proxy**: start the service threads in this process, or attach to the
 //!    host's proxy daemon (`CPNET_PROXY=daemon`, [`crate::daemon`]) ([`PeKind::proxy`]);
 //! 5. **connect and watchdog**: exchange the endpoints' cards with every PE,
@@ -73,7 +75,9 @@ pub(crate) fn start<K: PeKind>(launch: Launch, tuning: Tuning, mut kind: K) -> R
     // The teams' scratch (crate::team) follows the heap the allocator hands
     // out, then the kind's own reserve.
     let heap_size = tuning.heap_size.next_multiple_of(SHMALLOC_ALIGN);
-    let reserved = tuning.team_scratch * tuning.teams as u64 + K::reserve(&tuning);
+    let teams = tuning.team_scratch * tuning.teams as u64;
+    check_layout(&boot, me, [heap_size, teams, K::reserve(&tuning)])?;
+    let reserved = teams + K::reserve(&tuning);
     // The provider step 4 opens; a GPU PE served by the daemon hands it over
     // when it attaches, here.
     let fabric = default_fabric(&launch, &tuning, boot.local_ip(), K::TRAFFIC);
@@ -85,6 +89,41 @@ pub(crate) fn start<K: PeKind>(launch: Launch, tuning: Tuning, mut kind: K) -> R
     Ok((core, parts))
 }
 
+
+/// Check that every PE lays its symmetric heap out alike: `[heap, teams,
+/// reserve]` are this PE's heap bytes (`CPNET_HEAP_SIZE`, rounded up), its
+/// teams' scratch (`CPNET_TEAMS` x `CPNET_TEAM_SCRATCH`) and its kind's
+/// reserve past them (GPU PEs: `CPNET_REDUCE_SCRATCH`). Every symmetric
+/// address is one offset on every PE (OpenSHMEM 1.5 §3, symmetric data
+/// objects), so a PE started with another value would read and write the
+/// wrong bytes of its peers' heaps: every PE fails at init instead, naming
+/// the first PE whose layout differs (issue 22, bad input). **Collective**
+/// (an allgather).
+///
+/// # Errors
+/// [`Error::NotSymmetric`] (call `"init"`); [`Error::Bootstrap`].
+fn check_layout(boot: &Bootstrap, me: i32, mine: [u64; 3]) -> Result<()> {
+    let bytes: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let all = boot.allgather(&bytes).map_err(|cause| Error::Bootstrap { pe: me, cause })?;
+    for (peer, b) in all.iter().enumerate() {
+        let theirs: Vec<u64> = b.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes"))).collect();
+        if theirs != mine {
+            let show = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(" / ");
+            return Err(Error::NotSymmetric {
+                pe: me,
+                call: "init",
+                detail: format!(
+                    "the symmetric heap's layout differs: this PE has {} bytes of heap / teams' scratch / its kind's reserve, \
+                     PE {peer} has {} (CPNET_HEAP_SIZE / CPNET_TEAMS x CPNET_TEAM_SCRATCH / GPU PEs' CPNET_REDUCE_SCRATCH): \
+                     set them alike on every PE",
+                    show(&mine),
+                    show(&theirs)
+                ),
+            });
+        }
+    }
+    Ok(())
+}
 
 /// Sets up `tracing` output on stderr once per process (`RUST_LOG`, default
 /// `warn`), unless the program installed a subscriber already.

@@ -74,12 +74,11 @@ fn a_late_pe_within_the_timeout_is_fine() {
     }
 }
 
-/// Two PEs on different providers (issue 19, bad input: mismatched
-/// providers), launched as mpirun would, with a different CPNET_PROVIDER
-/// each: both fail at init within seconds, each naming both PEs and both
-/// providers, instead of an address-vector error or a hang.
-#[test]
-fn mismatched_providers_fail_at_init_naming_both() {
+/// Two PEs of `cpnet-check ops`, launched as mpirun would (rank and size
+/// in `OMPI_COMM_WORLD_*`, a rendezvous on a free port), PE r with
+/// `env(r)` on top: their stdout and stderr, after both ended, and how long
+/// that took.
+fn two_pes_as_mpirun(env: impl Fn(usize) -> Vec<(&'static str, String)>) -> (Vec<std::process::Output>, String, Duration) {
     use std::process::{Command, Stdio};
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
@@ -87,9 +86,8 @@ fn mismatched_providers_fail_at_init_naming_both() {
     };
     let addr = format!("127.0.0.1:{port}");
     let t = std::time::Instant::now();
-    let pes: Vec<_> = [(0, "shm"), (1, "tcp;ofi_rxm")]
-        .into_iter()
-        .map(|(r, provider)| {
+    let pes: Vec<_> = (0..2)
+        .map(|r| {
             let mut cmd = Command::new(env!("CARGO_BIN_EXE_cpnet-check"));
             cmd.arg("ops")
                 .env("OMPI_COMM_WORLD_RANK", r.to_string())
@@ -97,14 +95,14 @@ fn mismatched_providers_fail_at_init_naming_both() {
                 .env("OMPI_COMM_WORLD_LOCAL_RANK", r.to_string())
                 .env("OMPI_COMM_WORLD_LOCAL_SIZE", "2")
                 .env("CPNET_BOOTSTRAP_ADDR", &addr)
-                .env("CPNET_PROVIDER", provider)
                 .env("CPNET_CONNECT_TIMEOUT", "30")
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
-            for v in ["CPNET_PE", "CPNET_N_PES", "CPNET_LOCAL_PE", "CPNET_LOCAL_SIZE", "FI_PROVIDER"] {
+            for v in ["CPNET_PE", "CPNET_N_PES", "CPNET_LOCAL_PE", "CPNET_LOCAL_SIZE", "FI_PROVIDER", "CPNET_HEAP_SIZE"] {
                 cmd.env_remove(v);
             }
+            cmd.envs(env(r));
             cmd.spawn().expect("start cpnet-check")
         })
         .collect();
@@ -113,21 +111,59 @@ fn mismatched_providers_fail_at_init_naming_both() {
         .iter()
         .map(|o| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
         .collect();
-    assert!(t.elapsed() < Duration::from_secs(20), "took {:?}:\n{all}", t.elapsed());
+    (outs, all, t.elapsed())
+}
+
+/// PE `pe`'s "init failed" line in `o`'s stderr (`all`: both PEs' output,
+/// for the panic message).
+fn init_failure(pe: usize, o: &std::process::Output, all: &str) -> String {
+    assert!(!o.status.success(), "PE {pe} must fail:\n{all}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.contains("init failed"))
+        .unwrap_or_else(|| panic!("PE {pe} printed no init failure:\n{all}"))
+        .to_owned();
+    assert!(line.contains(&format!("cpnet-check: init failed: PE {pe}:")), "{line}");
+    line
+}
+
+/// Two PEs on different providers (issue 19, bad input: mismatched
+/// providers), launched as mpirun would, with a different CPNET_PROVIDER
+/// each: both fail at init within seconds, each naming both PEs and both
+/// providers, instead of an address-vector error or a hang.
+#[test]
+fn mismatched_providers_fail_at_init_naming_both() {
+    let (outs, all, took) = two_pes_as_mpirun(|r| vec![("CPNET_PROVIDER", if r == 0 { "shm" } else { "tcp;ofi_rxm" }.to_owned())]);
+    assert!(took < Duration::from_secs(20), "took {took:?}:\n{all}");
     for (pe, o) in outs.iter().enumerate() {
-        assert!(!o.status.success(), "PE {pe} must fail:\n{all}");
-        let err = String::from_utf8_lossy(&o.stderr);
-        let line = err
-            .lines()
-            .find(|l| l.contains("init failed"))
-            .unwrap_or_else(|| panic!("PE {pe} printed no init failure:\n{all}"));
-        assert!(line.contains(&format!("cpnet-check: init failed: PE {pe}:")), "{line}");
+        let line = init_failure(pe, o, &all);
         assert!(
             line.contains("PE 1 opened provider tcp;ofi_rxm, PE 0 shm")
                 || line.contains("PE 0 opened provider shm, PE 1 tcp;ofi_rxm"),
             "{line}"
         );
         assert!(line.contains("every PE of a job must use the same provider"), "{line}");
+    }
+}
+
+/// Two PEs with different heap sizes (issue 22, bad input: every symmetric
+/// address is one offset on every PE, OpenSHMEM 1.5 §3), launched as mpirun
+/// would with CPNET_HEAP_SIZE 32M on PE 0 and 48M on PE 1: both fail at
+/// init within seconds, each naming the other's layout and the variables
+/// to set alike, instead of puts landing at the wrong offsets.
+#[test]
+fn mismatched_heap_sizes_fail_at_init_naming_both() {
+    let (outs, all, took) =
+        two_pes_as_mpirun(|r| vec![("CPNET_PROVIDER", "shm".to_owned()), ("CPNET_HEAP_SIZE", if r == 0 { "32M" } else { "48M" }.to_owned())]);
+    assert!(took < Duration::from_secs(20), "took {took:?}:\n{all}");
+    for (pe, o) in outs.iter().enumerate() {
+        let line = init_failure(pe, o, &all);
+        let (mine, theirs, other) = if pe == 0 { (32u64 << 20, 48u64 << 20, 1) } else { (48 << 20, 32 << 20, 0) };
+        assert!(line.contains("init is collective and must get the same arguments on every PE"), "{line}");
+        assert!(line.contains(&format!("this PE has {mine} / ")), "{line}");
+        assert!(line.contains(&format!("PE {other} has {theirs} / ")), "{line}");
+        assert!(line.contains("CPNET_HEAP_SIZE") && line.contains("set them alike on every PE"), "{line}");
     }
 }
 
