@@ -186,7 +186,10 @@ impl GpuPe {
     /// form. Reduces that use the reduce scratch on different streams take
     /// it in the order this PE enqueued them: every member must enqueue
     /// them in the same order (as NCCL asks of operations on one
-    /// communicator).
+    /// communicator). Not for CUDA graph capture: the landing half a call
+    /// uses is chosen when it is enqueued, so a graph's replays would all
+    /// use one half (and a form's first call synchronizes the context,
+    /// which capture refuses).
     ///
     /// # Errors
     /// [`Error::Team`]: a bitwise `op` on a float type; [`Error::OutsideHeap`]:
