@@ -272,13 +272,23 @@ impl PeCore {
 /// Allgather `arg` and check every PE passed the same value (also the
 /// collective's barrier). **Collective.**
 pub(crate) fn check_symmetric(boot: &Bootstrap, me: i32, call: &'static str, arg: u64) -> Result<()> {
-    let all = boot.allgather(&arg.to_le_bytes()).map_err(|source| Error::Bootstrap { pe: me, cause: source })?;
-    for (peer, b) in all.iter().enumerate() {
-        if b.as_slice() != arg.to_le_bytes() {
-            return Err(Error::NotSymmetric { pe: me, call, detail: format!("this PE passed {arg}, PE {peer} passed {:?}", b) });
-        }
+    match first_mismatch(boot, me, &[arg])? {
+        Some((peer, b)) => Err(Error::NotSymmetric { pe: me, call, detail: format!("this PE passed {arg}, PE {peer} passed {:?}", b) }),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// Allgather `words` (little-endian) and return the first PE whose
+/// contribution differs from this PE's, with that contribution's bytes
+/// (`check_symmetric`, `startup::check_layout`). **Collective** (also a
+/// barrier).
+///
+/// # Errors
+/// [`Error::Bootstrap`].
+pub(crate) fn first_mismatch(boot: &Bootstrap, me: i32, words: &[u64]) -> Result<Option<(usize, Vec<u8>)>> {
+    let mine: Vec<u8> = words.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let all = boot.allgather(&mine).map_err(|source| Error::Bootstrap { pe: me, cause: source })?;
+    Ok(all.into_iter().enumerate().find(|(_, b)| *b != mine))
 }
 
 /// On a peer failure reported by the bootstrap: log it, let the proxy stop

@@ -23,7 +23,7 @@ use cpnet_device::layout::ErrorCode;
 use cpnet_proxy::transport::FabricConfig;
 
 use crate::bootstrap::Bootstrap;
-use crate::core::{PeCore, SHMALLOC_ALIGN, setup_wait_timeout};
+use crate::core::{PeCore, SHMALLOC_ALIGN, first_mismatch, setup_wait_timeout};
 use crate::env::{Launch, Tuning};
 use crate::error::{Error, Result};
 use crate::proxy_link::ProxyLink;
@@ -103,26 +103,20 @@ pub(crate) fn start<K: PeKind>(launch: Launch, tuning: Tuning, mut kind: K) -> R
 /// # Errors
 /// [`Error::NotSymmetric`] (call `"init"`); [`Error::Bootstrap`].
 fn check_layout(boot: &Bootstrap, me: i32, mine: [u64; 3]) -> Result<()> {
-    let bytes: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let all = boot.allgather(&bytes).map_err(|cause| Error::Bootstrap { pe: me, cause })?;
-    for (peer, b) in all.iter().enumerate() {
-        let theirs: Vec<u64> = b.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes"))).collect();
-        if theirs != mine {
-            let show = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(" / ");
-            return Err(Error::NotSymmetric {
-                pe: me,
-                call: "init",
-                detail: format!(
-                    "the symmetric heap's layout differs: this PE has {} bytes of heap / teams' scratch / its kind's reserve, \
-                     PE {peer} has {} (CPNET_HEAP_SIZE / CPNET_TEAMS x CPNET_TEAM_SCRATCH / GPU PEs' CPNET_REDUCE_SCRATCH): \
-                     set them alike on every PE",
-                    show(&mine),
-                    show(&theirs)
-                ),
-            });
-        }
-    }
-    Ok(())
+    let Some((peer, b)) = first_mismatch(boot, me, &mine)? else { return Ok(()) };
+    let theirs: Vec<u64> = b.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes"))).collect();
+    let show = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(" / ");
+    Err(Error::NotSymmetric {
+        pe: me,
+        call: "init",
+        detail: format!(
+            "the symmetric heap's layout differs: this PE has {} bytes of heap / teams' scratch / its kind's reserve, \
+             PE {peer} has {} (CPNET_HEAP_SIZE / CPNET_TEAMS x CPNET_TEAM_SCRATCH / GPU PEs' CPNET_REDUCE_SCRATCH): \
+             set them alike on every PE",
+            show(&mine),
+            show(&theirs)
+        ),
+    })
 }
 
 /// Sets up `tracing` output on stderr once per process (`RUST_LOG`, default
