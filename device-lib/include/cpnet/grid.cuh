@@ -55,6 +55,8 @@ struct grid_state {
     uint64_t epoch; /* the first epoch taken */
     int go;         /* words[0] as this block saw it */
     int err;        /* block 0: why grid_open stopped (CPNET_E_*) */
+    int quiet;      /* block 0: 1 once grid_quiet_post began the close's quiet */
+    split_quiet q;  /* block 0: that quiet (rma.cuh) */
 };
 
 /** Report `e` through the status block (thread 0), with or without a context. */
@@ -156,6 +158,7 @@ __device__ inline bool grid_open(cpnet_handle_t* h, int team, int my_idx, int si
         return false;
     }
     if (threadIdx.x == 0) {
+        st->quiet = 0;
         cpnet_team_desc_t t;
         e = team_get(&st->ctx, team, &t);
         if (e == CPNET_E_OK && (t.my_idx != my_idx || t.size != size)) e = CPNET_E_BAD_TEAM;
@@ -182,6 +185,25 @@ __device__ inline bool grid_open(cpnet_handle_t* h, int team, int my_idx, int si
     return true;
 }
 
+/** Block 0, whole block, after its last command: post the quiet that
+ *  grid_close (without an exit epoch) would send, so the proxy completes
+ *  the queue -- the target's ACK of the puts -- while the blocks wait for
+ *  the peers' data and fold; grid_close then only waits for it. Nothing
+ *  may go into the context's queue after it. */
+__device__ inline void grid_quiet_post(grid_state* st)
+{
+    quiet_post(&st->ctx, &st->q);
+    if (threadIdx.x == 0) st->quiet = 1;
+    __syncthreads();
+}
+
+/** Block 0, whole block: grid_close's quiet: the one grid_quiet_post began,
+ *  finished, else a whole cpnet_quiet. */
+__device__ inline int grid_quiet(grid_state* st)
+{
+    return st->quiet ? quiet_finish(&st->ctx, &st->q) : cpnet_quiet(&st->ctx);
+}
+
 /** Every block that went on, whole block: fence this block's stores and
  *  count it in words[1]; block 0 waits for the count, runs exit epoch `e`
  *  (with `exit_epoch`; else a quiet: its context's puts have landed) and
@@ -201,7 +223,7 @@ __device__ inline int grid_close(cpnet_handle_t* h, unsigned long long* words, u
     if (threadIdx.x == 0) st->ctx.ret = grid_wait_count(h, &words[1], gridDim.x - 1);
     __syncthreads();
     int r = st->ctx.ret;
-    if (r == CPNET_E_OK) r = exit_epoch ? grid_epoch(&st->ctx, st->d, e) : cpnet_quiet(&st->ctx);
+    if (r == CPNET_E_OK) r = exit_epoch ? grid_epoch(&st->ctx, st->d, e) : grid_quiet(st);
     if (r != CPNET_E_OK) grid_fail(h, &st->ctx, r);
     const int d = cpnet_ctx_destroy(&st->ctx);
     return r != CPNET_E_OK ? r : d;
@@ -407,6 +429,9 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
                 const uint8_t* from = gather ? mine : (const uint8_t*)source + (uint64_t)j * pbytes;
                 cpnet_putmem_signal_nbi(&st.ctx, mine, from, pbytes, sig_me, e, CPNET_SIGNAL_SET, team_world_pe(st.d, j));
             }
+            /* The allgather's puts are block 0's last commands: the close's
+             * quiet now, so their ACKs come back while it waits. */
+            if (gather) grid_quiet_post(&st);
             return team_wait_all(&st.ctx, st.d, e);
         }
         move(0, gather);
@@ -544,6 +569,9 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
         cpnet_fence(&st.ctx);
         r = phase(true, st.epoch + 2, 2ull * (C - 1) + (B - 1));
     }
+    /* The quiet phase() posted (one mover), finished before the destroy,
+     * which then has nothing to drain. */
+    if (r == CPNET_E_OK && st.quiet) r = grid_quiet(&st);
     if (r != CPNET_E_OK) grid_fail(h, &st.ctx, r);
     const int d = cpnet_ctx_destroy(&st.ctx);
     return r != CPNET_E_OK ? r : d;
@@ -610,6 +638,9 @@ __device__ inline int reduce_pair(cpnet_handle_t* h, int team, uint64_t dest, ui
         if (r == CPNET_E_OK) {
             cpnet_putmem_signal_nbi(&st.ctx, (void*)(land != 0 ? land : dest), (const void*)source, n * sizeof(T),
                                     team_sig(&st.ctx, st.d, my_idx), e, CPNET_SIGNAL_SET, team_world_pe(st.d, peer));
+            /* The close's quiet now: the peer's ACK of the put comes back
+             * while this member waits for the peer's data and folds. */
+            grid_quiet_post(&st);
             r = team_wait_all(&st.ctx, st.d, e);
         }
         /* Release: what block 0 acquired with the peer's signal (its data in

@@ -493,22 +493,44 @@ __device__ __forceinline__ void call_nbi(cpnet_ctx_t* ctx, const cpnet_cmd_t& c)
 }
 
 /**
- * Enqueue `opcode` (CPNET_OP_QUIET or CPNET_OP_BARRIER_ALL) blocking and wait
- * until every command of the queue is complete (leader only). Returns, in
- * this order of precedence: the wait's own failure; the first device-side
- * failure remembered since the last quiet; the proxy's error of the last
- * command rejected since the last quiet (ctl.error_seq moved). Clears both.
+ * Enqueue `opcode` (CPNET_OP_QUIET or CPNET_OP_BARRIER_ALL) blocking without
+ * waiting for it (leader only), drain's first half: `*upto` gets the write
+ * index that covers it (every command of the queue so far). Returns the
+ * submit's result, which drain_finish takes. A caller with other work while
+ * the proxy completes the queue posts the drain early and finishes it later
+ * (grid.cuh's pair exchange); nothing may go into the queue in between for
+ * the finish to clear proxy_used.
  */
-__device__ __noinline__ inline int drain(cpnet_ctx_t* ctx, uint8_t opcode)
+__device__ __noinline__ inline int drain_post(cpnet_ctx_t* ctx, uint8_t opcode, uint64_t* upto)
 {
     cpnet_cmd_t c = {};
     c.opcode = opcode;
     c.flags = CPNET_F_BLOCKING;
     uint64_t seq = 0;
-    int e = submit(ctx, c, &seq);
-    /* completed >= write_idx == seq + 1: every command of this queue is done. */
-    if (e == CPNET_E_OK) e = wait_completed(ctx, ctx->write_idx, c);
+    const int e = submit(ctx, c, &seq);
+    *upto = ctx->write_idx;
+    return e;
+}
+
+/**
+ * drain's second half (leader only): with `posted` (drain_post's result)
+ * CPNET_E_OK, wait until completed >= `upto` (drain_post's index: every
+ * command up to the drain is complete). Returns, in this order of
+ * precedence: the post's or the wait's own failure; the first device-side
+ * failure remembered since the last quiet; the proxy's error of the last
+ * command rejected since the last quiet (ctl.error_seq moved). Clears both.
+ */
+__device__ __noinline__ inline int drain_finish(cpnet_ctx_t* ctx, int posted, uint64_t upto)
+{
+    int e = posted;
     if (e == CPNET_E_OK) {
+        cpnet_cmd_t c = {};
+        c.opcode = CPNET_OP_QUIET;
+        e = wait_completed(ctx, upto, c);
+    }
+    /* Commands after the drain (none where the caller follows drain_post's
+     * rule) are not covered by it. */
+    if (e == CPNET_E_OK && ctx->write_idx == upto) {
         ctx->proxy_used = 0;
         ctx->fence_idx = 0;
     }
@@ -523,6 +545,18 @@ __device__ __noinline__ inline int drain(cpnet_ctx_t* ctx, uint8_t opcode)
         return proxy_error(ctx);
     }
     return CPNET_E_OK;
+}
+
+/**
+ * Enqueue `opcode` (CPNET_OP_QUIET or CPNET_OP_BARRIER_ALL) blocking and wait
+ * until every command of the queue is complete (leader only): drain_post,
+ * then drain_finish. Returns as drain_finish.
+ */
+__device__ __noinline__ inline int drain(cpnet_ctx_t* ctx, uint8_t opcode)
+{
+    uint64_t upto = 0;
+    const int posted = drain_post(ctx, opcode, &upto);
+    return drain_finish(ctx, posted, upto);
 }
 
 /**

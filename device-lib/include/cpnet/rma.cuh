@@ -292,6 +292,49 @@ __device__ inline int cpnet_quiet(cpnet_ctx_t* ctx)
     });
 }
 
+namespace cpnet_detail {
+
+/** A quiet split in two around other work of the block (quiet_post, then
+ *  quiet_finish); only the leader's copy is read. */
+struct split_quiet {
+    uint64_t upto; /* drain_post's write index */
+    int posted;    /* drain_post's result */
+    int on;        /* 1: a QUIET went into the queue */
+};
+
+/**
+ * cpnet_quiet's first half (collective over the work-group): where
+ * cpnet_quiet would drain the queue, post its QUIET now (drain_post), so
+ * the proxy completes the queue -- for a put to another PE, the target's
+ * ACK -- while the block does other work: waits on its own memory, folds,
+ * local copies. No command may go into the context's queue before
+ * quiet_finish, which must follow on every path (or a cpnet_quiet or
+ * cpnet_ctx_destroy, which drain again).
+ */
+__device__ inline void quiet_post(cpnet_ctx_t* ctx, split_quiet* q)
+{
+    (void)collective(ctx, [&]() -> int {
+        q->on = ctx->peers == nullptr || ctx->proxy_used != 0;
+        if (q->on) q->posted = drain_post(ctx, CPNET_OP_QUIET, &q->upto);
+        return CPNET_E_OK;
+    });
+}
+
+/** The second half (collective over the work-group): returns what
+ *  cpnet_quiet would have (its peer-to-peer fence included). */
+__device__ inline int quiet_finish(cpnet_ctx_t* ctx, const split_quiet* q)
+{
+    if (ctx->peers != nullptr) cpnet_fence_acq_rel_sys();
+    return collective(ctx, [&]() -> int {
+        if (q->on) return drain_finish(ctx, q->posted, q->upto);
+        const int pending = ctx->pending_error;
+        ctx->pending_error = CPNET_E_OK;
+        return pending;
+    });
+}
+
+} /* namespace cpnet_detail */
+
 /**
  * Order delivery: every put, put-with-signal and AMO issued on this context
  * to a PE before the fence is delivered before any issued to the same PE

@@ -492,6 +492,10 @@ __device__ __forceinline__ int team_blocks_to_all(cpnet_ctx_t* ctx, const cpnet_
         block(j, &to, &from, &n);
         cpnet_putmem_signal_nbi(ctx, to, from, n, sig_me, e, CPNET_SIGNAL_SET, team_world_pe(d, j));
     }
+    /* The quiet's QUIET now: the targets' ACKs come back while this member
+     * copies its own block and waits for the others'. */
+    split_quiet q;
+    quiet_post(ctx, &q);
     {
         void* to;
         const void* from;
@@ -500,8 +504,10 @@ __device__ __forceinline__ int team_blocks_to_all(cpnet_ctx_t* ctx, const cpnet_
         team_local_copy(to, from, n);
     }
     const int r = team_wait_all(ctx, d, e);
+    /* On a failed wait the QUIET stays posted; the next quiet or the
+     * context's destroy drains past it. */
     if (r != CPNET_E_OK) return r;
-    return cpnet_quiet(ctx);
+    return quiet_finish(ctx, &q);
 }
 
 } /* namespace cpnet_detail */
