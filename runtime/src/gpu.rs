@@ -534,6 +534,8 @@ pub struct GpuPe {
     on_stream: on_stream::OnStreamKernels,
     /// The network path's in-place reduce scratch (`CPNET_REDUCE_SCRATCH`).
     reduce_scratch: reduce_net::Scratch,
+    /// The grid launches' words.
+    grid_words: grid::GridWords,
     heap: DeviceMem,
     cuda: Arc<CudaContext>,
 }
@@ -588,7 +590,8 @@ impl GpuPe {
         // PeKind::reserve's bytes: past the heap and the teams' scratch.
         let scratch_at = SymAddr(core.heap_size + core.tuning.team_scratch * core.tuning.teams as u64);
         let reduce_scratch = reduce_net::Scratch::new(scratch_at, core.tuning.reduce_scratch);
-        let pe = GpuPe { core, stream, peers, p2p, queues, teams, agent, on_stream: Default::default(), reduce_scratch, heap, cuda };
+        let grid_words = grid::GridWords::new(&cuda)?;
+        let pe = GpuPe { core, stream, peers, p2p, queues, teams, agent, on_stream: Default::default(), reduce_scratch, grid_words, heap, cuda };
         tracing::debug!(pe = me, n_pes = pe.n_pes(), device = pe.cuda.ordinal(), provider = %pe.core.provider(), threads, queue_mem = %pe.queues.placement(), "cpnet GPU PE up");
         if pe.core.tuning.transport_map {
             crate::transport_map::print(&pe.transport_map());

@@ -8,8 +8,10 @@
  * THE PROTOCOL. Block 0 speaks for the PE: it opens a context, checks the
  * team and takes the team's next epochs (the same on every member: every
  * member enters the team's collectives in the same order). The other
- * blocks only move data. Two words of device memory of this launch, zeroed
- * before it, join them:
+ * blocks only move data. Two words of device memory of this launch, zero
+ * when it starts (the runtime hands each launch a set of CPNET_GRID_WORDS
+ * words that the last block of the set's previous launch zeroed on its way
+ * out, grid_exit), join them:
  *
  *  - words[0], `go`: with an entry epoch (a form that loads the other
  *    members' buffers), block 0 SETs SIG[my_idx] = e at every other member,
@@ -227,6 +229,29 @@ __device__ inline int grid_close(cpnet_handle_t* h, unsigned long long* words, u
     if (r != CPNET_E_OK) grid_fail(h, &st->ctx, r);
     const int d = cpnet_ctx_destroy(&st->ctx);
     return r != CPNET_E_OK ? r : d;
+}
+
+/** The launch word grid_exit counts the blocks in: the last of the
+ *  CPNET_GRID_WORDS, which no form uses otherwise. */
+#define CPNET_GRID_WORD_EXIT (CPNET_GRID_WORDS - 1)
+
+/** Every block, whole block, as the very last thing a grid kernel does
+ *  (after the form returned, on every path): count the block out in
+ *  words[CPNET_GRID_WORD_EXIT]; the last block to leave zeroes all
+ *  CPNET_GRID_WORDS words, so the next launch that gets them (the
+ *  runtime's ring of word sets, runtime/src/gpu/grid.rs) finds them zeroed
+ *  with no memset between kernels. Each block's accesses to the words come
+ *  before its count (the barrier, then a device-scope fence); the last
+ *  block's fence after the count orders its zeroing after all of them, and
+ *  the kernel's end publishes the zeros to later launches. */
+__device__ inline void grid_exit(unsigned long long* words)
+{
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    __threadfence();
+    if (atomicAdd(&words[CPNET_GRID_WORD_EXIT], 1ull) != gridDim.x - 1) return;
+    __threadfence();
+    for (int i = 0; i < CPNET_GRID_WORDS; ++i) atomicExch(&words[i], 0ull);
 }
 
 /** The element type T of a team.cuh reduction `cpnet_NAME_OP_reduce`,

@@ -86,8 +86,7 @@ struct a2a_grid_args {{
 }};
 static_assert(sizeof(a2a_grid_args) == 8 * (4 + A2A_GRID_MEMBERS) + 8, "a2a_grid_args: as GridArgs in alltoall_grid.rs");
 
-extern "C" __global__ void __launch_bounds__(CPNET_GRID_THREADS)
-cpnet_alltoall_grid(cpnet_handle_t h, int team, a2a_grid_args a)
+__device__ __forceinline__ void a2a_grid_body(cpnet_handle_t& h, int team, const a2a_grid_args& a)
 {{
     using namespace cpnet_detail;
     __shared__ grid_state st;
@@ -121,6 +120,13 @@ cpnet_alltoall_grid(cpnet_handle_t h, int team, a2a_grid_args a)
         block_copy((uint8_t*)a.dst[j] + me + lo, (const uint8_t*)a.source + (uint64_t)j * a.nbytes + lo, hi - lo);
     }}
     grid_close(&h, words, st.epoch, &st);
+}}
+
+extern "C" __global__ void __launch_bounds__(CPNET_GRID_THREADS)
+cpnet_alltoall_grid(cpnet_handle_t h, int team, a2a_grid_args a)
+{{
+    a2a_grid_body(h, team, a);
+    cpnet_detail::grid_exit((unsigned long long*)a.words);
 }}
 "#
     )

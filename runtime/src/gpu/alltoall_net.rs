@@ -98,8 +98,7 @@ __device__ void a2a_net_part(cpnet_ctx_t* ctx, const cpnet_team_desc_t& d, const
 }
 }
 
-extern "C" __global__ void __launch_bounds__(CPNET_GRID_THREADS)
-cpnet_alltoall_net(cpnet_handle_t h, int team, a2a_net_args a)
+__device__ __forceinline__ void a2a_net_body(cpnet_handle_t& h, int team, const a2a_net_args& a)
 {
     using namespace cpnet_detail;
     __shared__ grid_state st;
@@ -168,6 +167,13 @@ cpnet_alltoall_net(cpnet_handle_t h, int team, a2a_net_args a)
     if (e == CPNET_E_OK) e = grid_epoch(&st.ctx, st.d, st.epoch);
     if (e != CPNET_E_OK) grid_fail(&h, &st.ctx, e);
     cpnet_ctx_destroy(&st.ctx);
+}
+
+extern "C" __global__ void __launch_bounds__(CPNET_GRID_THREADS)
+cpnet_alltoall_net(cpnet_handle_t h, int team, a2a_net_args a)
+{
+    a2a_net_body(h, team, a);
+    cpnet_detail::grid_exit((unsigned long long*)a.words);
 }
 "#
     .to_owned()

@@ -9,18 +9,21 @@
 
 use cpnet_device::cpu::SymAddr;
 use cpnet_device::layout::CPNET_GRID_THREADS;
-use cudarc::driver::{CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, result};
+use std::sync::Arc;
 
-use super::GpuPe;
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use parking_lot::Mutex;
+
+use super::{DeviceMem, GpuPe};
 use crate::error::{GpuError, Result};
 use crate::team::Team;
 
 /// Most team members a grid form takes (its kernel argument holds one
 /// address per member): `CPNET_GRID_MAX_MEMBERS` of cmd.h.
 pub const GRID_MAX_MEMBERS: usize = cpnet_device::layout::CPNET_GRID_MAX_MEMBERS;
-/// 8-byte words of device memory each grid launch gets, zeroed: grid.cuh's
-/// `go` and `done`, and the counter that deals out the form's pieces
-/// (`CPNET_GRID_WORDS`).
+/// 8-byte words of device memory each grid launch gets, zero: grid.cuh's
+/// `go` and `done`, the counters of the forms, and the last block's exit
+/// count (`CPNET_GRID_WORDS`; [`GridWords`]).
 pub(super) const GRID_WORDS: usize = cpnet_device::layout::CPNET_GRID_WORDS;
 
 impl GpuPe {
@@ -56,18 +59,19 @@ impl GpuPe {
 
     /// Launch grid form `f` on `stream`: `blocks` blocks of
     /// `CPNET_GRID_THREADS` threads (its launch bounds), with the handle,
-    /// `team`'s id and the argument struct `args(words)`, where `words` are [`GRID_WORDS`]
-    /// 8-byte words of device memory for this launch alone (`go`, `done`,
-    /// then the counter that deals out the form's pieces), zeroed,
-    /// allocated on `stream` before the launch and freed after it in
-    /// stream order (so launches on other streams never share them).
-    /// `what` names the launch in its error.
+    /// `team`'s id and the argument struct `args(words)`, where `words` are
+    /// [`GRID_WORDS`] 8-byte words of device memory, zero when the kernel
+    /// starts: the next set of the PE's ring ([`GridWords`]), which the last
+    /// block of the set's previous launch zeroed (`grid_exit` of grid.cuh;
+    /// every grid kernel ends with it). `what` names the launch in its
+    /// error.
     ///
     /// # Safety
     /// `f`'s parameters are `(cpnet_handle_t, int, A)`, `A` laid out as the
-    /// kernel's argument struct, and every device address in the struct
+    /// kernel's argument struct, the kernel calls `grid_exit(words)` in
+    /// every block as its last step, and every device address in the struct
     /// `args` builds is valid for what the kernel does with it until the
-    /// kernel ends (the launch's own words are: freed after it).
+    /// kernel ends (the words are: the ring lives as long as the PE).
     ///
     /// # Errors
     /// The CUDA calls.
@@ -81,29 +85,70 @@ impl GpuPe {
         args: impl FnOnce(u64) -> A,
     ) -> Result<()> {
         self.bind()?;
-        let cu = stream.cu_stream();
-        let cuda = |call: &'static str| move |source| GpuError::Cuda { what: call, source };
-        const BYTES: usize = 8 * GRID_WORDS;
-        // SAFETY: `cu` is the caller's live stream of this PE's context
-        // (bound above); BYTES allocated here, zeroed and freed below.
-        let mem = unsafe { result::malloc_async(cu, BYTES) }.map_err(cuda("cuMemAllocAsync (a grid form's words)"))?;
-        // SAFETY: `mem` is the allocation above, BYTES long, ordered on `cu`.
-        if let Err(e) = unsafe { result::memset_d8_async(mem, 0, BYTES, cu) } {
-            // SAFETY: `mem` came from malloc_async on `cu` and nothing uses it.
-            let _ = unsafe { result::free_async(mem, cu) };
-            return Err(cuda("cuMemsetD8Async (a grid form's words)")(e).into());
+        self.grid_words.with_set(stream, |words| {
+            let (h, t, a) = (self.handle(), team.id(), args(words));
+            let mut b = stream.launch_builder(f);
+            b.arg(&h).arg(&t).arg(&a);
+            let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (CPNET_GRID_THREADS as u32, 1, 1), shared_mem_bytes: 0 };
+            // SAFETY: the arguments match `f`'s parameters and its struct's
+            // addresses are valid (the caller's contract); `words` is a set
+            // of the ring, which outlives the kernel, and no other kernel
+            // uses it until this one ended (`with_set`).
+            unsafe { b.launch(cfg) }.map(|_| ()).map_err(|source| GpuError::Cuda { what, source }.into())
+        })
+    }
+}
+
+/// Sets of a PE's grid launch words ([`GridWords`]).
+pub(super) const GRID_WORD_SETS: usize = 64;
+
+/// The words of a PE's grid launches: [`GRID_WORD_SETS`] sets of
+/// [`GRID_WORDS`] 8-byte words of device memory, zeroed once, handed to
+/// the launches in turn. Each grid kernel's last block zeroes its set on
+/// the way out (`grid_exit`, grid.cuh), so a launch needs no allocation or
+/// memset on its stream: those cost 3.4 µs between two kernels on an H200
+/// (docs/results.md, "Session 27"). A set is reused only after the
+/// kernel that last had it ended: its launch's stream waits for the event
+/// recorded after that kernel unless the event has passed already (a
+/// no-op on the same stream, which orders the two anyway).
+#[derive(Debug)]
+pub(super) struct GridWords {
+    mem: DeviceMem,
+    ring: Mutex<WordRing>,
+}
+
+#[derive(Debug)]
+struct WordRing {
+    /// The set the next launch takes.
+    next: usize,
+    /// Per set, recorded after its last launch.
+    last: Vec<Option<CudaEvent>>,
+}
+
+impl GridWords {
+    /// The ring, zeroed, in `cuda`'s memory.
+    pub(super) fn new(cuda: &Arc<CudaContext>) -> std::result::Result<GridWords, GpuError> {
+        let bytes = (GRID_WORD_SETS * GRID_WORDS * 8) as u64;
+        let mem = DeviceMem::new(cuda, bytes, "cuMemAlloc (grid launches' words)", "cuMemsetD8 (grid launches' words)")?;
+        Ok(GridWords { mem, ring: Mutex::new(WordRing { next: 0, last: (0..GRID_WORD_SETS).map(|_| None).collect() }) })
+    }
+
+    /// `launch(words)` with the next set (its device address) on `stream`,
+    /// after the set's previous kernel ended, and the set's event recorded
+    /// after it, even where it failed. Launches take the lock in turn.
+    fn with_set(&self, stream: &CudaStream, launch: impl FnOnce(u64) -> Result<()>) -> Result<()> {
+        let cuda = |what: &'static str| move |source| GpuError::Cuda { what, source };
+        let mut ring = self.ring.lock();
+        let k = ring.next;
+        ring.next = (k + 1) % GRID_WORD_SETS;
+        if let Some(ev) = ring.last[k].as_ref().filter(|ev| !ev.is_complete()) {
+            stream.wait(ev).map_err(cuda("cuStreamWaitEvent (a grid launch's words)"))?;
         }
-        let (h, t, a) = (self.handle(), team.id(), args(mem));
-        let mut b = stream.launch_builder(f);
-        b.arg(&h).arg(&t).arg(&a);
-        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (CPNET_GRID_THREADS as u32, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: the arguments match `f`'s parameters and its struct's
-        // addresses are valid (the caller's contract); `mem` lives until its
-        // stream-ordered free below, after the kernel.
-        let launched = unsafe { b.launch(cfg) }.map(|_| ()).map_err(cuda(what));
-        // SAFETY: `mem` came from malloc_async on `cu`; the free is ordered
-        // after the kernel (or after the memset if the launch failed).
-        unsafe { result::free_async(mem, cu) }.map_err(cuda("cuMemFreeAsync (a grid form's words)"))?;
-        Ok(launched?)
+        let launched = launch(self.mem.base + (k * GRID_WORDS * 8) as u64);
+        match ring.last[k].as_ref() {
+            Some(ev) => ev.record(stream).map_err(cuda("cuEventRecord (a grid launch's words)"))?,
+            None => ring.last[k] = Some(stream.record_event(None).map_err(cuda("cuEventRecord (a grid launch's words)"))?),
+        }
+        launched
     }
 }

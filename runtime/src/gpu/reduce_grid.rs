@@ -91,6 +91,7 @@ extern "C" __global__ void __launch_bounds__(CPNET_GRID_THREADS)
 cpnet_reduce_grid(cpnet_handle_t h, int team, cpnet_reduce_grid_args_t a)
 {{
     cpnet_detail::reduce_grid<elem_t, cpnet_detail::{red}>(&h, team, a);
+    cpnet_detail::grid_exit((unsigned long long*)a.words);
 }}
 "#
     )

@@ -139,6 +139,7 @@ cpnet_reduce_net(cpnet_handle_t h, int team, red_net_args a)
     else
         cpnet_detail::reduce_net<elem_t, cpnet_detail::{red}>(&h, team, a.dest, a.source, a.n,
             (unsigned long long*)a.words, a.my_idx, a.size, a.comm, a.form == 2);
+    cpnet_detail::grid_exit((unsigned long long*)a.words);
 }}
 "#
     )
