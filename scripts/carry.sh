@@ -10,7 +10,7 @@
 #             cpnet-bench, cpnet-check, cpnet-chaos, allreduce, jacobi, moe,
 #             bfs, sssp, fi_pingpong: what scripts/anchors.sh and
 #             scripts/graph-gpu.sh take as BIN=DIR/r
-# DIR/cuda    apps/cuda/jacobi and tests/cuda/{coll,fill,amo,warp}, with
+# DIR/cuda    apps/cuda/jacobi and tests/cuda/{coll,fill,amo,warp,launch_gap}, with
 #             lib/libcpnet.so beside them (rpath $ORIGIN/lib)
 # DIR/tests   the GPU test binaries (apps/tests/graph.rs, apps/tests/apps.rs,
 #             tests/tests/gpu_multi_pe.rs, tests/tests/gpu_daemon.rs),
@@ -48,7 +48,7 @@ trap 'rm -rf "$prefix"' EXIT
 bash scripts/install.sh --prefix "$prefix" >/dev/null
 nvcc_bin=$(command -v nvcc || python3 -c 'import glob, importlib.util as u; s = u.find_spec("nvidia"); print(next(iter(sorted(p for r in (s.submodule_search_locations if s else []) for p in glob.glob(r + "/cu*/bin/nvcc"))), ""))')
 strip -o "$dir/cuda/lib/libcpnet.so" "$prefix/lib/libcpnet.so"
-for src in apps/cuda/jacobi.cu tests/cuda/coll.cu tests/cuda/fill.cu tests/cuda/amo.cu tests/cuda/warp.cu; do
+for src in apps/cuda/jacobi.cu tests/cuda/coll.cu tests/cuda/fill.cu tests/cuda/amo.cu tests/cuda/warp.cu tests/cuda/launch_gap.cu; do
   "$nvcc_bin" -arch=sm_90 -O2 -std=c++17 -I"$prefix/include" "$src" -o "$dir/cuda/$(basename "$src" .cu)" \
     -L"$prefix/lib" -lcpnet -Xlinker -rpath -Xlinker '$ORIGIN/lib'
 done

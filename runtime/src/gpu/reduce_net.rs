@@ -26,7 +26,10 @@
 //! round. On two H200s (docs/results.md, "Session 26") that took 44 / 53 /
 //! 85 / 173 µs for 64 KiB / 256 KiB / 1 MiB / 4 MiB of floats against 52-55
 //! / 61-64 / 94-99 / 186-196 with the entry epoch (NCCL through host
-//! memory: 38-42 / 38-39 / 63 / 171-173).
+//! memory: 38-42 / 38-39 / 63 / 171-173); with the close's quiet posted
+//! right after the put and the launch words' ring (session 27, j33) 42 /
+//! 49 / 83 / 182 against session 26's code's 46 / 55 / 92 / 188 in the same
+//! call (NCCL: 33 / 36 / 62 / 191).
 //!
 //! It takes `size x floor(n / size)` elements (the pair exchange: all of
 //! them); the last `n mod size` (fewer than the members) go by the
