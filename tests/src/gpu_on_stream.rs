@@ -133,6 +133,48 @@ fn check_big_alltoall(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: Sy
     Ok(())
 }
 
+/// The large alltoall captured in a CUDA graph on a stream of its own
+/// (after `check_big_alltoall` built its kernel) and the graph replayed
+/// three times, each replay checked word by word: a grid form's launch
+/// under capture takes words of its own (`fresh_words` in the runtime's
+/// grid.rs) instead of a set of the PE's ring, and the team's epochs are
+/// taken on the device, so every replay pairs with the peers'.
+/// **Collective** over the team.
+fn check_captured_alltoall(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: SymAddr) -> Result<()> {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let (me, n) = (team.my_pe(), team.n_pes() as usize);
+    let world = |i: usize| team.world_pe(i as i32).expect("a member index of the team");
+    let s = pe.cuda().new_stream()?;
+    s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    let captured = pe.team_alltoall_on_stream(team, dst, src, BIG, &s);
+    let graph = s.end_capture(CUgraphInstantiate_flags(0))?;
+    captured.with_context(|| format!("{name}: alltoall of {BIG} bytes per pair under CUDA graph capture"))?;
+    let graph = graph.with_context(|| format!("{name}: the captured alltoall made no graph"))?;
+    let words = BIG / 8;
+    for round in 0..3u64 {
+        let v = |p: i32, i: usize| val(p, i) ^ ((round + 7) << 56);
+        let mine: Vec<u8> = (0..words * n).flat_map(|i| v(pe.my_pe(), i).to_le_bytes()).collect();
+        pe.write_heap(src, &mine)?;
+        // Every member's source is written before any replay reads it.
+        pe.team_sync_on_stream(team, false, pe.stream())?;
+        pe.synchronize()?;
+        graph.launch()?;
+        s.synchronize()?;
+        pe.synchronize()?;
+        let mut got = vec![0u8; BIG * n];
+        pe.read_heap(dst, &mut got)?;
+        let want: Vec<u64> = (0..n).flat_map(|p| (0..words).map(move |i| v(world(p), me as usize * words + i))).collect();
+        let got = bytes_u64s(&got);
+        if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
+            anyhow::bail!("{name}: captured alltoall of {BIG} bytes per pair, replay {round}: word {i} (from member {}) is {:#x}, expected {:#x}", i / words, got[i], want[i]);
+        }
+        // Every member has read its dest before the next replay writes it.
+        pe.team_sync_on_stream(team, false, pe.stream())?;
+        pe.synchronize()?;
+    }
+    Ok(())
+}
+
 /// Bytes of the large reductions' buffers: a u64 case of 1 Mi + 1
 /// elements, so the grid form's blocks each take a long run.
 const BIG_REDUCE: usize = (1 << 20) * 8 + 8;
@@ -296,8 +338,9 @@ pub fn on_stream(pe: &GpuPe) -> Result<()> {
     check_first_use(pe, &world, (rsrc, rdst)).context("team world, kernels built on first use")?;
     check_team(pe, &world, "world", src, dst).context("team world")?;
     check_big_alltoall(pe, &world, "world", bsrc, bdst).context("team world")?;
+    check_captured_alltoall(pe, &world, "world", bsrc, bdst).context("team world")?;
     check_big_reduce(pe, &world, "world", (rsrc, rdst)).context("team world")?;
-    println!("on-stream PE {}: world team ({} PEs): reduce (also up to {BIG_REDUCE} B), broadcast, fcollect, alltoall (also {BIG} B per pair), sync, barrier OK", pe.my_pe(), world.n_pes());
+    println!("on-stream PE {}: world team ({} PEs): reduce (also up to {BIG_REDUCE} B), broadcast, fcollect, alltoall (also {BIG} B per pair, and captured in a CUDA graph), sync, barrier OK", pe.my_pe(), world.n_pes());
     let even = pe.team_split_strided(&world, 0, 2, (pe.n_pes() + 1) / 2)?;
     if let Some(t) = &even {
         check_team(pe, t, "even PEs", src, dst).context("team of the even PEs")?;

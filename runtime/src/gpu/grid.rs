@@ -11,7 +11,8 @@ use cpnet_device::cpu::SymAddr;
 use cpnet_device::layout::CPNET_GRID_THREADS;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::sys::CUstreamCaptureStatus;
+use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, result};
 use parking_lot::Mutex;
 
 use super::{DeviceMem, GpuPe};
@@ -63,8 +64,9 @@ impl GpuPe {
     /// [`GRID_WORDS`] 8-byte words of device memory, zero when the kernel
     /// starts: the next set of the PE's ring ([`GridWords`]), which the last
     /// block of the set's previous launch zeroed (`grid_exit` of grid.cuh;
-    /// every grid kernel ends with it). `what` names the launch in its
-    /// error.
+    /// every grid kernel ends with it); on a stream under CUDA graph
+    /// capture, words of the launch's own, allocated and zeroed on the
+    /// stream ([`fresh_words`]). `what` names the launch in its error.
     ///
     /// # Safety
     /// `f`'s parameters are `(cpnet_handle_t, int, A)`, `A` laid out as the
@@ -85,7 +87,7 @@ impl GpuPe {
         args: impl FnOnce(u64) -> A,
     ) -> Result<()> {
         self.bind()?;
-        self.grid_words.with_set(stream, |words| {
+        let launch = |words: u64| -> Result<()> {
             let (h, t, a) = (self.handle(), team.id(), args(words));
             let mut b = stream.launch_builder(f);
             b.arg(&h).arg(&t).arg(&a);
@@ -93,10 +95,47 @@ impl GpuPe {
             // SAFETY: the arguments match `f`'s parameters and its struct's
             // addresses are valid (the caller's contract); `words` is a set
             // of the ring, which outlives the kernel, and no other kernel
-            // uses it until this one ended (`with_set`).
+            // uses it until this one ended (`with_set`), or this launch's
+            // own allocation, freed after it in stream order.
             unsafe { b.launch(cfg) }.map(|_| ()).map_err(|source| GpuError::Cuda { what, source }.into())
-        })
+        };
+        let status = stream.capture_status().map_err(|source| GpuError::Cuda { what: "cuStreamIsCapturing", source })?;
+        if status == CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            self.grid_words.with_set(stream, launch)
+        } else {
+            // SAFETY: `stream` is the caller's live stream of this PE's
+            // context (bound above).
+            unsafe { fresh_words(stream, launch) }
+        }
     }
+}
+
+/// `launch(words)` on `stream` with [`GRID_WORDS`] words of its own,
+/// allocated and zeroed on the stream before it and freed after it: what a
+/// stream under CUDA graph capture gets instead of a set of the ring (the
+/// ring's events and a replayed graph's fixed set would not mix; the
+/// allocation, memset and free become nodes of the graph).
+///
+/// # Safety
+/// `stream` is a live stream of the current context.
+unsafe fn fresh_words(stream: &CudaStream, launch: impl FnOnce(u64) -> Result<()>) -> Result<()> {
+    let cu = stream.cu_stream();
+    let cuda = |call: &'static str| move |source| GpuError::Cuda { what: call, source };
+    const BYTES: usize = 8 * GRID_WORDS;
+    // SAFETY: `cu` is live (the caller's contract); BYTES allocated here,
+    // zeroed and freed below.
+    let mem = unsafe { result::malloc_async(cu, BYTES) }.map_err(cuda("cuMemAllocAsync (a grid form's words)"))?;
+    // SAFETY: `mem` is the allocation above, BYTES long, ordered on `cu`.
+    if let Err(e) = unsafe { result::memset_d8_async(mem, 0, BYTES, cu) } {
+        // SAFETY: `mem` came from malloc_async on `cu` and nothing uses it.
+        let _ = unsafe { result::free_async(mem, cu) };
+        return Err(cuda("cuMemsetD8Async (a grid form's words)")(e).into());
+    }
+    let launched = launch(mem);
+    // SAFETY: `mem` came from malloc_async on `cu`; the free is ordered
+    // after the kernel (or after the memset if the launch failed).
+    unsafe { result::free_async(mem, cu) }.map_err(cuda("cuMemFreeAsync (a grid form's words)"))?;
+    launched
 }
 
 /// Sets of a PE's grid launch words ([`GridWords`]).
