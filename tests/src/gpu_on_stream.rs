@@ -106,12 +106,28 @@ fn check_team(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: SymAddr) -
 /// in a partial word.
 const BIG: usize = cpnet::gpu::ALLTOALL_GRID_MIN_BYTES as usize + 24;
 
+/// This member's `dst` after an alltoall of [`BIG`] bytes per pair on
+/// `team` in which member p's source word i was `v(world PE of p, i)`:
+/// every word checked; the error names the first wrong one.
+fn check_alltoall_dest(pe: &GpuPe, team: &Team, dst: SymAddr, v: impl Fn(i32, usize) -> u64) -> Result<()> {
+    let (me, n) = (team.my_pe() as usize, team.n_pes() as usize);
+    let world = |i: usize| team.world_pe(i as i32).expect("a member index of the team");
+    let words = BIG / 8;
+    let mut got = vec![0u8; BIG * n];
+    pe.read_heap(dst, &mut got)?;
+    let got = bytes_u64s(&got);
+    let want = |i: usize| v(world(i / words), me * words + i % words);
+    if let Some(i) = (0..words * n).find(|&i| got[i] != want(i)) {
+        anyhow::bail!("word {i} (from member {}) is {:#x}, expected {:#x}", i / words, got[i], want(i));
+    }
+    Ok(())
+}
+
 /// The large alltoall on `team` (the grid form on peer stores, one block
 /// otherwise), twice (the second's data differs), every word checked.
 /// **Collective** over the team.
 fn check_big_alltoall(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: SymAddr) -> Result<()> {
-    let (me, n) = (team.my_pe(), team.n_pes() as usize);
-    let world = |i: usize| team.world_pe(i as i32).expect("a member index of the team");
+    let n = team.n_pes() as usize;
     let s = pe.stream();
     let words = BIG / 8;
     for round in 0..2u64 {
@@ -120,13 +136,7 @@ fn check_big_alltoall(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: Sy
         pe.write_heap(src, &mine)?;
         pe.team_alltoall_on_stream(team, dst, src, BIG, s)?;
         pe.synchronize()?;
-        let mut got = vec![0u8; BIG * n];
-        pe.read_heap(dst, &mut got)?;
-        let want: Vec<u64> = (0..n).flat_map(|p| (0..words).map(move |i| v(world(p), me as usize * words + i))).collect();
-        let got = bytes_u64s(&got);
-        if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
-            anyhow::bail!("{name}: alltoall of {BIG} bytes per pair, round {round}: word {i} (from member {}) is {:#x}, expected {:#x}", i / words, got[i], want[i]);
-        }
+        check_alltoall_dest(pe, team, dst, v).with_context(|| format!("{name}: alltoall of {BIG} bytes per pair, round {round}"))?;
         pe.team_sync_on_stream(team, false, s)?;
         pe.synchronize()?;
     }
@@ -142,8 +152,7 @@ fn check_big_alltoall(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: Sy
 /// **Collective** over the team.
 fn check_captured_alltoall(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, dst: SymAddr) -> Result<()> {
     use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-    let (me, n) = (team.my_pe(), team.n_pes() as usize);
-    let world = |i: usize| team.world_pe(i as i32).expect("a member index of the team");
+    let n = team.n_pes() as usize;
     let s = pe.cuda().new_stream()?;
     s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
     let captured = pe.team_alltoall_on_stream(team, dst, src, BIG, &s);
@@ -155,19 +164,10 @@ fn check_captured_alltoall(pe: &GpuPe, team: &Team, name: &str, src: SymAddr, ds
         let v = |p: i32, i: usize| val(p, i) ^ ((round + 7) << 56);
         let mine: Vec<u8> = (0..words * n).flat_map(|i| v(pe.my_pe(), i).to_le_bytes()).collect();
         pe.write_heap(src, &mine)?;
-        // Every member's source is written before any replay reads it.
-        pe.team_sync_on_stream(team, false, pe.stream())?;
-        pe.synchronize()?;
         graph.launch()?;
         s.synchronize()?;
         pe.synchronize()?;
-        let mut got = vec![0u8; BIG * n];
-        pe.read_heap(dst, &mut got)?;
-        let want: Vec<u64> = (0..n).flat_map(|p| (0..words).map(move |i| v(world(p), me as usize * words + i))).collect();
-        let got = bytes_u64s(&got);
-        if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
-            anyhow::bail!("{name}: captured alltoall of {BIG} bytes per pair, replay {round}: word {i} (from member {}) is {:#x}, expected {:#x}", i / words, got[i], want[i]);
-        }
+        check_alltoall_dest(pe, team, dst, v).with_context(|| format!("{name}: captured alltoall of {BIG} bytes per pair, replay {round}"))?;
         // Every member has read its dest before the next replay writes it.
         pe.team_sync_on_stream(team, false, pe.stream())?;
         pe.synchronize()?;
