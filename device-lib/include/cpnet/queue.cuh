@@ -448,6 +448,15 @@ __device__ __forceinline__ void note_error(cpnet_ctx_t* ctx, int e)
     if (e != CPNET_E_OK && ctx->pending_error == CPNET_E_OK) ctx->pending_error = e;
 }
 
+/** The first device-side failure remembered since the last quiet (note_error),
+ *  cleared: a quiet returns it. */
+__device__ __forceinline__ int take_pending_error(cpnet_ctx_t* ctx)
+{
+    const int pending = ctx->pending_error;
+    ctx->pending_error = CPNET_E_OK;
+    return pending;
+}
+
 /**
  * Enqueue a command with CPNET_F_BLOCKING and wait for its completion (leader
  * only). If `fetch`, the command returns a value: it is stored in `*result`
@@ -534,8 +543,7 @@ __device__ __noinline__ inline int drain_finish(cpnet_ctx_t* ctx, int posted, ui
         ctx->proxy_used = 0;
         ctx->fence_idx = 0;
     }
-    const int pending = ctx->pending_error;
-    ctx->pending_error = CPNET_E_OK;
+    const int pending = take_pending_error(ctx);
     if (e != CPNET_E_OK) return e;
     if (pending != CPNET_E_OK) return pending;
     /* Ordered by wait_completed's acquire (P4 / C4). */
@@ -557,6 +565,22 @@ __device__ __noinline__ inline int drain(cpnet_ctx_t* ctx, uint8_t opcode)
     uint64_t upto = 0;
     const int posted = drain_post(ctx, opcode, &upto);
     return drain_finish(ctx, posted, upto);
+}
+
+/** Whether a quiet drains the queue (leader only): always without a
+ *  peer-to-peer table (every operation went through the queue), else only
+ *  where a command went into it since the last drain (proxy_used). */
+__device__ __forceinline__ bool quiet_drains(const cpnet_ctx_t* ctx)
+{
+    return ctx->peers == nullptr || ctx->proxy_used != 0;
+}
+
+/** cpnet_quiet's leader part (after every thread's fence of its
+ *  peer-to-peer stores): drain the queue where quiet_drains says so, else
+ *  return the remembered device-side failure. */
+__device__ __forceinline__ int quiet_leader(cpnet_ctx_t* ctx)
+{
+    return quiet_drains(ctx) ? drain(ctx, CPNET_OP_QUIET) : take_pending_error(ctx);
 }
 
 /**
@@ -667,13 +691,7 @@ __device__ __noinline__ inline int destroy(cpnet_ctx_t* ctx)
      * by every submit but the drain's own): the queue is complete already,
      * and that drain reported the proxy's errors; a device-side failure
      * since (pending_error) is still this call's to return. */
-    int e = CPNET_E_OK;
-    if (ctx->proxy_used) {
-        e = drain(ctx, CPNET_OP_QUIET);
-    } else {
-        e = ctx->pending_error;
-        ctx->pending_error = CPNET_E_OK;
-    }
+    const int e = ctx->proxy_used ? drain(ctx, CPNET_OP_QUIET) : take_pending_error(ctx);
     cpnet_st_relaxed_sys_u64(&ctx->prod->write_idx, ctx->write_idx);
     cpnet_st_relaxed_sys_u64(&ctx->prod->cached_consumed, ctx->cached_consumed);
     if (ctx->claims != nullptr) {

@@ -277,19 +277,13 @@ CPNET_P2P_TYPES(CPNET_DEFINE_P2P)
  */
 __device__ inline int cpnet_quiet(cpnet_ctx_t* ctx)
 {
-    if (ctx->peers == nullptr)
-        return cpnet_detail::collective(ctx, [&]() -> int { return cpnet_detail::drain(ctx, CPNET_OP_QUIET); });
     /* Peer-to-peer stores: each thread's are complete at system scope after
      * its own fence (the leader's, after the barrier, would be cumulative
      * over them by the PTX model; every thread fences so that completion does
-     * not lean on that). Queued commands: drain, when there were any. */
-    cpnet_fence_acq_rel_sys();
-    return cpnet_detail::collective(ctx, [&]() -> int {
-        if (ctx->proxy_used) return cpnet_detail::drain(ctx, CPNET_OP_QUIET);
-        const int pending = ctx->pending_error;
-        ctx->pending_error = CPNET_E_OK;
-        return pending;
-    });
+     * not lean on that). Queued commands: drain, when there were any (always
+     * without a peer-to-peer table). */
+    if (ctx->peers != nullptr) cpnet_fence_acq_rel_sys();
+    return cpnet_detail::collective(ctx, [&]() -> int { return cpnet_detail::quiet_leader(ctx); });
 }
 
 namespace cpnet_detail {
@@ -314,7 +308,7 @@ struct split_quiet {
 __device__ inline void quiet_post(cpnet_ctx_t* ctx, split_quiet* q)
 {
     (void)collective(ctx, [&]() -> int {
-        q->on = ctx->peers == nullptr || ctx->proxy_used != 0;
+        q->on = quiet_drains(ctx);
         if (q->on) q->posted = drain_post(ctx, CPNET_OP_QUIET, &q->upto);
         return CPNET_E_OK;
     });
@@ -325,12 +319,8 @@ __device__ inline void quiet_post(cpnet_ctx_t* ctx, split_quiet* q)
 __device__ inline int quiet_finish(cpnet_ctx_t* ctx, const split_quiet* q)
 {
     if (ctx->peers != nullptr) cpnet_fence_acq_rel_sys();
-    return collective(ctx, [&]() -> int {
-        if (q->on) return drain_finish(ctx, q->posted, q->upto);
-        const int pending = ctx->pending_error;
-        ctx->pending_error = CPNET_E_OK;
-        return pending;
-    });
+    return collective(ctx,
+                      [&]() -> int { return q->on ? drain_finish(ctx, q->posted, q->upto) : take_pending_error(ctx); });
 }
 
 } /* namespace cpnet_detail */

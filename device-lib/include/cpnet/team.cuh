@@ -417,17 +417,6 @@ __device__ __forceinline__ int team_signal_leader(cpnet_ctx_t* ctx, uint64_t* wo
     return CPNET_E_OK;
 }
 
-/** cpnet_quiet's leader part (after every thread's fence): drain the
- *  queue when commands went into it (always without a p2p table), else
- *  return the remembered device-side failure. */
-__device__ __forceinline__ int team_quiet_leader(cpnet_ctx_t* ctx)
-{
-    if (ctx->peers == nullptr || ctx->proxy_used) return drain(ctx, CPNET_OP_QUIET);
-    const int pending = ctx->pending_error;
-    ctx->pending_error = CPNET_E_OK;
-    return pending;
-}
-
 /** A sync (team.rs team_sync), after a quiet when `quiet` (team_barrier):
  *  the quiet, the epoch and the dissemination rounds in ONE block barrier
  *  pair. A failed quiet returns before the epoch moves, as team.rs's
@@ -449,7 +438,7 @@ __device__ __forceinline__ int team_sync_rounds(cpnet_ctx_t* ctx, const cpnet_te
     return collective(ctx, [&]() -> int {
         if (quiet) {
             if (d.size == 1 && ctx->peers != nullptr) cpnet_fence_acq_rel_sys();
-            const int q = team_quiet_leader(ctx);
+            const int q = quiet_leader(ctx);
             if (q != CPNET_E_OK) return q;
         }
         uint64_t* seq = team_word(ctx, d, CPNET_TEAM_SCR_SEQ);

@@ -138,7 +138,7 @@ __device__ __noinline__ inline int team_quiet(cpnet_ctx_t* ctx) { return cpnet_q
  *  part only (drain the queue if used, else the remembered failure). */
 __device__ __noinline__ inline int team_quiet_fenced(cpnet_ctx_t* ctx)
 {
-    return collective(ctx, [&]() -> int { return team_quiet_leader(ctx); });
+    return collective(ctx, [&]() -> int { return quiet_leader(ctx); });
 }
 
 /** Above this many bytes per member a reduction round takes the signal
@@ -441,7 +441,7 @@ __device__ __noinline__ inline int team_small_finish(cpnet_ctx_t* ctx, int r)
 {
     if (is_leader()) {
         note_error(ctx, r);
-        if (r == CPNET_E_OK) r = team_quiet_leader(ctx);
+        if (r == CPNET_E_OK) r = quiet_leader(ctx);
         ctx->ret = r;
     }
     __syncthreads();
