@@ -129,8 +129,9 @@ else
      "$nvcc_bin" -arch=sm_90 -O2 -std=c++17 -I"$prefix/include" tests/cuda/amo.cu -o "$work/amo" \
        -L"$prefix/lib" -lcpnet -Xlinker -rpath -Xlinker "$prefix/lib" >>"$work/nvcc.out" 2>&1 &&
      "$nvcc_bin" -arch=sm_90 -O2 -std=c++17 -I"$prefix/include" tests/cuda/warp.cu -o "$work/warp" \
-       -L"$prefix/lib" -lcpnet -Xlinker -rpath -Xlinker "$prefix/lib" >>"$work/nvcc.out" 2>&1; then
-    say "ok   tests/cuda/coll.cu (nvshmem.h team collectives), fill.cu, amo.cu (thread-scope AMOs) and warp.cu (warp-scope RMA) built with nvcc"
+       -L"$prefix/lib" -lcpnet -Xlinker -rpath -Xlinker "$prefix/lib" >>"$work/nvcc.out" 2>&1 &&
+     "$nvcc_bin" -arch=sm_90 -O2 -std=c++17 tests/cuda/launch_gap.cu -o "$work/launch_gap" >>"$work/nvcc.out" 2>&1; then
+    say "ok   tests/cuda/coll.cu (nvshmem.h team collectives), fill.cu, amo.cu (thread-scope AMOs), warp.cu (warp-scope RMA) and launch_gap.cu (a benchmark) built with nvcc"
     say "ok   apps/cuda/jacobi built with $("$nvcc_bin" --version | sed -n 's/.*release \([0-9.]*\).*/nvcc \1/p') against the installed nvshmem.h, no -rdc"
     rc=0
     timeout 120 cpnet-run -n 2 -- "$work/apps-cuda/jacobi" -nx 256 -ny 258 -iters 100 >"$work/jacobi.out" 2>&1 || rc=$?
