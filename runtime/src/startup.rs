@@ -75,9 +75,9 @@ pub(crate) fn start<K: PeKind>(launch: Launch, tuning: Tuning, mut kind: K) -> R
     // The teams' scratch (crate::team) follows the heap the allocator hands
     // out, then the kind's own reserve.
     let heap_size = tuning.heap_size.next_multiple_of(SHMALLOC_ALIGN);
-    let teams = tuning.team_scratch * tuning.teams as u64;
-    check_layout(&boot, me, [heap_size, teams, K::reserve(&tuning)])?;
-    let reserved = teams + K::reserve(&tuning);
+    let (teams, reserve) = (tuning.team_scratch * tuning.teams as u64, K::reserve(&tuning));
+    check_layout(&boot, me, [heap_size, teams, reserve])?;
+    let reserved = teams + reserve;
     // The provider step 4 opens; a GPU PE served by the daemon hands it over
     // when it attaches, here.
     let fabric = default_fabric(&launch, &tuning, boot.local_ip(), K::TRAFFIC);
