@@ -11,7 +11,7 @@ use cpnet_device::cpu::SymAddr;
 use cpnet_device::layout::CPNET_GRID_THREADS;
 use std::sync::Arc;
 
-use cudarc::driver::sys::CUstreamCaptureStatus;
+use cudarc::driver::sys::{CUevent_flags, CUstreamCaptureStatus};
 use cudarc::driver::{CudaContext, CudaEvent, CudaFunction, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg, result};
 use parking_lot::Mutex;
 
@@ -99,12 +99,39 @@ impl GpuPe {
             // own allocation, freed after it in stream order.
             unsafe { b.launch(cfg) }.map(|_| ()).map_err(|source| GpuError::Cuda { what, source }.into())
         };
+        // SAFETY: `f` calls grid_exit(words) in every block as its last
+        // step (this function's contract).
+        unsafe { self.with_grid_words(stream, launch) }
+    }
+
+    /// `launch(words)` on `stream` (a stream of this PE's device), where
+    /// `words` is the device address of [`GRID_WORDS`] 8-byte words of
+    /// device memory, zero when the kernel `launch` enqueues starts: the
+    /// next set of the PE's ring ([`GridWords`]; the stream first waits
+    /// for the set's previous kernel where that has not ended yet, and the
+    /// set's event is recorded after `launch`), or on a stream under CUDA
+    /// graph capture words of the launch's own, allocated and zeroed on the
+    /// stream before it and freed after it. What [`GpuPe::launch_grid`]
+    /// and nvshmem.h's grid kernel (through libcpnet's
+    /// `cpnet_gpu_grid_launch`) launch with. Not collective.
+    ///
+    /// # Safety
+    /// `launch` enqueues on `stream` at most one kernel, which calls
+    /// `grid_exit(words)` (cpnet/grid.cuh) in every block as its last step,
+    /// so that the set is zero again for its next launch, and touches the
+    /// words only before that.
+    ///
+    /// # Errors
+    /// `launch`'s, and the CUDA calls (`cuStreamIsCapturing`, the wait and
+    /// the event; the allocation, memset and free under capture).
+    pub unsafe fn with_grid_words(&self, stream: &CudaStream, launch: impl FnOnce(u64) -> Result<()>) -> Result<()> {
+        self.bind()?;
         let status = stream.capture_status().map_err(|source| GpuError::Cuda { what: "cuStreamIsCapturing", source })?;
         if status == CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
             self.grid_words.with_set(stream, launch)
         } else {
-            // SAFETY: `stream` is the caller's live stream of this PE's
-            // context (bound above).
+            // SAFETY: `stream` is a live stream of this PE's context (the
+            // caller's contract; bound above).
             unsafe { fresh_words(stream, launch) }
         }
     }
@@ -160,8 +187,38 @@ pub(super) struct GridWords {
 struct WordRing {
     /// The set the next launch takes.
     next: usize,
-    /// Per set, recorded after its last launch.
-    last: Vec<Option<CudaEvent>>,
+    /// Per set, its last launch.
+    last: Vec<LastUse>,
+}
+
+/// The last use of something a PE's launches share (a set of grid words,
+/// the reduce scratch), as an event recorded after it on its stream: the
+/// next user's stream waits for it, so users on different streams take the
+/// thing in the order they were enqueued here. One event, created once
+/// without timing and recorded again after each use; the wait is skipped
+/// where the event has already passed (a `cuEventQuery` costs less than a
+/// `cuStreamWaitEvent`, which the stream then carries). Callers serialize
+/// through a lock around it.
+#[derive(Debug, Default)]
+pub(super) struct LastUse(Option<CudaEvent>);
+
+impl LastUse {
+    /// `use_()` on `stream` after the last use, this use's event recorded
+    /// after it even where it failed (what it enqueued may use the thing).
+    /// `wait` and `record` name the two calls in an error, e.g.
+    /// `"cuStreamWaitEvent (a grid launch's words)"`.
+    pub(super) fn after<R>(&mut self, stream: &CudaStream, wait: &'static str, record: &'static str, use_: impl FnOnce() -> Result<R>) -> Result<R> {
+        let cuda = |what: &'static str| move |source| GpuError::Cuda { what, source };
+        if let Some(ev) = self.0.as_ref().filter(|ev| !ev.is_complete()) {
+            stream.wait(ev).map_err(cuda(wait))?;
+        }
+        let ran = use_();
+        match self.0.as_ref() {
+            Some(ev) => ev.record(stream).map_err(cuda(record))?,
+            None => self.0 = Some(stream.record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING)).map_err(cuda(record))?),
+        }
+        ran
+    }
 }
 
 impl GridWords {
@@ -169,25 +226,17 @@ impl GridWords {
     pub(super) fn new(cuda: &Arc<CudaContext>) -> std::result::Result<GridWords, GpuError> {
         let bytes = (GRID_WORD_SETS * GRID_WORDS * 8) as u64;
         let mem = DeviceMem::new(cuda, bytes, "cuMemAlloc (grid launches' words)", "cuMemsetD8 (grid launches' words)")?;
-        Ok(GridWords { mem, ring: Mutex::new(WordRing { next: 0, last: (0..GRID_WORD_SETS).map(|_| None).collect() }) })
+        Ok(GridWords { mem, ring: Mutex::new(WordRing { next: 0, last: (0..GRID_WORD_SETS).map(|_| LastUse::default()).collect() }) })
     }
 
     /// `launch(words)` with the next set (its device address) on `stream`,
     /// after the set's previous kernel ended, and the set's event recorded
     /// after it, even where it failed. Launches take the lock in turn.
     fn with_set(&self, stream: &CudaStream, launch: impl FnOnce(u64) -> Result<()>) -> Result<()> {
-        let cuda = |what: &'static str| move |source| GpuError::Cuda { what, source };
         let mut ring = self.ring.lock();
         let k = ring.next;
         ring.next = (k + 1) % GRID_WORD_SETS;
-        if let Some(ev) = ring.last[k].as_ref().filter(|ev| !ev.is_complete()) {
-            stream.wait(ev).map_err(cuda("cuStreamWaitEvent (a grid launch's words)"))?;
-        }
-        let launched = launch(self.mem.base + (k * GRID_WORDS * 8) as u64);
-        match ring.last[k].as_ref() {
-            Some(ev) => ev.record(stream).map_err(cuda("cuEventRecord (a grid launch's words)"))?,
-            None => ring.last[k] = Some(stream.record_event(None).map_err(cuda("cuEventRecord (a grid launch's words)"))?),
-        }
-        launched
+        let words = self.mem.base + (k * GRID_WORDS * 8) as u64;
+        ring.last[k].after(stream, "cuStreamWaitEvent (a grid launch's words)", "cuEventRecord (a grid launch's words)", || launch(words))
     }
 }

@@ -51,14 +51,13 @@
 
 use cpnet_device::cpu::{ReduceOp, ReduceType, SymAddr};
 use cpnet_device::layout::CPNET_TEAM_WORLD;
-use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaStream, DeviceRepr};
+use cudarc::driver::{CudaStream, DeviceRepr};
 use parking_lot::Mutex;
 
 use super::GpuPe;
-use super::grid::GRID_MAX_MEMBERS;
+use super::grid::{GRID_MAX_MEMBERS, LastUse};
 use super::reduce_grid::red_name;
-use crate::error::{GpuError, Result};
+use crate::error::Result;
 use crate::team::Team;
 
 /// Bytes of the array from which the reduce runs this way over the
@@ -182,16 +181,19 @@ pub(super) struct Scratch {
 /// The reduce scratch's turns on this PE.
 #[derive(Debug, Default)]
 struct Turn {
-    /// Recorded after the last reduce that used the scratch, on its stream:
-    /// the next one's stream waits for it before its first launch, so
-    /// reduces on different streams take the scratch in the order they
-    /// were enqueued here.
-    last: Option<CudaEvent>,
+    /// The last reduce that used the scratch, on its stream: the next one's
+    /// stream waits for it before its first launch, so reduces on different
+    /// streams take the scratch in the order they were enqueued here.
+    last: LastUse,
     /// Pair exchanges through the landing halves so far: the next lands in
     /// half `pairs mod 2`. The same count on both members, which enqueue
     /// the world team's reduces in the same order.
-    pairs: u64,
+    pairs: Pairs,
 }
+
+/// [`Turn::pairs`]: what a launch in the scratch's turn may change.
+#[derive(Debug, Default)]
+struct Pairs(u64);
 
 /// Bytes of the two landing halves of the pair exchange in the reduce
 /// scratch.
@@ -364,17 +366,11 @@ impl GpuPe {
     /// `stream`) in the scratch's turn: after the last user's event, the
     /// turn's state locked for it, and a new event recorded after it, even
     /// where it failed (what it enqueued uses the scratch).
-    fn scratch_turn<R>(&self, stream: &CudaStream, launch: impl FnOnce(&mut Turn) -> Result<R>) -> Result<R> {
-        let cuda = |what: &'static str| move |source| GpuError::Cuda { what, source };
+    fn scratch_turn<R>(&self, stream: &CudaStream, launch: impl FnOnce(&mut Pairs) -> Result<R>) -> Result<R> {
         self.bind()?;
         let mut turn = self.reduce_scratch.turn.lock();
-        if let Some(ev) = turn.last.as_ref() {
-            stream.wait(ev).map_err(cuda("cuStreamWaitEvent (the reduce scratch's last use)"))?;
-        }
-        let ran = launch(&mut turn);
-        let ev = stream.record_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING)).map_err(cuda("cuEventRecord (the reduce scratch's last use)"))?;
-        turn.last = Some(ev);
-        ran
+        let Turn { last, pairs } = &mut *turn;
+        last.after(stream, "cuStreamWaitEvent (the reduce scratch's last use)", "cuEventRecord (the reduce scratch's last use)", || launch(pairs))
     }
 
     /// The in-place reduce through the reduce scratch (the module): per
@@ -415,7 +411,7 @@ impl GpuPe {
         source: SymAddr,
         nreduce: u64,
         in_place: bool,
-        turn: Option<&mut Turn>,
+        turn: Option<&mut Pairs>,
         stream: &CudaStream,
     ) -> Result<u64> {
         let d = team.desc();
@@ -428,8 +424,8 @@ impl GpuPe {
         // in the scratch's turn.
         let (form, land) = match (self.net_form(team, bytes, in_place), turn) {
             (Form::Landing, Some(turn)) => {
-                let half = turn.pairs % 2;
-                turn.pairs += 1;
+                let half = turn.0 % 2;
+                turn.0 += 1;
                 (Form::Landing, self.dev_ptr(SymAddr(self.reduce_scratch.at.0 + half * NET_PAIR_MAX_BYTES)))
             }
             (Form::Landing, None) => (Form::Pair, 0),
