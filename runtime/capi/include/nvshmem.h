@@ -52,7 +52,8 @@
  *    network path without staging zones; the reduce from CPNET_REDUCE_GRID_MIN_BYTES
  *    on a team whose members are all peer-mapped runs on a grid of up to
  *    CPNET_REDUCE_GRID_MAX_BLOCKS blocks, cpnet/grid.cuh, as the runtime's
- *    team_reduce_on_stream; on the world or node team where some member is
+ *    team_reduce_on_stream, with launch words from the PE's ring through
+ *    libcpnet, cpnet_gpu_grid_launch; on the world or node team where some member is
  *    not, the runtime's network-path forms take it through libcpnet,
  *    cpnet_gpu_reduce_on_stream_net, in place too: their kernels are built
  *    with NVRTC at first use, which then waits for this PE's kernels to
@@ -1035,7 +1036,9 @@ enum {
  * handle's team and peer tables; where a member's heap is not mapped here
  * (another host, CPNET_GPU_P2P=0) or the team is unknown, block 0 runs the
  * one-block form instead (which reports a bad team) and the others leave.
- * The same choice on every member. */
+ * The same choice on every member. Every block ends with grid_exit, so
+ * `words` (a set of libcpnet's ring, cpnet_gpu_grid_launch) is zero again
+ * when the kernel ends. */
 template <class Op>
 __global__ void __launch_bounds__(CPNET_GRID_THREADS)
 reduce_grid_kernel(nvshmem_team_t team, typename Op::type* dest, const typename Op::type* source, size_t n,
@@ -1049,14 +1052,17 @@ reduce_grid_kernel(nvshmem_team_t team, typename Op::type* dest, const typename 
     __syncthreads();
     if (!ok) {
         if (blockIdx.x == 0) Op::run(team, dest, source, n, 0);
-        return;
+    } else {
+        const int e = cpnet_detail::reduce_grid<typename Op::type, Op::red>(&handle, team, a);
+        if (e != CPNET_E_OK && threadIdx.x == 0) {
+            printf("cpnet: nvshmem.h: PE %d: nvshmemx_*_reduce_on_stream (grid form) failed: cpnet error %d\n",
+                   handle.my_pe, e);
+            __trap();
+        }
     }
-    const int e = cpnet_detail::reduce_grid<typename Op::type, Op::red>(&handle, team, a);
-    if (e != CPNET_E_OK && threadIdx.x == 0) {
-        printf("cpnet: nvshmem.h: PE %d: nvshmemx_*_reduce_on_stream (grid form) failed: cpnet error %d\n",
-               handle.my_pe, e);
-        __trap();
-    }
+    /* The words are zero again for the ring's next launch of this set
+     * (cpnet_gpu_grid_launch). */
+    cpnet_detail::grid_exit(words);
 }
 template <class Op>
 struct preload_grid {
@@ -1076,6 +1082,25 @@ static inline int reduce_kind()
     if (std::is_floating_point<T>::value) return CPNET_KIND_FLOAT;
     return std::is_signed<T>::value ? CPNET_KIND_SIGNED : CPNET_KIND_UNSIGNED;
 }
+
+/* reduce_grid_kernel's launch on the stream with the words libcpnet hands
+ * it (cpnet_gpu_grid_launch's callback): the launch's cudaError_t. */
+template <class Op>
+struct grid_launch {
+    nvshmem_team_t team;
+    typename Op::type* dest;
+    const typename Op::type* source;
+    size_t n;
+    unsigned blocks;
+    cudaStream_t stream;
+    static int run(void* arg, uint64_t* words)
+    {
+        const grid_launch* l = (const grid_launch*)arg;
+        reduce_grid_kernel<Op><<<l->blocks, CPNET_GRID_THREADS, 0, l->stream>>>(l->team, l->dest, l->source, l->n,
+                                                                              (unsigned long long*)words);
+        return (int)cudaGetLastError();
+    }
+};
 
 /* The _reduce_on_stream forms. Where some member's heap is not mapped here
  * (the network path), from 64 KiB the runtime's forms
@@ -1105,20 +1130,11 @@ static inline int launch_reduce_on_stream(const char* routine, cudaStream_t stre
     if (blocks < 1) blocks = 1;
     if (blocks > CPNET_REDUCE_GRID_MAX_BLOCKS) blocks = CPNET_REDUCE_GRID_MAX_BLOCKS;
     /* The launch's CPNET_GRID_WORDS words (the reduce uses go and done),
-     * zeroed, freed after it in stream order, so launches on other streams
-     * never share them. */
-    void* words = nullptr;
-    cudaError_t e = cudaMallocAsync(&words, 8 * CPNET_GRID_WORDS, stream);
-    if (e == cudaSuccess) e = cudaMemsetAsync(words, 0, 8 * CPNET_GRID_WORDS, stream);
-    if (e == cudaSuccess) {
-        reduce_grid_kernel<Op><<<(unsigned)blocks, CPNET_GRID_THREADS, 0, stream>>>(team, dest, source, n,
-                                                                                  (unsigned long long*)words);
-        e = cudaGetLastError();
-    }
-    if (words != nullptr) {
-        const cudaError_t f = cudaFreeAsync(words, stream);
-        if (e == cudaSuccess) e = f;
-    }
+     * zero when it starts: the next set of the PE's ring, which the
+     * kernel's grid_exit zeroes again (libcpnet's cpnet_gpu_grid_launch;
+     * under graph capture words of the launch's own). */
+    grid_launch<Op> l = {team, dest, source, n, (unsigned)blocks, stream};
+    const cudaError_t e = (cudaError_t)cpnet_gpu_grid_launch(routine, (void*)stream, &grid_launch<Op>::run, &l);
     if (e != cudaSuccess) {
         fprintf(stderr, "cpnet: %s: grid launch: %s\n", routine, cudaGetErrorString(e));
         return NVSHMEMX_ERROR_INTERNAL;

@@ -441,3 +441,48 @@ pub unsafe extern "C" fn cpnet_gpu_alltoall_on_stream_large(
         Err(why) => fatal(routine, &why),
     }
 }
+
+/// The launch callback of [`cpnet_gpu_grid_launch`]: enqueue the grid
+/// kernel with `words` (device memory) on the stream and return its
+/// `cudaError_t` (0: launched), e.g. `cudaGetLastError()` after `<<<>>>`.
+pub type CpnetGridLaunchFn = unsafe extern "C" fn(arg: *mut c_void, words: *mut u64) -> c_int;
+
+/// Launch a grid kernel of nvshmem.h on `stream` with `CPNET_GRID_WORDS`
+/// 8-byte words of device memory that are zero when it starts
+/// (`GpuPe::with_grid_words`): `launch(arg, words)` enqueues the kernel,
+/// with the next set of the PE's ring of words (the stream first waits for
+/// the set's previous kernel where that has not ended; no allocation or
+/// memset between kernels), or, on a stream under CUDA graph capture,
+/// with words of its own, allocated, zeroed and freed on the stream.
+/// Returns `launch`'s code (0: launched). Not collective.
+///
+/// # Safety
+/// `routine` is null or a NUL-terminated string; `stream` is null or a
+/// live stream of this PE's device; `launch` enqueues on it at most one
+/// kernel, which calls `grid_exit(words)` (cpnet/grid.cuh) in every block
+/// as its last step and touches the words only before that, and calls no
+/// libcpnet function (the PE is locked while it runs).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cpnet_gpu_grid_launch(routine: *const c_char, stream: *mut c_void, launch: CpnetGridLaunchFn, arg: *mut c_void) -> c_int {
+    let r = with_pe(routine, |pe| {
+        // SAFETY: this function's own contract on `stream`.
+        let st = unsafe { borrowed_stream(pe, stream) };
+        let mut code = 0;
+        // The runtime's own error type, as with_grid_words returns it.
+        #[allow(clippy::result_large_err)]
+        let enqueue = |words: u64| {
+            // SAFETY: the caller's callback, given its own `arg` and a set
+            // of words that stays valid while the PE lives.
+            code = unsafe { launch(arg, words as *mut u64) };
+            Ok(())
+        };
+        // SAFETY: `launch` enqueues at most one kernel, which ends with
+        // grid_exit in every block (this function's contract).
+        let ran = unsafe { pe.with_grid_words(&st, enqueue) };
+        ran.map(|()| code).map_err(|e| e.to_string())
+    });
+    match r {
+        Ok(code) => code,
+        Err(why) => fatal(routine, &why),
+    }
+}
