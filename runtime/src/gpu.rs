@@ -49,6 +49,7 @@ mod alltoall_grid;
 mod alltoall_net;
 mod reduce_net;
 mod grid;
+mod pair_stage;
 mod on_stream;
 mod reduce_grid;
 mod team;
@@ -536,6 +537,8 @@ pub struct GpuPe {
     reduce_scratch: reduce_net::Scratch,
     /// The grid launches' words.
     grid_words: grid::GridWords,
+    /// The world team of two's halves in host memory (a job of two).
+    pair_stage: Option<pair_stage::PairStage>,
     heap: DeviceMem,
     cuda: Arc<CudaContext>,
 }
@@ -591,7 +594,22 @@ impl GpuPe {
         let scratch_at = SymAddr(core.heap_size + core.tuning.team_scratch * core.tuning.teams as u64);
         let reduce_scratch = reduce_net::Scratch::new(scratch_at, core.tuning.reduce_scratch);
         let grid_words = grid::GridWords::new(&cuda)?;
-        let pe = GpuPe { core, stream, peers, p2p, queues, teams, agent, on_stream: Default::default(), reduce_scratch, grid_words, heap, cuda };
+        let mut pe = GpuPe {
+            core,
+            stream,
+            peers,
+            p2p,
+            queues,
+            teams,
+            agent,
+            on_stream: Default::default(),
+            reduce_scratch,
+            grid_words,
+            pair_stage: None,
+            heap,
+            cuda,
+        };
+        pe.pair_stage = pe.open_pair_stage()?;
         tracing::debug!(pe = me, n_pes = pe.n_pes(), device = pe.cuda.ordinal(), provider = %pe.core.provider(), threads, queue_mem = %pe.queues.placement(), "cpnet GPU PE up");
         if pe.core.tuning.transport_map {
             crate::transport_map::print(&pe.transport_map());

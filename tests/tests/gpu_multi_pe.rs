@@ -110,6 +110,7 @@ gpu_test! {
     // The pair exchange of a team of two, and in place through the reduce
     // scratch in one chunk.
     on_stream_2_pes_shm_network_path: ok_env(2, SHM, &["on-stream"], NETWORK_PATH);
+    on_stream_2_pes_shm_network_path_no_pair_stage: ok_env(2, SHM, &["on-stream"], NETWORK_PATH_NO_PAIR_STAGE);
     // In place in chunks of 1 MiB (the 8 MiB reduces: 9 chunks).
     on_stream_3_pes_shm_network_path: ok_env(3, SHM, &["on-stream"], NETWORK_PATH_SMALL_SCRATCH);
     // The alltoall's network-path form (a block per proxy thread), which
@@ -123,6 +124,10 @@ const NETWORK_PATH: &[(&str, &str)] = &[("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P"
 
 /// The network path with a reduce scratch of 1 MiB
 /// (`CPNET_REDUCE_SCRATCH`): an in-place reduce of more runs in chunks.
+/// The world team of two's reduce through the proxy into the landing
+/// halves, as without the pair staging (`CPNET_PAIR_STAGE=0`).
+const NETWORK_PATH_NO_PAIR_STAGE: &[(&str, &str)] = &[("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P", "0"), ("CPNET_PAIR_STAGE", "0")];
+
 const NETWORK_PATH_SMALL_SCRATCH: &[(&str, &str)] = &[("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P", "0"), ("CPNET_REDUCE_SCRATCH", "1M")];
 
 /// The device collectives' benchmark runs and prints its table.

@@ -263,6 +263,16 @@ template <typename T> struct reduce_elem<int (*)(cpnet_ctx_t*, cpnet_team_t, T*,
     typedef T type;
 };
 
+/** This block's run [*lo, *hi) of elements [plo, phi), which the grid's
+ *  blocks share in runs of whole q-element words: reduce_grid_block's, and
+ *  the run the pair staging's block copies out first (reduce_pair). */
+__device__ __forceinline__ void grid_block_run(uint64_t plo, uint64_t phi, uint64_t q, uint64_t* lo, uint64_t* hi)
+{
+    const uint64_t per = ((phi - plo + gridDim.x - 1) / gridDim.x + q - 1) / q * q;
+    *lo = plo + blockIdx.x * per < phi ? plo + blockIdx.x * per : phi;
+    *hi = *lo + per < phi ? *lo + per : phi;
+}
+
 /** The reduce grid's words in flight per thread: 8 elements, or 4 16-byte
  *  words, from every member at once. */
 #define CPNET_REDUCE_GRID_UNROLL 8
@@ -274,7 +284,40 @@ template <typename T> struct reduce_elem<int (*)(cpnet_ctx_t*, cpnet_team_t, T*,
  *  in flight per member), folds in team order and stores the result into
  *  the dest of `stores` members from this one on (every member's: a.size;
  *  this member's alone: 1). */
-template <typename T, int OP, typename W, int U>
+template <typename W, bool CV>
+__device__ __forceinline__ W grid_load(const W* p)
+{
+    if constexpr (!CV) {
+        return *p;
+    } else {
+        /* ld.global.cv, as the landing agent reads host staging: a half in
+         * host memory is rewritten by the peer's GPU between two calls, so
+         * a line cached from the last use must not serve this one. */
+        W w;
+        if constexpr (sizeof(W) == 16) {
+            const uint4 v = __ldcv((const uint4*)p);
+            memcpy(&w, &v, 16);
+        } else if constexpr (sizeof(W) == 8) {
+            const unsigned long long v = __ldcv((const unsigned long long*)p);
+            memcpy(&w, &v, 8);
+        } else if constexpr (sizeof(W) == 4) {
+            const unsigned int v = __ldcv((const unsigned int*)p);
+            memcpy(&w, &v, 4);
+        } else if constexpr (sizeof(W) == 2) {
+            const unsigned short v = __ldcv((const unsigned short*)p);
+            memcpy(&w, &v, 2);
+        } else {
+            static_assert(sizeof(W) == 1, "grid_load: words of 1, 2, 4, 8 or 16 bytes");
+            const unsigned char v = __ldcv((const unsigned char*)p);
+            memcpy(&w, &v, 1);
+        }
+        return w;
+    }
+}
+
+/** With CV, every load is grid_load's ld.global.cv (a member's array in
+ *  host memory: the pair staging of reduce_pair). */
+template <typename T, int OP, typename W, int U, bool CV = false>
 __device__ __forceinline__ void reduce_grid_run(const cpnet_reduce_grid_args_t& a, uint64_t lo, uint64_t nw, int stores)
 {
     constexpr int V = sizeof(W) / sizeof(T);
@@ -286,7 +329,7 @@ __device__ __forceinline__ void reduce_grid_run(const cpnet_reduce_grid_args_t& 
             W x[U];
 #pragma unroll
             for (int u = 0; u < U; ++u)
-                if (w + u * nt < nw) x[u] = sj[w + u * nt];
+                if (w + u * nt < nw) x[u] = grid_load<W, CV>(sj + w + u * nt);
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 if (w + u * nt >= nw) continue;
@@ -314,17 +357,16 @@ __device__ __forceinline__ void reduce_grid_run(const cpnet_reduce_grid_args_t& 
  *  allows it, else 1): reduce_grid_run over it in 16-byte words, U of them
  *  per thread in flight from each member, then element by element (the
  *  unaligned case, and the array's last partial word); `stores` as there. */
-template <typename T, int OP>
+template <typename T, int OP, bool CV = false>
 __device__ __forceinline__ void reduce_grid_block(const cpnet_reduce_grid_args_t& a, uint64_t plo, uint64_t phi,
                                                   uint64_t q, int stores)
 {
     constexpr uint64_t V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
-    const uint64_t per = ((phi - plo + gridDim.x - 1) / gridDim.x + q - 1) / q * q;
-    const uint64_t lo = plo + blockIdx.x * per < phi ? plo + blockIdx.x * per : phi;
-    const uint64_t hi = lo + per < phi ? lo + per : phi;
+    uint64_t lo, hi;
+    grid_block_run(plo, phi, q, &lo, &hi);
     const uint64_t nw = q == V && V > 1 ? (hi - lo) / V : 0;
-    if (nw > 0) reduce_grid_run<T, OP, uint4, CPNET_REDUCE_GRID_VEC_UNROLL>(a, lo, nw, stores);
-    reduce_grid_run<T, OP, T, CPNET_REDUCE_GRID_UNROLL>(a, lo + nw * V, hi - lo - nw * V, stores);
+    if (nw > 0) reduce_grid_run<T, OP, uint4, CPNET_REDUCE_GRID_VEC_UNROLL, CV>(a, lo, nw, stores);
+    reduce_grid_run<T, OP, T, CPNET_REDUCE_GRID_UNROLL, CV>(a, lo + nw * V, hi - lo - nw * V, stores);
 }
 
 /** The reduce to all of `a.n` elements of T with operator OP (enum
@@ -633,25 +675,51 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
  *  reached it, which it issued after call k's fold), block 0 takes one
  *  epoch e and runs no entry epoch: it puts its source into the peer's
  *  `land` with SIG[my_idx] = e, waits for the peer's e, and the fold reads
- *  the peer's array from `land`. Returns, in block 0, CPNET_E_OK or the
- *  failure it also reported. */
+ *  the peer's array from `land`.
+ *
+ *  With `out` as well (the pair staging, runtime/src/gpu/pair_stage.rs:
+ *  `out` is the peer's half k mod 2 and `land` this PE's, both in host
+ *  memory that the two PEs share), no put: every block first writes its
+ *  run of source (the run it folds later, grid_block_run) into `out`, fences
+ *  it (fence.sc.sys) and counts itself in words[5]; block 0 waits for the
+ *  count, SETs SIG[my_idx] = e at the peer through the proxy and waits for
+ *  the peer's e, and the fold reads `land` with ld.global.cv. In place
+ *  (dest == source) needs no copy: each block writes its run out before it
+ *  folds into it. Returns, in block 0, CPNET_E_OK or the failure it also
+ *  reported. */
 template <typename T, int OP>
 __device__ inline int reduce_pair(cpnet_handle_t* h, int team, uint64_t dest, uint64_t source, uint64_t n,
-                                  unsigned long long* words, int my_idx, bool copy_in = false, uint64_t land = 0)
+                                  unsigned long long* words, int my_idx, bool copy_in = false, uint64_t land = 0,
+                                  uint64_t out = 0)
 {
     __shared__ grid_state st;
+    constexpr uint64_t V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
+    const uint64_t q = ((dest | source | land | out) & 15) == 0 ? V : 1;
     if (copy_in) grid_copy_in((void*)source, (const void*)dest, n * sizeof(T), &words[5]);
+    if (out != 0) {
+        uint64_t lo, hi;
+        grid_block_run(0, n, q, &lo, &hi);
+        if (hi > lo) block_copy((uint8_t*)out + lo * sizeof(T), (const uint8_t*)source + lo * sizeof(T), (hi - lo) * sizeof(T));
+        __syncthreads();
+        /* The block's stores reach host memory before the count (others)
+         * or block 0's signal command (fence.sc.sys after the barrier:
+         * cumulative over the block's threads). */
+        if (threadIdx.x == 0) {
+            if (blockIdx.x != 0) grid_arrive(&words[5]);
+            else __threadfence_system();
+        }
+    }
     if (blockIdx.x == 0) {
         if (!grid_open(h, team, my_idx, 2, words, land != 0 ? 1 : 2, false, &st)) {
             if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)&words[0], 2);
             return st.err;
         }
         const int peer = 1 - my_idx;
-        if (copy_in) {
+        if (copy_in || out != 0) {
             if (threadIdx.x == 0) st.err = grid_wait_count(h, &words[5], gridDim.x - 1);
             __syncthreads();
         }
-        int r = copy_in ? st.err : CPNET_E_OK;
+        int r = copy_in || out != 0 ? st.err : CPNET_E_OK;
         /* Into the peer's landing half with e, or into its dest after entry
          * epoch e with e + 1. */
         const uint64_t e = land != 0 ? st.epoch : st.epoch + 1;
@@ -660,9 +728,16 @@ __device__ inline int reduce_pair(cpnet_handle_t* h, int team, uint64_t dest, ui
             /* The SET of e + 1 never lands before that of e. */
             cpnet_fence(&st.ctx);
         }
-        if (r == CPNET_E_OK) {
+        if (r == CPNET_E_OK && out != 0) {
+            /* The data is in the peer's half already: the signal alone. */
+            r = collective(&st.ctx, [&]() -> int {
+                return team_signal_leader(&st.ctx, team_sig(&st.ctx, st.d, my_idx), e, team_world_pe(st.d, peer));
+            });
+        } else if (r == CPNET_E_OK) {
             cpnet_putmem_signal_nbi(&st.ctx, (void*)(land != 0 ? land : dest), (const void*)source, n * sizeof(T),
                                     team_sig(&st.ctx, st.d, my_idx), e, CPNET_SIGNAL_SET, team_world_pe(st.d, peer));
+        }
+        if (r == CPNET_E_OK) {
             /* The close's quiet now: the peer's ACK of the put comes back
              * while this member waits for the peer's data and folds. */
             grid_quiet_post(&st);
@@ -692,8 +767,8 @@ __device__ inline int reduce_pair(cpnet_handle_t* h, int team, uint64_t dest, ui
         b.dst[my_idx] = dest;
         b.my_idx = my_idx;
         b.size = 2;
-        constexpr uint64_t V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
-        reduce_grid_block<T, OP>(b, 0, n, ((dest | source | land) & 15) == 0 ? V : 1, 1);
+        if (out != 0) reduce_grid_block<T, OP, true>(b, 0, n, q, 1);
+        else reduce_grid_block<T, OP>(b, 0, n, q, 1);
     }
     /* Every block counts itself; block 0 waits for the count and quiets.
      * The quiet is needed even where source is a copy: a later collective's

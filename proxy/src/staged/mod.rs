@@ -94,7 +94,7 @@ mod initiator;
 mod state;
 mod target;
 mod wire;
-mod zone;
+pub mod zone;
 
 use clock::{StageClock, mono_ns};
 use state::*;

@@ -40,11 +40,13 @@ use crate::cuda::{CudaError, Registered};
 pub(super) const PAGE: usize = 4096;
 
 /// Bytes of a zone card ([`ZoneCard::to_bytes`]).
-pub(super) const CARD_BYTES: usize = 36;
+pub const CARD_BYTES: usize = 36;
 
-/// What a peer needs to map its section of a zone.
+/// What a peer needs to map its section of a zone: what a PE sends the
+/// others (the staged transport's endpoint exchange; the runtime's pair
+/// staging, `runtime/src/gpu/pair_stage.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct ZoneCard {
+pub struct ZoneCard {
     /// Random, written at offset 0 of the zone: a mapped file with another
     /// token is not this zone (a PID reused or seen from another namespace).
     pub(super) token: u64,
@@ -60,7 +62,7 @@ pub(super) struct ZoneCard {
 
 impl ZoneCard {
     /// Little-endian, [`CARD_BYTES`] bytes.
-    pub(super) fn to_bytes(self) -> Vec<u8> {
+    pub fn to_bytes(self) -> Vec<u8> {
         let mut b = Vec::with_capacity(CARD_BYTES);
         b.extend_from_slice(&self.token.to_le_bytes());
         b.extend_from_slice(&self.pid.to_le_bytes());
@@ -72,7 +74,7 @@ impl ZoneCard {
     }
 
     /// The inverse of [`ZoneCard::to_bytes`]; `None` if `b` is not one.
-    pub(super) fn from_bytes(b: &[u8]) -> Option<ZoneCard> {
+    pub fn from_bytes(b: &[u8]) -> Option<ZoneCard> {
         if b.len() != CARD_BYTES {
             return None;
         }
@@ -197,18 +199,23 @@ pub(super) fn map_section(card: &ZoneCard, me: i32) -> std::io::Result<Mapping> 
     Mapping::new(f.as_raw_fd(), off, card.stride as usize)
 }
 
-/// This thread's zone, registered with CUDA (the copy engines read it, the
-/// landing agent reads it at [`Zone::dev`]).
+/// A zone of this process, registered with CUDA (the copy engines read it,
+/// the landing agent reads it at [`Zone::dev`]): each staged transport
+/// thread's, and the runtime's pair staging.
 #[derive(Debug)]
-pub(super) struct Zone {
+pub struct Zone {
     // Field order is drop order: unregister before unmapping.
     reg: Registered,
     pub(super) mem: ZoneMem,
 }
 
 impl Zone {
-    /// Create and register a zone (see [`ZoneMem::create`]).
-    pub(super) fn new(n_pes: i32, slots: u32, slot: usize) -> Result<Zone, String> {
+    /// Create and register a zone of `n_pes` sections (one per source PE)
+    /// of `slots` slots of `slot` bytes, with the CUDA context current.
+    ///
+    /// # Errors
+    /// `memfd_create`, `ftruncate`, `mmap`, `cuMemHostRegister`, as text.
+    pub fn new(n_pes: i32, slots: u32, slot: usize) -> Result<Zone, String> {
         let mem = ZoneMem::create(n_pes, slots, slot).map_err(|e| format!("memfd zone: {e}"))?;
         // SAFETY: the mapping is live and page-aligned, owned by `mem`, which
         // drops after `reg` (field order).
@@ -223,8 +230,9 @@ impl Zone {
         unsafe { self.mem.map.ptr().add(self.mem.slot_offset(src, slot)) }
     }
 
-    /// Device address of slot `slot` of source `src`.
-    pub(super) fn dev(&self, src: i32, slot: u32) -> u64 {
+    /// Device address of slot `slot` of source `src` (`src < n_pes`, `slot
+    /// < slots`), as kernels of the context current at [`Zone::new`] see it.
+    pub fn dev(&self, src: i32, slot: u32) -> u64 {
         self.reg.dev_ptr() + self.mem.slot_offset(src, slot) as u64
     }
 
@@ -232,11 +240,16 @@ impl Zone {
     pub(super) fn slots(&self) -> u32 {
         self.mem.card.slots
     }
+
+    /// What a peer needs to map its section ([`PeerZone::open`]).
+    pub fn card(&self) -> ZoneCard {
+        self.mem.card
+    }
 }
 
 /// Our section of a peer's zone, mapped and registered.
 #[derive(Debug)]
-pub(super) struct PeerZone {
+pub struct PeerZone {
     // Field order is drop order: unregister before unmapping.
     reg: Registered,
     map: Mapping,
@@ -244,8 +257,13 @@ pub(super) struct PeerZone {
 }
 
 impl PeerZone {
-    /// Map and register source `me`'s section of the zone `card` describes.
-    pub(super) fn open(card: &ZoneCard, me: i32) -> Result<PeerZone, String> {
+    /// Map and register source `me`'s section of the zone `card` describes
+    /// (another process's, through `/proc/<pid>/fd/<fd>` after checking its
+    /// token), with the CUDA context current.
+    ///
+    /// # Errors
+    /// The open, a token that differs, `mmap`, `cuMemHostRegister`, as text.
+    pub fn open(card: &ZoneCard, me: i32) -> Result<PeerZone, String> {
         let map = map_section(card, me).map_err(|e| format!("mapping /proc/{}/fd/{}: {e}", card.pid, card.fd))?;
         // SAFETY: the mapping is live and page-aligned, owned by the value,
         // which drops `reg` first (field order).
@@ -261,8 +279,9 @@ impl PeerZone {
         unsafe { self.map.ptr().add(slot as usize * self.slot) }
     }
 
-    /// Device address of our slot `slot` in the peer's zone.
-    pub(super) fn dev(&self, slot: u32) -> u64 {
+    /// Device address of our slot `slot` (`< slots`) in the peer's zone, as
+    /// kernels of the context current at [`PeerZone::open`] see it.
+    pub fn dev(&self, slot: u32) -> u64 {
         self.reg.dev_ptr() + (slot as usize * self.slot) as u64
     }
 }

@@ -387,6 +387,13 @@ fn gpu_pes_default_to_more_proxy_threads_unless_told() {
 }
 
 #[test]
+fn the_pair_staging_is_on_unless_told() {
+    assert!(Tuning::from_lookup(env(&[])).unwrap().pair_stage);
+    assert!(!Tuning::from_lookup(env(&[(PAIR_STAGE, "0")])).unwrap().pair_stage);
+    assert!(Tuning::from_lookup(env(&[(PAIR_STAGE, "on")])).is_err());
+}
+
+#[test]
 fn staging_zones_are_on_with_four_slots_of_a_mebibyte_unless_told() {
     let t = Tuning::from_lookup(env(&[])).unwrap();
     assert_eq!((t.stage_shared, t.stage_slot, t.stage_slots), (true, 1 << 20, 4));

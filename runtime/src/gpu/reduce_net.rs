@@ -70,6 +70,13 @@ pub const NET_MIN_BYTES: u64 = 64 << 10;
 /// and 630-641 against 597-608 for 16 MiB, where folding the whole array
 /// on both members and one mover cost more than the round saved.
 pub const NET_PAIR_MAX_BYTES: u64 = 4 << 20;
+/// Most bytes of the array for the pair staging (`pair_stage.rs`); above,
+/// the landing halves through the proxy. On two H200s (docs/results.md,
+/// "Session 28") the staging took 31 / 38 / 69 µs for 64 KiB / 256 KiB / 1
+/// MiB against the landing halves' 38 / 48 / 82, but 191 against 170 for 4
+/// MiB, where the copy engines' pieces through the proxy pipeline and the
+/// blocks' stores into host memory and loads from it do not.
+pub const PAIR_STAGE_MAX_BYTES: u64 = 2 << 20;
 /// Most blocks of the fold.
 pub const NET_MAX_BLOCKS: u64 = 64;
 /// Bytes of this member's part (the pair exchange: of the array) per fold
@@ -108,15 +115,20 @@ struct NetArgs {
     form: i32,
     /// The pair exchange's landing half of this call (device address, the
     /// same heap offset on the peer), 0: none (it puts into the peer's
-    /// `dest` after an entry epoch).
+    /// `dest` after an entry epoch). With the pair staging, this PE's half
+    /// of its pair zone (host memory).
     land: u64,
+    /// The pair staging's half of the peer's pair zone that this call's
+    /// blocks write into (device address of host memory; `pair_stage.rs`),
+    /// 0: none (the put through the proxy).
+    out: u64,
 }
 
 // SAFETY: repr(C), plain integers laid out as `struct red_net_args` of
 // kernel() (same fields, same order, no padding on either side).
 unsafe impl DeviceRepr for NetArgs {}
 
-const _: () = assert!(size_of::<NetArgs>() == 56);
+const _: () = assert!(size_of::<NetArgs>() == 64);
 
 /// The kernel for the team.cuh reduction `cpnet_<name>_<op>_reduce` (its
 /// element type) and the combiner's operator `red`: `cpnet/grid.cuh`'s
@@ -128,16 +140,16 @@ typedef cpnet_detail::reduce_elem<decltype(&cpnet_{name}_{op}_reduce)>::type ele
 struct red_net_args {{
     uint64_t dest, source, n, words;
     int32_t my_idx, size, comm, form;
-    uint64_t land;
+    uint64_t land, out;
 }};
-static_assert(sizeof(red_net_args) == 56, "red_net_args: as NetArgs in reduce_net.rs");
+static_assert(sizeof(red_net_args) == 64, "red_net_args: as NetArgs in reduce_net.rs");
 
 extern "C" __global__ void __launch_bounds__(CPNET_GRID_THREADS)
 cpnet_reduce_net(cpnet_handle_t h, int team, red_net_args a)
 {{
     if (a.form == 1 || a.form == 3)
         cpnet_detail::reduce_pair<elem_t, cpnet_detail::{red}>(&h, team, a.dest, a.source, a.n,
-            (unsigned long long*)a.words, a.my_idx, a.form == 3, a.land);
+            (unsigned long long*)a.words, a.my_idx, a.form == 3, a.land, a.out);
     else
         cpnet_detail::reduce_net<elem_t, cpnet_detail::{red}>(&h, team, a.dest, a.source, a.n,
             (unsigned long long*)a.words, a.my_idx, a.size, a.comm, a.form == 2);
@@ -206,6 +218,11 @@ impl Scratch {
         Scratch { at, bytes, land, turn: Mutex::new(Turn::default()) }
     }
 
+    /// Whether it holds the landing halves.
+    pub(super) fn has_landing(&self) -> bool {
+        self.land > 0
+    }
+
     /// Heap offset of the in-place copy.
     fn copy_at(&self) -> SymAddr {
         SymAddr(self.at.0 + self.land)
@@ -238,6 +255,10 @@ enum Form {
     /// The pair exchange into the peer's landing half of the reduce
     /// scratch: no entry epoch (the world team of two; [`Scratch`]).
     Landing,
+    /// The pair exchange through the pair staging's halves in host memory
+    /// (`pair_stage.rs`): the world team of a job of two whose PEs both
+    /// have it; in place too, with no copy.
+    Staged,
 }
 
 impl GpuPe {
@@ -274,7 +295,7 @@ impl GpuPe {
         if size != 2 || !self.staging_zones() || bytes > NET_PAIR_MAX_BYTES {
             Form::Scatter(in_place)
         } else if team.id() == CPNET_TEAM_WORLD && self.reduce_scratch.land > 0 {
-            Form::Landing
+            if self.pair_stage.is_some() && bytes <= PAIR_STAGE_MAX_BYTES { Form::Staged } else { Form::Landing }
         } else {
             Form::Pair
         }
@@ -298,6 +319,9 @@ impl GpuPe {
         let source = SymAddr(0);
         let dest = if in_place { source } else { SymAddr(bytes) };
         let Some(scratch) = self.net_takes(team, dest, source, bytes / elem, elem) else { return "block" };
+        if self.net_form(team, bytes, false) == Form::Staged {
+            return "staged";
+        }
         let size = team.desc().size.max(0) as u64;
         let first = if scratch { bytes.min(self.scratch_chunk(elem, size) * elem) } else { bytes };
         match (self.net_form(team, first, scratch), scratch) {
@@ -307,6 +331,7 @@ impl GpuPe {
             (Form::Landing, true) => "landing+scratch",
             (Form::Scatter(_), false) => "scatter",
             (Form::Scatter(_), true) => "scatter+scratch",
+            (Form::Staged, _) => "staged",
         }
     }
 
@@ -353,6 +378,11 @@ impl GpuPe {
         stream: &CudaStream,
     ) -> Result<Option<u64>> {
         let Some(in_place) = self.net_takes(team, dest, source, nreduce, T::SIZE as u64) else { return Ok(None) };
+        if self.net_form(team, nreduce * T::SIZE as u64, false) == Form::Staged {
+            // In place too: each block writes its run out before it folds
+            // into it (grid.cuh's reduce_pair), so no copy into the scratch.
+            return self.scratch_turn(stream, |turn| self.reduce_net_launch::<T>(team, op, dest, source, nreduce, false, Some(turn), stream)).map(Some);
+        }
         if in_place {
             return self.reduce_in_place::<T>(team, op, dest, nreduce, stream).map(Some);
         }
@@ -422,16 +452,21 @@ impl GpuPe {
         // A team of two through staging zones: the pair exchange of the
         // whole array, folded on every block; into the peer's landing half
         // in the scratch's turn.
-        let (form, land) = match (self.net_form(team, bytes, in_place), turn) {
-            (Form::Landing, Some(turn)) => {
+        let (form, land, out) = match (self.net_form(team, bytes, in_place), turn, self.pair_stage.as_ref()) {
+            (Form::Landing, Some(turn), _) => {
                 let half = turn.0 % 2;
                 turn.0 += 1;
-                (Form::Landing, self.dev_ptr(SymAddr(self.reduce_scratch.at.0 + half * NET_PAIR_MAX_BYTES)))
+                (Form::Landing, self.dev_ptr(SymAddr(self.reduce_scratch.at.0 + half * NET_PAIR_MAX_BYTES)), 0)
             }
-            (Form::Landing, None) => (Form::Pair, 0),
-            (form, _) => (form, 0),
+            (Form::Staged, Some(turn), Some(stage)) => {
+                let k = turn.0;
+                turn.0 += 1;
+                (Form::Staged, stage.in_half(k), stage.out_half(k))
+            }
+            (Form::Landing | Form::Staged, _, _) => (Form::Pair, 0, 0),
+            (form, _, _) => (form, 0, 0),
         };
-        let pair = matches!(form, Form::Pair | Form::Landing);
+        let pair = matches!(form, Form::Pair | Form::Landing | Form::Staged);
         // Else movers: one per proxy thread and NET_BYTES_PER_MOVER of the
         // part, except through staging zones.
         let m = if pair { nreduce } else { nreduce / size };
@@ -451,8 +486,10 @@ impl GpuPe {
         // `dest` and `source` are inside the heap for nreduce >= size x m
         // elements (the caller's ranges, or the reduce scratch's copy), so is
         // `land` for nreduce elements (a landing half, NET_PAIR_MAX_BYTES >=
-        // bytes, at the same offset on the peer), and the kernel touches
-        // only those (its loads and stores, and puts whose targets the proxy
+        // bytes, at the same offset on the peer; or with `out` this PE's
+        // half of its pair zone, and `out` the peer's, both registered host
+        // memory of NET_PAIR_MAX_BYTES that live as long as the PE), and the
+        // kernel touches only those (its loads and stores, and puts whose targets the proxy
         // checks).
         unsafe {
             self.launch_grid(stream, &f, team, blocks, "cuLaunchKernel (network-path reduce)", |words| NetArgs {
@@ -465,6 +502,7 @@ impl GpuPe {
                 comm: comm as i32,
                 form,
                 land,
+                out,
             })
         }?;
         Ok(n)
