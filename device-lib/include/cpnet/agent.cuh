@@ -34,44 +34,6 @@
 
 namespace cpnet_agent_detail {
 
-/** Copy `n` bytes from `src` to `dst` with every thread of the block, in the
- *  widest unit both addresses allow. Loads use the cache-volatile form
- *  (ld.global.cv: fetched again, never served from a stale cached line),
- *  because a host staging buffer is rewritten by the NIC or the CPU between
- *  two uses. In the 16-byte case each thread has four loads in flight
- *  before it stores (256 threads: 16 KiB per PCIe round trip from host
- *  staging, where one load at a time took a round trip per 4 KiB: a 16 KiB
- *  halo landed in ~3 µs at best, session 14). */
-__device__ __forceinline__ void block_copy_cv(uint8_t* dst, const uint8_t* src, uint64_t n)
-{
-    const uint64_t t = threadIdx.x, nt = blockDim.x;
-    const uint64_t a = (uint64_t)dst | (uint64_t)src;
-    if ((a & 15) == 0) {
-        const uint64_t w = n / 16;
-        uint4* d = (uint4*)dst;
-        const uint4* s = (const uint4*)src;
-        uint64_t i = t;
-        for (; i + 3 * nt < w; i += 4 * nt) {
-            const uint4 v0 = __ldcv(s + i), v1 = __ldcv(s + i + nt), v2 = __ldcv(s + i + 2 * nt),
-                        v3 = __ldcv(s + i + 3 * nt);
-            d[i] = v0;
-            d[i + nt] = v1;
-            d[i + 2 * nt] = v2;
-            d[i + 3 * nt] = v3;
-        }
-        for (; i < w; i += nt) d[i] = __ldcv(s + i);
-        for (uint64_t i = w * 16 + t; i < n; i += nt) dst[i] = (uint8_t)__ldcv((const unsigned char*)src + i);
-    } else if ((a & 7) == 0) {
-        const uint64_t w = n / 8;
-        unsigned long long* d = (unsigned long long*)dst;
-        const unsigned long long* s = (const unsigned long long*)src;
-        for (uint64_t i = t; i < w; i += nt) d[i] = __ldcv(s + i);
-        for (uint64_t i = w * 8 + t; i < n; i += nt) dst[i] = (uint8_t)__ldcv((const unsigned char*)src + i);
-    } else {
-        for (uint64_t i = t; i < n; i += nt) dst[i] = (uint8_t)__ldcv((const unsigned char*)src + i);
-    }
-}
-
 /** The minimum AMOs (a cpnet extension): atomicMin on the signed view of
  *  the word for CPNET_T_INT32/INT64, on the unsigned one otherwise. */
 __device__ __forceinline__ unsigned int amo_min(unsigned int* p, bool is_signed, unsigned int v)
@@ -181,7 +143,7 @@ __device__ __forceinline__ void cpnet_agent_run(cpnet_agent_ctl_t* ctl, uint64_t
                     if (leader)
                         for (uint64_t i = 0; i < size && i < 8; ++i) heap[dst + i] = (uint8_t)(rec.value >> (8 * i));
                 } else if (size > 0) {
-                    block_copy_cv(heap + dst, (const uint8_t*)rec.src, size);
+                    cpnet_block_copy_cv(heap + dst, (const uint8_t*)rec.src, size);
                 }
                 if (rec.flags & CPNET_AGENT_F_SIGNAL) {
                     // The block's data stores happen before the leader's
@@ -223,7 +185,7 @@ __device__ __forceinline__ void cpnet_agent_run(cpnet_agent_ctl_t* ctl, uint64_t
             }
             case CPNET_AGENT_K_COPY_OUT:
                 ok = dst <= heap_size && size <= heap_size - dst;
-                if (ok && size > 0) block_copy_cv((uint8_t*)rec.src, heap + dst, size);
+                if (ok && size > 0) cpnet_block_copy_cv((uint8_t*)rec.src, heap + dst, size);
                 break;
             default:
                 ok = false;

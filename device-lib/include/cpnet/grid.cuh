@@ -644,6 +644,77 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
     return r != CPNET_E_OK ? r : d;
 }
 
+/* THE PAIR STAGING (runtime/src/gpu/pair_stage.rs): the world team of a
+ * job of two, each PE with two halves in host memory that the peer maps.
+ * A call's kernel writes its array for the peer straight into the peer's
+ * half (pair_out), SETs the peer's SIG[my_idx] to the call's epoch through
+ * the proxy once every block's stores are fenced (pair_exchange), and,
+ * once the peer's signal came, reads the peer's array from this PE's half
+ * with ld.global.cv (the half is rewritten by the peer's GPU between two
+ * uses of it). The runtime alternates the halves call by call (see
+ * reduce_pair's `land`): the peer writes call k + 2 into a half only after
+ * this PE's call k + 1 signal reached it, sent after call k's kernel, whose
+ * reads of that half, ended. */
+
+/** Every block, whole block: bytes [lo, hi) of `from` into `to` (the
+ *  peer's half), then the block's stores fenced (fence.sc.sys after the
+ *  barrier, cumulative over its threads) before it counts itself in
+ *  words[5] (blocks but 0) or block 0 goes on to its signal command. */
+__device__ inline void pair_out(uint8_t* to, const uint8_t* from, uint64_t lo, uint64_t hi, unsigned long long* words)
+{
+    if (hi > lo) block_copy(to + lo, from + lo, hi - lo);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        if (blockIdx.x != 0) grid_arrive(&words[5]);
+        else __threadfence_system();
+    }
+}
+
+/** Every block, whole block, after pair_out: block 0 opens (one epoch e),
+ *  waits for the other blocks' counts, SETs SIG[my_idx] = e at the peer,
+ *  posts the close's quiet (grid_quiet_post), waits for the peer's e and
+ *  releases the blocks (words[0]: 1, or 2 where it failed); the others
+ *  wait for that. Returns whether this block goes on (to the reads of this
+ *  PE's half, then grid_close(h, words, 0, st, false)); where block 0
+ *  failed, st->err holds the failure, reported and its context closed. */
+__device__ inline bool pair_exchange(cpnet_handle_t* h, int team, int my_idx, unsigned long long* words, grid_state* st)
+{
+    if (blockIdx.x != 0) {
+        if (threadIdx.x == 0) st->go = grid_wait_go(h, words);
+        __syncthreads();
+        return st->go == 1;
+    }
+    if (!grid_open(h, team, my_idx, 2, words, 1, false, st)) {
+        if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)&words[0], 2);
+        return false;
+    }
+    if (threadIdx.x == 0) st->err = grid_wait_count(h, &words[5], gridDim.x - 1);
+    __syncthreads();
+    int r = st->err;
+    if (r == CPNET_E_OK) {
+        /* The data is in the peer's half already: the signal alone. */
+        r = collective(&st->ctx, [&]() -> int {
+            return team_signal_leader(&st->ctx, team_sig(&st->ctx, st->d, my_idx), st->epoch,
+                                      team_world_pe(st->d, 1 - my_idx));
+        });
+    }
+    if (r == CPNET_E_OK) {
+        grid_quiet_post(st);
+        r = team_wait_all(&st->ctx, st->d, st->epoch);
+    }
+    /* Release: what block 0 acquired with the peer's signal (its array in
+     * this PE's half), before the other blocks' loads of it. */
+    if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)&words[0], r == CPNET_E_OK ? 1 : 2);
+    if (threadIdx.x == 0) st->err = r;
+    __syncthreads();
+    if (st->err != CPNET_E_OK) {
+        grid_fail(h, &st->ctx, st->err);
+        cpnet_ctx_destroy(&st->ctx);
+        return false;
+    }
+    return true;
+}
+
 /** The reduce to all of a team of two over the network path
  *  (runtime/src/gpu/reduce_net.rs, with the shm provider's staging zones):
  *  one exchange of the whole array instead of a reduce-scatter, a sync and
@@ -695,31 +766,34 @@ __device__ inline int reduce_pair(cpnet_handle_t* h, int team, uint64_t dest, ui
     __shared__ grid_state st;
     constexpr uint64_t V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
     const uint64_t q = ((dest | source | land | out) & 15) == 0 ? V : 1;
-    if (copy_in) grid_copy_in((void*)source, (const void*)dest, n * sizeof(T), &words[5]);
+    cpnet_reduce_grid_args_t b;
+    b.src[my_idx] = source;
+    b.src[1 - my_idx] = land != 0 ? land : dest;
+    b.dst[my_idx] = dest;
+    b.my_idx = my_idx;
+    b.size = 2;
     if (out != 0) {
+        /* The pair staging: this block's run out, the signal, the fold of
+         * the peer's array from this PE's half. */
         uint64_t lo, hi;
         grid_block_run(0, n, q, &lo, &hi);
-        if (hi > lo) block_copy((uint8_t*)out + lo * sizeof(T), (const uint8_t*)source + lo * sizeof(T), (hi - lo) * sizeof(T));
-        __syncthreads();
-        /* The block's stores reach host memory before the count (others)
-         * or block 0's signal command (fence.sc.sys after the barrier:
-         * cumulative over the block's threads). */
-        if (threadIdx.x == 0) {
-            if (blockIdx.x != 0) grid_arrive(&words[5]);
-            else __threadfence_system();
-        }
+        pair_out((uint8_t*)out, (const uint8_t*)source, lo * sizeof(T), hi * sizeof(T), words);
+        if (!pair_exchange(h, team, my_idx, words, &st)) return blockIdx.x == 0 ? st.err : CPNET_E_OK;
+        reduce_grid_block<T, OP, true>(b, 0, n, q, 1);
+        return grid_close(h, words, 0, &st, false);
     }
+    if (copy_in) grid_copy_in((void*)source, (const void*)dest, n * sizeof(T), &words[5]);
     if (blockIdx.x == 0) {
         if (!grid_open(h, team, my_idx, 2, words, land != 0 ? 1 : 2, false, &st)) {
             if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)&words[0], 2);
             return st.err;
         }
         const int peer = 1 - my_idx;
-        if (copy_in || out != 0) {
+        if (copy_in) {
             if (threadIdx.x == 0) st.err = grid_wait_count(h, &words[5], gridDim.x - 1);
             __syncthreads();
         }
-        int r = copy_in || out != 0 ? st.err : CPNET_E_OK;
+        int r = copy_in ? st.err : CPNET_E_OK;
         /* Into the peer's landing half with e, or into its dest after entry
          * epoch e with e + 1. */
         const uint64_t e = land != 0 ? st.epoch : st.epoch + 1;
@@ -728,16 +802,9 @@ __device__ inline int reduce_pair(cpnet_handle_t* h, int team, uint64_t dest, ui
             /* The SET of e + 1 never lands before that of e. */
             cpnet_fence(&st.ctx);
         }
-        if (r == CPNET_E_OK && out != 0) {
-            /* The data is in the peer's half already: the signal alone. */
-            r = collective(&st.ctx, [&]() -> int {
-                return team_signal_leader(&st.ctx, team_sig(&st.ctx, st.d, my_idx), e, team_world_pe(st.d, peer));
-            });
-        } else if (r == CPNET_E_OK) {
+        if (r == CPNET_E_OK) {
             cpnet_putmem_signal_nbi(&st.ctx, (void*)(land != 0 ? land : dest), (const void*)source, n * sizeof(T),
                                     team_sig(&st.ctx, st.d, my_idx), e, CPNET_SIGNAL_SET, team_world_pe(st.d, peer));
-        }
-        if (r == CPNET_E_OK) {
             /* The close's quiet now: the peer's ACK of the put comes back
              * while this member waits for the peer's data and folds. */
             grid_quiet_post(&st);
@@ -760,16 +827,7 @@ __device__ inline int reduce_pair(cpnet_handle_t* h, int team, uint64_t dest, ui
     }
     /* The fold: this block's run of [0, n), in 16-byte words where every
      * address allows. */
-    {
-        cpnet_reduce_grid_args_t b;
-        b.src[my_idx] = source;
-        b.src[1 - my_idx] = land != 0 ? land : dest;
-        b.dst[my_idx] = dest;
-        b.my_idx = my_idx;
-        b.size = 2;
-        if (out != 0) reduce_grid_block<T, OP, true>(b, 0, n, q, 1);
-        else reduce_grid_block<T, OP>(b, 0, n, q, 1);
-    }
+    reduce_grid_block<T, OP>(b, 0, n, q, 1);
     /* Every block counts itself; block 0 waits for the count and quiets.
      * The quiet is needed even where source is a copy: a later collective's
      * SET to the peer goes through another queue and could land before

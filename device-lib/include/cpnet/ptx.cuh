@@ -215,4 +215,43 @@ __device__ __forceinline__ void cpnet_sleep_ns(uint32_t ns)
     __nanosleep(ns);
 }
 
+/** Copy `n` bytes from `src` to `dst` with every thread of the block, in the
+ *  widest unit both addresses allow. Loads use the cache-volatile form
+ *  (ld.global.cv: fetched again, never served from a stale cached line),
+ *  because a host staging buffer is rewritten by the NIC or the CPU between
+ *  two uses (the landing agent; the pair staging's alltoall, grid.cuh). In
+ *  the 16-byte case each thread has four loads in flight
+ *  before it stores (256 threads: 16 KiB per PCIe round trip from host
+ *  staging, where one load at a time took a round trip per 4 KiB: a 16 KiB
+ *  halo landed in ~3 µs at best, session 14). */
+__device__ __forceinline__ void cpnet_block_copy_cv(uint8_t* dst, const uint8_t* src, uint64_t n)
+{
+    const uint64_t t = threadIdx.x, nt = blockDim.x;
+    const uint64_t a = (uint64_t)dst | (uint64_t)src;
+    if ((a & 15) == 0) {
+        const uint64_t w = n / 16;
+        uint4* d = (uint4*)dst;
+        const uint4* s = (const uint4*)src;
+        uint64_t i = t;
+        for (; i + 3 * nt < w; i += 4 * nt) {
+            const uint4 v0 = __ldcv(s + i), v1 = __ldcv(s + i + nt), v2 = __ldcv(s + i + 2 * nt),
+                        v3 = __ldcv(s + i + 3 * nt);
+            d[i] = v0;
+            d[i + nt] = v1;
+            d[i + 2 * nt] = v2;
+            d[i + 3 * nt] = v3;
+        }
+        for (; i < w; i += nt) d[i] = __ldcv(s + i);
+        for (uint64_t i = w * 16 + t; i < n; i += nt) dst[i] = (uint8_t)__ldcv((const unsigned char*)src + i);
+    } else if ((a & 7) == 0) {
+        const uint64_t w = n / 8;
+        unsigned long long* d = (unsigned long long*)dst;
+        const unsigned long long* s = (const unsigned long long*)src;
+        for (uint64_t i = t; i < w; i += nt) d[i] = __ldcv(s + i);
+        for (uint64_t i = w * 8 + t; i < n; i += nt) dst[i] = (uint8_t)__ldcv((const unsigned char*)src + i);
+    } else {
+        for (uint64_t i = t; i < n; i += nt) dst[i] = (uint8_t)__ldcv((const unsigned char*)src + i);
+    }
+}
+
 #endif /* CPNET_PTX_CUH */

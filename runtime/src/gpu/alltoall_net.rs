@@ -36,9 +36,13 @@
 //! no queue), `done`, and the first error a block met.
 
 use cpnet_device::cpu::SymAddr;
+use cpnet_device::layout::CPNET_TEAM_WORLD;
+use cudarc::driver::sys::CUstreamCaptureStatus;
 use cudarc::driver::{CudaStream, DeviceRepr};
 
 use super::GpuPe;
+use super::reduce_net::PAIR_STAGE_MAX_BYTES;
+use crate::error::GpuError;
 use crate::error::Result;
 use crate::team::Team;
 
@@ -211,6 +215,116 @@ impl GpuPe {
                 size: d.size,
             })
         }?;
+        Ok(true)
+    }
+}
+
+/// Fewest bytes per pair for the alltoall through the pair zone.
+pub const PAIR_MIN_BYTES: u64 = 64 << 10;
+/// Bytes per pair per block of the alltoall through the pair zone.
+pub const PAIR_BYTES_PER_BLOCK: u64 = 16 << 10;
+
+/// `a2a_pair_args` of [`pair_kernel`], field for field.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct PairArgs {
+    dest: u64,
+    source: u64,
+    nbytes: u64,
+    /// The launch's words (grid.cuh's: go, done, the copy-out count).
+    words: u64,
+    /// The peer's half this call writes (device address of host memory).
+    out: u64,
+    /// This PE's half the peer writes (device address of host memory).
+    into: u64,
+    my_idx: i32,
+    size: i32,
+}
+
+// SAFETY: repr(C), plain integers laid out as `struct a2a_pair_args` of
+// pair_kernel() (same fields, same order, no padding on either side).
+unsafe impl DeviceRepr for PairArgs {}
+
+const _: () = assert!(size_of::<PairArgs>() == 56);
+
+/// The alltoall of the world team of a job of two through the pair zone
+/// (`pair_stage.rs`, grid.cuh's THE PAIR STAGING): every block writes its
+/// run of the peer's pair into the peer's half and copies its run of its
+/// own; block 0 SETs the peer's signal through the proxy and waits for the
+/// peer's; every block then copies its run of the peer's pair out of this
+/// PE's half into `dest`. Compiled once per PE, on first use.
+pub(super) fn pair_kernel() -> String {
+    r#"#include <cpnet/grid.cuh>
+struct a2a_pair_args {
+    uint64_t dest, source, nbytes, words, out, into;
+    int32_t my_idx, size;
+};
+static_assert(sizeof(a2a_pair_args) == 56, "a2a_pair_args: as PairArgs in alltoall_net.rs");
+
+extern "C" __global__ void __launch_bounds__(CPNET_GRID_THREADS)
+cpnet_alltoall_pair(cpnet_handle_t h, int team, a2a_pair_args a)
+{
+    using namespace cpnet_detail;
+    __shared__ grid_state st;
+    unsigned long long* const words = (unsigned long long*)a.words;
+    const uint64_t me = (uint64_t)a.my_idx, peer = 1 - me;
+    /* This block's run of a pair, whole 256-byte pieces. */
+    uint64_t lo, hi;
+    grid_block_run(0, a.nbytes, 256, &lo, &hi);
+    pair_out((uint8_t*)a.out, (const uint8_t*)a.source + peer * a.nbytes, lo, hi, words);
+    /* Our own pair: this PE's alone. */
+    if (hi > lo) block_copy((uint8_t*)a.dest + me * a.nbytes + lo, (const uint8_t*)a.source + me * a.nbytes + lo, hi - lo);
+    if (pair_exchange(&h, team, a.my_idx, words, &st)) {
+        if (hi > lo) cpnet_block_copy_cv((uint8_t*)a.dest + peer * a.nbytes + lo, (const uint8_t*)a.into + lo, hi - lo);
+        (void)grid_close(&h, words, 0, &st, false);
+    }
+    grid_exit(words);
+}
+"#
+    .to_owned()
+}
+
+impl GpuPe {
+    /// The alltoall through the pair zone, if it runs (the world team of a
+    /// job of two whose PEs both have the pair zone, [`PAIR_MIN_BYTES`] to
+    /// [`PAIR_STAGE_MAX_BYTES`] per pair, a stream that is not being
+    /// captured into a CUDA graph: the half is chosen when the call is
+    /// enqueued, as for the reduce): `Ok(true)` once launched. Every member
+    /// decides alike where they capture alike.
+    pub(super) fn alltoall_pair(&self, team: &Team, dest: SymAddr, source: SymAddr, nbytes: u64, stream: &CudaStream) -> Result<bool> {
+        let d = team.desc();
+        let Some(stage) = self.pair_stage.as_ref() else { return Ok(false) };
+        if team.id() != CPNET_TEAM_WORLD || d.size != 2 || !(PAIR_MIN_BYTES..=PAIR_STAGE_MAX_BYTES).contains(&nbytes) {
+            return Ok(false);
+        }
+        let status = stream.capture_status().map_err(|source| GpuError::Cuda { what: "cuStreamIsCapturing", source })?;
+        if status != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Ok(false);
+        }
+        let blocks = nbytes.div_ceil(PAIR_BYTES_PER_BLOCK).min(super::reduce_net::NET_MAX_BLOCKS) as u32;
+        let f = self.on_stream_built("cpnet_alltoall_pair", "cpnet_alltoall_pair", pair_kernel)?;
+        self.scratch_turn(stream, |turn| {
+            let k = turn.next();
+            // SAFETY: pair_kernel() declares cpnet_alltoall_pair(
+            // cpnet_handle_t, int, a2a_pair_args), which PairArgs mirrors
+            // (asserted on both sides); `dest` and `source` were checked
+            // inside the heap by the caller for 2 x nbytes, `out` and `into`
+            // are halves of NET_PAIR_MAX_BYTES >= nbytes of the pair zones,
+            // registered host memory that lives as long as the PE, and the
+            // kernel reaches them only there (runs end at nbytes).
+            unsafe {
+                self.launch_grid(stream, &f, team, blocks, "cuLaunchKernel (the alltoall through the pair zone)", |words| PairArgs {
+                    dest: self.dev_ptr(dest),
+                    source: self.dev_ptr(source),
+                    nbytes,
+                    words,
+                    out: stage.out_half(k),
+                    into: stage.in_half(k),
+                    my_idx: d.my_idx,
+                    size: d.size,
+                })
+            }
+        })?;
         Ok(true)
     }
 }

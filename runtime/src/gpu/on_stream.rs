@@ -279,7 +279,9 @@ impl GpuPe {
     pub fn team_alltoall_on_stream_large(&self, team: &Team, dest: SymAddr, source: SymAddr, nbytes: usize, stream: &CudaStream) -> Result<bool> {
         let total = (nbytes as u64).saturating_mul(team.n_pes().max(0) as u64);
         self.on_stream_ranges(dest, total, source, total)?;
-        Ok(self.alltoall_grid(team, dest, source, nbytes as u64, stream)? || self.alltoall_net(team, dest, source, nbytes as u64, stream)?)
+        Ok(self.alltoall_grid(team, dest, source, nbytes as u64, stream)?
+            || self.alltoall_pair(team, dest, source, nbytes as u64, stream)?
+            || self.alltoall_net(team, dest, source, nbytes as u64, stream)?)
     }
 
     /// Sync `team` on `stream` (`nvshmemx_team_sync_on_stream`, §9.9.2):
@@ -334,6 +336,7 @@ mod tests {
         let grids = [
             ("grid alltoall", "cpnet_alltoall_grid", super::super::alltoall_grid::kernel()),
             ("network-path alltoall", "cpnet_alltoall_net", super::super::alltoall_net::kernel()),
+            ("pair-zone alltoall", "cpnet_alltoall_pair", super::super::alltoall_net::pair_kernel()),
             ("grid reduce float sum", "cpnet_reduce_grid", reduce("float", "sum", "RED_SUM")),
             ("network-path reduce float sum", "cpnet_reduce_net", super::super::reduce_net::kernel("float", "sum", "RED_SUM")),
             ("network-path reduce half max", "cpnet_reduce_net", super::super::reduce_net::kernel("half", "max", "RED_MAX")),

@@ -204,8 +204,20 @@ struct Turn {
 }
 
 /// [`Turn::pairs`]: what a launch in the scratch's turn may change.
+/// The alltoall through the pair zone (`alltoall_net.rs`) counts its calls
+/// here too: both members take the same halves in the same order.
 #[derive(Debug, Default)]
-struct Pairs(u64);
+pub(super) struct Pairs(u64);
+
+impl Pairs {
+    /// This call's index (`k`: half `k mod 2` of the landing halves or the
+    /// pair zone), counting it.
+    pub(super) fn next(&mut self) -> u64 {
+        let k = self.0;
+        self.0 += 1;
+        k
+    }
+}
 
 /// Bytes of the two landing halves of the pair exchange in the reduce
 /// scratch.
@@ -396,7 +408,7 @@ impl GpuPe {
     /// `stream`) in the scratch's turn: after the last user's event, the
     /// turn's state locked for it, and a new event recorded after it, even
     /// where it failed (what it enqueued uses the scratch).
-    fn scratch_turn<R>(&self, stream: &CudaStream, launch: impl FnOnce(&mut Pairs) -> Result<R>) -> Result<R> {
+    pub(super) fn scratch_turn<R>(&self, stream: &CudaStream, launch: impl FnOnce(&mut Pairs) -> Result<R>) -> Result<R> {
         self.bind()?;
         let mut turn = self.reduce_scratch.turn.lock();
         let Turn { last, pairs } = &mut *turn;
@@ -454,13 +466,11 @@ impl GpuPe {
         // in the scratch's turn.
         let (form, land, out) = match (self.net_form(team, bytes, in_place), turn, self.pair_stage.as_ref()) {
             (Form::Landing, Some(turn), _) => {
-                let half = turn.0 % 2;
-                turn.0 += 1;
+                let half = turn.next() % 2;
                 (Form::Landing, self.dev_ptr(SymAddr(self.reduce_scratch.at.0 + half * NET_PAIR_MAX_BYTES)), 0)
             }
             (Form::Staged, Some(turn), Some(stage)) => {
-                let k = turn.0;
-                turn.0 += 1;
+                let k = turn.next();
                 (Form::Staged, stage.in_half(k), stage.out_half(k))
             }
             (Form::Landing | Form::Staged, _, _) => (Form::Pair, 0, 0),
