@@ -95,7 +95,7 @@ pub fn alltoall(pe: &GpuPe, min: u64, iters: u64, max: u64) -> Result<()> {
     if me == 0 {
         let path = if pe.handle().0.peers != 0 { "p2p stores" } else { "queue (network path)" };
         let grid = cpnet::gpu::ALLTOALL_GRID_MIN_BYTES;
-        let title = format!("{n} PEs, team world, team_alltoall_on_stream (one block below {grid} B per pair, a grid from there where heaps are mapped), {path}");
+        let title = format!("{n} PEs, team world, team_alltoall_on_stream (a grid from {grid} B per pair where heaps are mapped; on the network path a job of two's pair zone, CPNET_PAIR_STAGE, where it takes the size; else one block), {path}");
         print_a2a(&title, n, &sizes, &counts, &ns);
     }
     pe.barrier_all()?;

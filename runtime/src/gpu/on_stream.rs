@@ -268,9 +268,12 @@ impl GpuPe {
     /// one-block kernel of its own: `nvshmem.h`'s
     /// `nvshmemx_TYPENAME_alltoall_on_stream`, through libcpnet's
     /// `cpnet_gpu_alltoall_on_stream_large`. The grid where every member's
-    /// heap is mapped (from 512 KiB per pair, `alltoall_grid.rs`), one block
-    /// per proxy thread on the network path without staging zones (from 128
-    /// KiB, `alltoall_net.rs`): `Ok(true)` once launched on `stream`;
+    /// heap is mapped (from 512 KiB per pair, `alltoall_grid.rs`); the world
+    /// team of a job of two through the pair zone (64 KiB-2 MiB per pair,
+    /// not under graph capture, `CPNET_PAIR_STAGE`; `alltoall_net.rs`'s
+    /// `alltoall_pair`); one block per proxy thread on the network path
+    /// without staging zones (from 128 KiB, `alltoall_net.rs`):
+    /// `Ok(true)` once launched on `stream`;
     /// `Ok(false)` where neither runs, with nothing launched. The same
     /// answer on every member. **Collective** over `team`.
     ///

@@ -17,7 +17,11 @@
 //! H200s 31 / 38 / 69 µs for 64 KiB / 256 KiB / 1 MiB against 40 / 50 / 83
 //! through the landing halves and NCCL's 32 / 38 / 63 through host memory
 //! (docs/results.md, "Session 28"). At 4 MiB the landing halves' pieces,
-//! which pipeline through the copy engines, are faster. The reduce's blocks write their runs of the array
+//! which pipeline through the copy engines, are faster. The world team's
+//! alltoall on a stream of 64 KiB-2 MiB per pair takes it too
+//! (`alltoall_net.rs`'s `alltoall_pair`), except on a stream under CUDA
+//! graph capture, whose replays would all use one half: a PE that captures
+//! such a call must have its peer capture it too, or their forms differ. The reduce's blocks write their runs of the array
 //! straight into the peer's half (GPU stores over PCIe into host memory),
 //! fence them, and block 0 SETs the peer's signal through the proxy, the
 //! only thing the proxy carries; the peer's blocks fold this PE's array
