@@ -111,6 +111,7 @@ gpu_test! {
     // scratch in one chunk.
     on_stream_2_pes_shm_network_path: ok_env(2, SHM, &["on-stream"], NETWORK_PATH);
     on_stream_2_pes_shm_network_path_no_pair_stage: ok_env(2, SHM, &["on-stream"], NETWORK_PATH_NO_PAIR_STAGE);
+    on_stream_2_pes_shm_network_path_chunked_scratch: ok_env(2, SHM, &["on-stream"], NETWORK_PATH_CHUNKED_SCRATCH);
     // In place in chunks of 1 MiB (the 8 MiB reduces: 9 chunks).
     on_stream_3_pes_shm_network_path: ok_env(3, SHM, &["on-stream"], NETWORK_PATH_SMALL_SCRATCH);
     // The alltoall's network-path form (a block per proxy thread), which
@@ -127,6 +128,11 @@ const NETWORK_PATH: &[(&str, &str)] = &[("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P"
 /// The world team of two's reduce through the proxy into the landing
 /// halves, as without the pair staging (`CPNET_PAIR_STAGE=0`).
 const NETWORK_PATH_NO_PAIR_STAGE: &[(&str, &str)] = &[("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P", "0"), ("CPNET_PAIR_STAGE", "0")];
+
+/// A reduce scratch of the landing halves and 2 MiB of copy: the in-place
+/// reduce of 8 MiB goes in chunks of 2 MiB through the landing halves with
+/// the kernel's copy-in (not the pair zone, whose kernel has none).
+const NETWORK_PATH_CHUNKED_SCRATCH: &[(&str, &str)] = &[("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P", "0"), ("CPNET_REDUCE_SCRATCH", "10M")];
 
 const NETWORK_PATH_SMALL_SCRATCH: &[(&str, &str)] = &[("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P", "0"), ("CPNET_REDUCE_SCRATCH", "1M")];
 

@@ -300,14 +300,20 @@ impl GpuPe {
         }
     }
 
-    /// The form of one launch of `bytes` on `team`: the same on every
-    /// member (the team, the size, the provider, the tuning).
+    /// The form of one launch of `bytes` on `team`, `in_place` meaning a
+    /// chunk of an in-place reduce through the reduce scratch, which the
+    /// kernel first copies into the scratch: the same on every member (the
+    /// team, the size, the provider, the tuning). Such a chunk never takes
+    /// the pair zone, whose kernel has no copy-in (grid.cuh's reduce_pair
+    /// with `out`): an in-place call takes the pair zone whole instead
+    /// ([`GpuPe::reduce_net`] asks with `in_place` false), so only the
+    /// chunks of a call above [`PAIR_STAGE_MAX_BYTES`] come here with it.
     fn net_form(&self, team: &Team, bytes: u64, in_place: bool) -> Form {
         let size = team.desc().size;
         if size != 2 || !self.staging_zones() || bytes > NET_PAIR_MAX_BYTES {
             Form::Scatter(in_place)
         } else if team.id() == CPNET_TEAM_WORLD && self.reduce_scratch.land > 0 {
-            if self.pair_stage.is_some() && bytes <= PAIR_STAGE_MAX_BYTES { Form::Staged } else { Form::Landing }
+            if self.pair_stage.is_some() && bytes <= PAIR_STAGE_MAX_BYTES && !in_place { Form::Staged } else { Form::Landing }
         } else {
             Form::Pair
         }
