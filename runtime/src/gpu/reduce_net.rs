@@ -396,16 +396,16 @@ impl GpuPe {
         stream: &CudaStream,
     ) -> Result<Option<u64>> {
         let Some(in_place) = self.net_takes(team, dest, source, nreduce, T::SIZE as u64) else { return Ok(None) };
-        if self.net_form(team, nreduce * T::SIZE as u64, false) == Form::Staged {
-            // In place too: each block writes its run out before it folds
-            // into it (grid.cuh's reduce_pair), so no copy into the scratch.
+        let form = self.net_form(team, nreduce * T::SIZE as u64, false);
+        // The landing halves and the pair zone, in the scratch's turn. The
+        // pair zone takes an in-place call too: each block writes its run
+        // out before it folds into it (grid.cuh's reduce_pair), so no copy
+        // into the scratch.
+        if form == Form::Staged || (form == Form::Landing && !in_place) {
             return self.scratch_turn(stream, |turn| self.reduce_net_launch::<T>(team, op, dest, source, nreduce, false, Some(turn), stream)).map(Some);
         }
         if in_place {
             return self.reduce_in_place::<T>(team, op, dest, nreduce, stream).map(Some);
-        }
-        if self.net_form(team, nreduce * T::SIZE as u64, false) == Form::Landing {
-            return self.scratch_turn(stream, |turn| self.reduce_net_launch::<T>(team, op, dest, source, nreduce, false, Some(turn), stream)).map(Some);
         }
         self.reduce_net_launch::<T>(team, op, dest, source, nreduce, false, None, stream).map(Some)
     }
