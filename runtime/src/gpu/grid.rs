@@ -86,7 +86,7 @@ impl GpuPe {
         what: &'static str,
         args: impl FnOnce(u64) -> A,
     ) -> Result<()> {
-        self.bind()?;
+        // with_grid_words binds the context before anything below runs.
         let launch = |words: u64| -> Result<()> {
             let (h, t, a) = (self.handle(), team.id(), args(words));
             let mut b = stream.launch_builder(f);
