@@ -40,7 +40,7 @@ use crate::cuda::{CudaError, Registered};
 pub(super) const PAGE: usize = 4096;
 
 /// Bytes of a zone card ([`ZoneCard::to_bytes`]).
-pub const CARD_BYTES: usize = 36;
+pub(super) const CARD_BYTES: usize = 36;
 
 /// What a peer needs to map its section of a zone: what a PE sends the
 /// others (the staged transport's endpoint exchange; the runtime's pair

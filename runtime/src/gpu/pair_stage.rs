@@ -39,7 +39,7 @@
 
 use std::sync::Arc;
 
-use cpnet_proxy::staged::zone::{CARD_BYTES, PeerZone, Zone, ZoneCard};
+use cpnet_proxy::staged::zone::{PeerZone, Zone, ZoneCard};
 use cudarc::driver::CudaContext;
 
 use super::GpuPe;
@@ -113,7 +113,7 @@ impl GpuPe {
             None
         };
         let cards = self.core.allgather_bytes(&mine.as_ref().map(|z| z.card().to_bytes()).unwrap_or_default())?;
-        let peer_card = cards.get((1 - me) as usize).and_then(|b| (b.len() == CARD_BYTES).then(|| ZoneCard::from_bytes(b)).flatten());
+        let peer_card = cards.get((1 - me) as usize).and_then(|b| ZoneCard::from_bytes(b));
         let peer = match (&mine, peer_card) {
             (Some(_), Some(card)) => PeerZone::open(&card, 0)
                 .inspect_err(|e| tracing::warn!("PE {me}: the peer's pair zone does not map ({e}): the world team's reduce puts through the proxy"))
