@@ -34,6 +34,11 @@
 //!
 //! The launch's words (grid.cuh's, zeroed): `missing` (bit b: block b had
 //! no queue), `done`, and the first error a block met.
+//!
+//! Also here: the world team of a job of two through the pair zone
+//! (`pair_stage.rs`; [`pair_kernel`], `GpuPe::alltoall_pair`), which
+//! `team_alltoall_on_stream_large` tries before the form above: over shm
+//! from 64 KiB to 2 MiB per pair, not under graph capture.
 
 use cpnet_device::cpu::SymAddr;
 use cpnet_device::layout::CPNET_TEAM_WORLD;
