@@ -105,13 +105,13 @@ impl GpuPe {
     }
 
     /// `launch(words)` on `stream` (a stream of this PE's device), where
-    /// `words` is the device address of [`GRID_WORDS`] 8-byte words of
-    /// device memory, zero when the kernel `launch` enqueues starts: the
-    /// next set of the PE's ring ([`GridWords`]; the stream first waits
+    /// `words` is the device address of `CPNET_GRID_WORDS` (cmd.h) 8-byte
+    /// words of device memory, zero when the kernel `launch` enqueues
+    /// starts: the next set of the PE's ring (64 sets; the stream first waits
     /// for the set's previous kernel where that has not ended yet, and the
     /// set's event is recorded after `launch`), or on a stream under CUDA
     /// graph capture words of the launch's own, allocated and zeroed on the
-    /// stream before it and freed after it. What [`GpuPe::launch_grid`]
+    /// stream before it and freed after it. What the runtime's grid forms
     /// and nvshmem.h's grid kernel (through libcpnet's
     /// `cpnet_gpu_grid_launch`) launch with. Not collective.
     ///
