@@ -54,6 +54,7 @@ const HEADERS: &[(&str, &str)] = &[
     ("cpnet/team.cuh", include_str!("../include/cpnet/team.cuh")),
     ("cpnet/team_reduce.cuh", include_str!("../include/cpnet/team_reduce.cuh")),
     ("cpnet/grid.cuh", include_str!("../include/cpnet/grid.cuh")),
+    ("cpnet/pair.cuh", include_str!("../include/cpnet/pair.cuh")),
 ];
 
 /// The cpnet device headers embedded in this crate, as (include name,
@@ -61,7 +62,8 @@ const HEADERS: &[(&str, &str)] = &[
 /// `("cpnet/queue.cuh", ...)`, `("cpnet/device.cuh", ...)`,
 /// `("cpnet/rma.cuh", ...)`, `("cpnet/amo.cuh", ...)`,
 /// `("cpnet/agent.cuh", ...)`, `("cpnet/team.cuh", ...)`,
-/// `("cpnet/team_reduce.cuh", ...)`, `("cpnet/grid.cuh", ...)`. The same text
+/// `("cpnet/team_reduce.cuh", ...)`, `("cpnet/grid.cuh", ...)`,
+/// `("cpnet/pair.cuh", ...)`. The same text
 /// [`compile`] hands to NVRTC; other build paths (nvcc, a cache) can write
 /// them out under these names.
 pub fn headers() -> &'static [(&'static str, &'static str)] {

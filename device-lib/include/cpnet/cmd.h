@@ -583,6 +583,12 @@ typedef struct cpnet_team_desc {
 /** Bytes of this member's part per block of the reduce's grid:
  *  ceil(part / this) blocks, at most CPNET_REDUCE_GRID_MAX_BLOCKS. */
 #define CPNET_REDUCE_GRID_BYTES_PER_BLOCK 16384
+/** Most chunks of a call through the pair staging (cpnet/pair.cuh): its
+ *  producers count in one byte per chunk of a 64-bit launch word. */
+#define CPNET_PAIR_MAX_CHUNKS 8
+/** Most producer blocks of a call through the pair staging (a chunk's
+ *  count fits its byte). */
+#define CPNET_PAIR_MAX_PRODUCERS 255
 
 /** The reduction operators (team.cuh's enum reduce_op, team.rs's ReduceOp,
  *  in that order), as libcpnet's cpnet_gpu_reduce_on_stream_net takes them

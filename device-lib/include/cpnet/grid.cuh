@@ -263,14 +263,22 @@ template <typename T> struct reduce_elem<int (*)(cpnet_ctx_t*, cpnet_team_t, T*,
     typedef T type;
 };
 
+/** Worker i's run [*lo, *hi) of [plo, phi), which `cnt` workers share in
+ *  runs of whole q-unit words (the last run shorter, runs past the end
+ *  empty). */
+__device__ __forceinline__ void grid_run(uint64_t plo, uint64_t phi, uint64_t q, uint64_t i, uint64_t cnt, uint64_t* lo,
+                                         uint64_t* hi)
+{
+    const uint64_t per = ((phi - plo + cnt - 1) / cnt + q - 1) / q * q;
+    *lo = plo + i * per < phi ? plo + i * per : phi;
+    *hi = *lo + per < phi ? *lo + per : phi;
+}
+
 /** This block's run [*lo, *hi) of elements [plo, phi), which the grid's
- *  blocks share in runs of whole q-element words: reduce_grid_block's, and
- *  the run the pair staging's block copies out first (reduce_pair). */
+ *  blocks share in runs of whole q-element words: reduce_grid_block's. */
 __device__ __forceinline__ void grid_block_run(uint64_t plo, uint64_t phi, uint64_t q, uint64_t* lo, uint64_t* hi)
 {
-    const uint64_t per = ((phi - plo + gridDim.x - 1) / gridDim.x + q - 1) / q * q;
-    *lo = plo + blockIdx.x * per < phi ? plo + blockIdx.x * per : phi;
-    *hi = *lo + per < phi ? *lo + per : phi;
+    grid_run(plo, phi, q, blockIdx.x, gridDim.x, lo, hi);
 }
 
 /** The reduce grid's words in flight per thread: 8 elements, or 4 16-byte
@@ -316,7 +324,7 @@ __device__ __forceinline__ W grid_load(const W* p)
 }
 
 /** With CV, every load is grid_load's ld.global.cv (a member's array in
- *  host memory: the pair staging of reduce_pair). */
+ *  host memory: the pair staging, cpnet/pair.cuh). */
 template <typename T, int OP, typename W, int U, bool CV = false>
 __device__ __forceinline__ void reduce_grid_run(const cpnet_reduce_grid_args_t& a, uint64_t lo, uint64_t nw, int stores)
 {
@@ -352,6 +360,21 @@ __device__ __forceinline__ void reduce_grid_run(const cpnet_reduce_grid_args_t& 
     }
 }
 
+/** Elements [lo, hi) by the whole block (lo a multiple of q): in 16-byte
+ *  words, U of them per thread in flight from each member, where q is 16
+ *  bytes of T (every buffer 16-byte aligned), then element by element (the
+ *  unaligned case, and the array's last partial word); `stores` and CV as
+ *  reduce_grid_run's. */
+template <typename T, int OP, bool CV = false>
+__device__ __forceinline__ void reduce_grid_span(const cpnet_reduce_grid_args_t& a, uint64_t lo, uint64_t hi, uint64_t q,
+                                                 int stores)
+{
+    constexpr uint64_t V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
+    const uint64_t nw = q == V && V > 1 ? (hi - lo) / V : 0;
+    if (nw > 0) reduce_grid_run<T, OP, uint4, CPNET_REDUCE_GRID_VEC_UNROLL, CV>(a, lo, nw, stores);
+    reduce_grid_run<T, OP, T, CPNET_REDUCE_GRID_UNROLL, CV>(a, lo + nw * V, hi - lo - nw * V, stores);
+}
+
 /** This block's run of elements [plo, phi), which the grid's blocks share
  *  in runs of whole q-element words (q: 16 bytes of T where every buffer
  *  allows it, else 1): reduce_grid_run over it in 16-byte words, U of them
@@ -361,12 +384,9 @@ template <typename T, int OP, bool CV = false>
 __device__ __forceinline__ void reduce_grid_block(const cpnet_reduce_grid_args_t& a, uint64_t plo, uint64_t phi,
                                                   uint64_t q, int stores)
 {
-    constexpr uint64_t V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
     uint64_t lo, hi;
     grid_block_run(plo, phi, q, &lo, &hi);
-    const uint64_t nw = q == V && V > 1 ? (hi - lo) / V : 0;
-    if (nw > 0) reduce_grid_run<T, OP, uint4, CPNET_REDUCE_GRID_VEC_UNROLL, CV>(a, lo, nw, stores);
-    reduce_grid_run<T, OP, T, CPNET_REDUCE_GRID_UNROLL, CV>(a, lo + nw * V, hi - lo - nw * V, stores);
+    reduce_grid_span<T, OP, CV>(a, lo, hi, q, stores);
 }
 
 /** The reduce to all of `a.n` elements of T with operator OP (enum
@@ -644,77 +664,6 @@ __device__ inline int reduce_net(cpnet_handle_t* h, int team, uint64_t dest, uin
     return r != CPNET_E_OK ? r : d;
 }
 
-/* THE PAIR STAGING (runtime/src/gpu/pair_stage.rs): the world team of a
- * job of two, each PE with two halves in host memory that the peer maps.
- * A call's kernel writes its array for the peer straight into the peer's
- * half (pair_out), SETs the peer's SIG[my_idx] to the call's epoch through
- * the proxy once every block's stores are fenced (pair_exchange), and,
- * once the peer's signal came, reads the peer's array from this PE's half
- * with ld.global.cv (the half is rewritten by the peer's GPU between two
- * uses of it). The runtime alternates the halves call by call (see
- * reduce_pair's `land`): the peer writes call k + 2 into a half only after
- * this PE's call k + 1 signal reached it, sent after call k's kernel, whose
- * reads of that half, ended. */
-
-/** Every block, whole block: bytes [lo, hi) of `from` into `to` (the
- *  peer's half), then the block's stores fenced (fence.sc.sys after the
- *  barrier, cumulative over its threads) before it counts itself in
- *  words[5] (blocks but 0) or block 0 goes on to its signal command. */
-__device__ inline void pair_out(uint8_t* to, const uint8_t* from, uint64_t lo, uint64_t hi, unsigned long long* words)
-{
-    if (hi > lo) block_copy(to + lo, from + lo, hi - lo);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        if (blockIdx.x != 0) grid_arrive(&words[5]);
-        else __threadfence_system();
-    }
-}
-
-/** Every block, whole block, after pair_out: block 0 opens (one epoch e),
- *  waits for the other blocks' counts, SETs SIG[my_idx] = e at the peer,
- *  posts the close's quiet (grid_quiet_post), waits for the peer's e and
- *  releases the blocks (words[0]: 1, or 2 where it failed); the others
- *  wait for that. Returns whether this block goes on (to the reads of this
- *  PE's half, then grid_close(h, words, 0, st, false)); where block 0
- *  failed, st->err holds the failure, reported and its context closed. */
-__device__ inline bool pair_exchange(cpnet_handle_t* h, int team, int my_idx, unsigned long long* words, grid_state* st)
-{
-    if (blockIdx.x != 0) {
-        if (threadIdx.x == 0) st->go = grid_wait_go(h, words);
-        __syncthreads();
-        return st->go == 1;
-    }
-    if (!grid_open(h, team, my_idx, 2, words, 1, false, st)) {
-        if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)&words[0], 2);
-        return false;
-    }
-    if (threadIdx.x == 0) st->err = grid_wait_count(h, &words[5], gridDim.x - 1);
-    __syncthreads();
-    int r = st->err;
-    if (r == CPNET_E_OK) {
-        /* The data is in the peer's half already: the signal alone. */
-        r = collective(&st->ctx, [&]() -> int {
-            return team_signal_leader(&st->ctx, team_sig(&st->ctx, st->d, my_idx), st->epoch,
-                                      team_world_pe(st->d, 1 - my_idx));
-        });
-    }
-    if (r == CPNET_E_OK) {
-        grid_quiet_post(st);
-        r = team_wait_all(&st->ctx, st->d, st->epoch);
-    }
-    /* Release: what block 0 acquired with the peer's signal (its array in
-     * this PE's half), before the other blocks' loads of it. */
-    if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)&words[0], r == CPNET_E_OK ? 1 : 2);
-    if (threadIdx.x == 0) st->err = r;
-    __syncthreads();
-    if (st->err != CPNET_E_OK) {
-        grid_fail(h, &st->ctx, st->err);
-        cpnet_ctx_destroy(&st->ctx);
-        return false;
-    }
-    return true;
-}
-
 /** The reduce to all of a team of two over the network path
  *  (runtime/src/gpu/reduce_net.rs, with the shm provider's staging zones):
  *  one exchange of the whole array instead of a reduce-scatter, a sync and
@@ -746,42 +695,22 @@ __device__ inline bool pair_exchange(cpnet_handle_t* h, int team, int my_idx, un
  *  reached it, which it issued after call k's fold), block 0 takes one
  *  epoch e and runs no entry epoch: it puts its source into the peer's
  *  `land` with SIG[my_idx] = e, waits for the peer's e, and the fold reads
- *  the peer's array from `land`.
- *
- *  With `out` as well (the pair staging, runtime/src/gpu/pair_stage.rs:
- *  `out` is the peer's half k mod 2 and `land` this PE's, both in host
- *  memory that the two PEs share), no put: every block first writes its
- *  run of source (the run it folds later, grid_block_run) into `out`, fences
- *  it (fence.sc.sys) and counts itself in words[5]; block 0 waits for the
- *  count, SETs SIG[my_idx] = e at the peer through the proxy and waits for
- *  the peer's e, and the fold reads `land` with ld.global.cv. In place
- *  (dest == source) needs no copy: each block writes its run out before it
- *  folds into it. Returns, in block 0, CPNET_E_OK or the failure it also
- *  reported. */
+ *  the peer's array from `land`. (The pair staging's form, through halves
+ *  in host memory, is cpnet/pair.cuh's reduce_staged.) Returns, in block
+ *  0, CPNET_E_OK or the failure it also reported. */
 template <typename T, int OP>
 __device__ inline int reduce_pair(cpnet_handle_t* h, int team, uint64_t dest, uint64_t source, uint64_t n,
-                                  unsigned long long* words, int my_idx, bool copy_in = false, uint64_t land = 0,
-                                  uint64_t out = 0)
+                                  unsigned long long* words, int my_idx, bool copy_in = false, uint64_t land = 0)
 {
     __shared__ grid_state st;
     constexpr uint64_t V = sizeof(T) < 16 ? 16 / sizeof(T) : 1;
-    const uint64_t q = ((dest | source | land | out) & 15) == 0 ? V : 1;
+    const uint64_t q = ((dest | source | land) & 15) == 0 ? V : 1;
     cpnet_reduce_grid_args_t b;
     b.src[my_idx] = source;
     b.src[1 - my_idx] = land != 0 ? land : dest;
     b.dst[my_idx] = dest;
     b.my_idx = my_idx;
     b.size = 2;
-    if (out != 0) {
-        /* The pair staging: this block's run out, the signal, the fold of
-         * the peer's array from this PE's half. */
-        uint64_t lo, hi;
-        grid_block_run(0, n, q, &lo, &hi);
-        pair_out((uint8_t*)out, (const uint8_t*)source, lo * sizeof(T), hi * sizeof(T), words);
-        if (!pair_exchange(h, team, my_idx, words, &st)) return blockIdx.x == 0 ? st.err : CPNET_E_OK;
-        reduce_grid_block<T, OP, true>(b, 0, n, q, 1);
-        return grid_close(h, words, 0, &st, false);
-    }
     if (copy_in) grid_copy_in((void*)source, (const void*)dest, n * sizeof(T), &words[5]);
     if (blockIdx.x == 0) {
         if (!grid_open(h, team, my_idx, 2, words, land != 0 ? 1 : 2, false, &st)) {

@@ -219,7 +219,7 @@ __device__ __forceinline__ void cpnet_sleep_ns(uint32_t ns)
  *  widest unit both addresses allow. Loads use the cache-volatile form
  *  (ld.global.cv: fetched again, never served from a stale cached line),
  *  because a host staging buffer is rewritten by the NIC or the CPU between
- *  two uses (the landing agent; the pair staging's alltoall, grid.cuh). In
+ *  two uses (the landing agent; the pair staging, cpnet/pair.cuh). In
  *  the 16-byte case each thread has four loads in flight
  *  before it stores (256 threads: 16 KiB per PCIe round trip from host
  *  staging, where one load at a time took a round trip per 4 KiB: a 16 KiB

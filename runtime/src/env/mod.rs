@@ -87,6 +87,8 @@
 //! | `CPNET_AGENT_SPLIT` | GPU PEs on the staged path: a copy between the heap and host staging larger than `CPNET_AGENT_BYTES` and at most `CPNET_AGENT_LANES` times it (a put's piece out of the heap, a received piece into it) moves as one landing record per lane, each lane's agent a block of its own, instead of by a copy engine: a copy-engine copy and its event cost about 8 µs beyond their bytes (`cpnet-gpu-check copy-floor`). On two H100s over `shm` the one-block alltoall of 256 KiB per pair took 37.6-38.0 µs against 42.4-48.2 without (docs/results.md, "Session 24"). Off by itself where PEs share the GPU without MPS: their kernels then take turns with each other's, and an agent waits for its turn where a copy engine does not | `0` or `1` | `1` |
 //! | `CPNET_REDUCE_SCRATCH` | GPU PEs: heap bytes each PE reserves past the teams' scratch for the network path's reduce on a stream (`team_reduce_on_stream` of 64 KiB or more where the members' heaps are not mapped), at the same offset on every PE. Where it holds 8 MiB + 64 KiB or more, its first 8 MiB are two landing halves into which the peer of a world team of two puts its array for the pair exchange (up to 4 MiB, through staging zones), one call each in turn, so the call needs no entry round. The rest is the in-place copy: an in-place reduce (`dest == source`) runs in chunks of its size, the reduce's kernel copying the member's array there and reducing from that copy into `dest`, instead of on one block through the team scratch (21.6 ms for 16 MiB of floats over `shm` on two H100s). One per PE: reduces that use it on different streams take it in the order they were enqueued on this PE, so the members must enqueue them in the same order. `0`: none (the one-block form in place; the pair exchange with an entry round) | bytes (K/M/G), a multiple of 256, `0..=1G` | `24M` |
 //! | `CPNET_PAIR_STAGE` | GPU PEs of a job of two with staging zones (the `shm` provider, `CPNET_STAGE_SHARED=1`) and the landing halves (`CPNET_REDUCE_SCRATCH` of 8 MiB + 64 KiB or more): each PE keeps two halves of 4 MiB in host memory (a memfd the peer maps and registers with CUDA, as a staging zone), and the world team's reduce on a stream of 64 KiB-2 MiB (`PAIR_STAGE_MAX_BYTES`; `team_reduce_on_stream`, nvshmem.h's `_reduce_on_stream`) has its blocks write their runs of the array straight into the peer's half, signal it through the proxy and fold the peer's array from this PE's half: no copy engine or landing agent on either side, and in place without the reduce scratch's copy; likewise its alltoall on a stream of 64 KiB-2 MiB per pair (`team_alltoall_on_stream`; not on a stream under CUDA graph capture, so capture such calls on both PEs alike) (`runtime/src/gpu/pair_stage.rs`, docs/results.md "Session 28"). `0`: the puts through the proxy (into the peer's landing half for the reduce) | `0` or `1` | `1` |
+//! | `CPNET_PAIR_CHUNK` | GPU PEs with the pair staging (`CPNET_PAIR_STAGE`): bytes of each chunk of a call through it. A call's kernel sends the array in chunks, each signalled on its own, so that the peer reads chunk c from its half while this PE still writes chunk c + 1 (`cpnet/pair.cuh`); a call takes `ceil(bytes / CPNET_PAIR_CHUNK)` chunks, at most 8. The same on both PEs (checked at init: the pair staging is off where they differ) | bytes (K/M), a multiple of 256, `4K..=4M` | `256K` |
+//! | `CPNET_PAIR_BLOCKS` | GPU PEs with the pair staging: producer blocks of a call through it (as many consumers, and one block that signals): the blocks that write the array into the peer's half, and those that read the peer's array from this PE's half. `0`: one per 16 KiB of the array, at most 31. The same on both PEs (checked at init) | `0..=127` | `0` |
 //! | `CPNET_AGENT_IDLE` | GPU PEs: a landing agent with nothing to do for this long exits (it holds one block of one SM while it runs, and a device synchronize waits for it); the next record starts it again with one kernel launch | microseconds, `1..=10000000` | `2000` |
 //! | `CPNET_PAYLOAD_BYTES` | GPU PEs: each queue slot has a payload slot of this many bytes in pinned host memory mapped into the GPU (`cmd.h` P0); a put or put-with-signal through the queue of more than 8 and at most this many bytes is copied there by the work-group itself, so the proxy sends it without a copy out of the GPU heap. Halved until all queues' slots fit in 64 MiB (`queues x depth x bytes`), and at most `CPNET_STAGE_CHUNK`; `0`: none | bytes (K), `0` or a power of two in `16..=64K` | `4K` |
 //! | `CPNET_TRANSPORT_MAP` | `1`: right after init each PE prints on stderr one line per PE of the job (itself included) naming the path its operations to that PE take and the provider, as libfabric reports it: `cpnet: transport map: PE <me> -> PE <peer>: <path> via <provider> [<details>]`, path one of `self`, `p2p stores`, `ipc copy`, `rma`, `staged active messages` ([`crate::transport_map`]); `cpnet-run --transport-map` sets it for its PEs | `0` or `1` | `0` |
@@ -179,6 +181,13 @@ pub const AGENT_SPLIT: &str = "CPNET_AGENT_SPLIT";
 pub const REDUCE_SCRATCH: &str = "CPNET_REDUCE_SCRATCH";
 /// `CPNET_PAIR_STAGE`: the world team of two's reduce through host-memory halves the kernels write and read.
 pub const PAIR_STAGE: &str = "CPNET_PAIR_STAGE";
+/// `CPNET_PAIR_CHUNK`: bytes of each signalled chunk of a call through the pair staging.
+pub const PAIR_CHUNK: &str = "CPNET_PAIR_CHUNK";
+/// `CPNET_PAIR_BLOCKS`: producer (and consumer) blocks of a call through the pair staging.
+pub const PAIR_BLOCKS: &str = "CPNET_PAIR_BLOCKS";
+/// The most producer blocks `CPNET_PAIR_BLOCKS` takes (a launch of 1 + 2 x
+/// this many blocks).
+pub const PAIR_BLOCKS_MAX: u32 = 127;
 /// `CPNET_AGENT_LANES`: landing rings (each with its own agent) per proxy thread.
 pub const AGENT_LANES: &str = "CPNET_AGENT_LANES";
 /// `CPNET_AGENT_IDLE`: microseconds an idle landing agent waits before it exits.
@@ -486,6 +495,12 @@ pub struct Tuning {
     /// through halves in host memory that its kernels write and read
     /// (`runtime/src/gpu/pair_stage.rs`), where the job allows it.
     pub pair_stage: bool,
+    /// `CPNET_PAIR_CHUNK`: bytes of each chunk of a call through the pair
+    /// staging, which signals each chunk on its own (`cpnet/pair.cuh`).
+    pub pair_chunk: u64,
+    /// `CPNET_PAIR_BLOCKS`: producer blocks (and as many consumers) of a
+    /// call through the pair staging; 0: one per 16 KiB, at most 31.
+    pub pair_blocks: u32,
     /// `CPNET_PAYLOAD_BYTES`: requested bytes per payload slot (0: none);
     /// [`Tuning::payload_slot_bytes`] gives the size in use.
     pub payload_bytes: u32,
@@ -551,6 +566,8 @@ impl Default for Tuning {
             team_scratch: 128 << 10,
             reduce_scratch: 24 << 20,
             pair_stage: true,
+            pair_chunk: 256 << 10,
+            pair_blocks: 0,
             payload_bytes: 4096,
             transport_map: false,
             proxy: None,
@@ -729,6 +746,18 @@ impl Tuning {
         }
         if let Some(v) = get(PAIR_STAGE) {
             t.pair_stage = switch(PAIR_STAGE, &v)?;
+        }
+        if let Some(v) = get(PAIR_CHUNK) {
+            t.pair_chunk = parse_bytes(&v)
+                .filter(|b| (4096..=4 << 20).contains(b) && b % 256 == 0)
+                .ok_or_else(|| invalid(PAIR_CHUNK, &v, "a multiple of 256 bytes in 4K..=4M, optionally with a K or M suffix"))?;
+        }
+        if let Some(v) = get(PAIR_BLOCKS) {
+            t.pair_blocks = v
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n <= PAIR_BLOCKS_MAX)
+                .ok_or_else(|| invalid(PAIR_BLOCKS, &v, &format!("an integer in 0..={PAIR_BLOCKS_MAX}")))?;
         }
         if let Some(v) = get(AGENT_LANES) {
             t.agent_lanes = v

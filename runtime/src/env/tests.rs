@@ -394,6 +394,20 @@ fn the_pair_staging_is_on_unless_told() {
 }
 
 #[test]
+fn the_pair_staging_goes_in_chunks_of_256k_on_blocks_by_size_unless_told() {
+    let t = Tuning::from_lookup(env(&[])).unwrap();
+    assert_eq!((t.pair_chunk, t.pair_blocks), (256 << 10, 0));
+    let t = Tuning::from_lookup(env(&[(PAIR_CHUNK, "128K"), (PAIR_BLOCKS, "8")])).unwrap();
+    assert_eq!((t.pair_chunk, t.pair_blocks), (128 << 10, 8));
+    for bad in ["2K", "8M", "4097", "lots"] {
+        assert!(Tuning::from_lookup(env(&[(PAIR_CHUNK, bad)])).is_err(), "{bad}");
+    }
+    for bad in ["128", "-1", "x"] {
+        assert!(Tuning::from_lookup(env(&[(PAIR_BLOCKS, bad)])).is_err(), "{bad}");
+    }
+}
+
+#[test]
 fn staging_zones_are_on_with_four_slots_of_a_mebibyte_unless_told() {
     let t = Tuning::from_lookup(env(&[])).unwrap();
     assert_eq!((t.stage_shared, t.stage_slot, t.stage_slots), (true, 1 << 20, 4));

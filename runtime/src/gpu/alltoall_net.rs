@@ -226,8 +226,6 @@ impl GpuPe {
 
 /// Fewest bytes per pair for the alltoall through the pair zone.
 pub const PAIR_MIN_BYTES: u64 = 64 << 10;
-/// Bytes per pair per block of the alltoall through the pair zone.
-pub const PAIR_BYTES_PER_BLOCK: u64 = 16 << 10;
 
 /// `a2a_pair_args` of [`pair_kernel`], field for field.
 #[repr(C)]
@@ -236,54 +234,46 @@ struct PairArgs {
     dest: u64,
     source: u64,
     nbytes: u64,
-    /// The launch's words (grid.cuh's: go, done, the copy-out count).
+    /// The launch's words (`cpnet/pair.cuh`'s).
     words: u64,
     /// The peer's half this call writes (device address of host memory).
     out: u64,
     /// This PE's half the peer writes (device address of host memory).
     into: u64,
     my_idx: i32,
-    size: i32,
+    /// The plan ([`super::pair_stage::PairPlan`]): chunks and producer
+    /// blocks.
+    chunks: i32,
+    producers: i32,
+    _pad: i32,
 }
 
 // SAFETY: repr(C), plain integers laid out as `struct a2a_pair_args` of
 // pair_kernel() (same fields, same order, no padding on either side).
 unsafe impl DeviceRepr for PairArgs {}
 
-const _: () = assert!(size_of::<PairArgs>() == 56);
+const _: () = assert!(size_of::<PairArgs>() == 64);
 
 /// The alltoall of the world team of a job of two through the pair zone
-/// (`pair_stage.rs`, grid.cuh's THE PAIR STAGING): every block writes its
-/// run of the peer's pair into the peer's half and copies its run of its
-/// own; block 0 SETs the peer's signal through the proxy and waits for the
-/// peer's; every block then copies its run of the peer's pair out of this
-/// PE's half into `dest`. Compiled once per PE, on first use.
+/// (`pair_stage.rs`; `cpnet/pair.cuh`'s `alltoall_staged`): producer blocks
+/// write the peer's pair into the peer's half in chunks, block 0 SETs the
+/// peer's signal through the proxy per chunk, and consumer blocks copy
+/// their run of this PE's own pair, then of the peer's pair out of this
+/// PE's half as its chunks arrive. Compiled once per PE, on first use.
 pub(super) fn pair_kernel() -> String {
-    r#"#include <cpnet/grid.cuh>
+    r#"#include <cpnet/pair.cuh>
 struct a2a_pair_args {
     uint64_t dest, source, nbytes, words, out, into;
-    int32_t my_idx, size;
+    int32_t my_idx, chunks, producers, pad;
 };
-static_assert(sizeof(a2a_pair_args) == 56, "a2a_pair_args: as PairArgs in alltoall_net.rs");
+static_assert(sizeof(a2a_pair_args) == 64, "a2a_pair_args: as PairArgs in alltoall_net.rs");
 
 extern "C" __global__ void __launch_bounds__(CPNET_GRID_THREADS)
 cpnet_alltoall_pair(cpnet_handle_t h, int team, a2a_pair_args a)
 {
-    using namespace cpnet_detail;
-    __shared__ grid_state st;
-    unsigned long long* const words = (unsigned long long*)a.words;
-    const uint64_t me = (uint64_t)a.my_idx, peer = 1 - me;
-    /* This block's run of a pair, whole 256-byte pieces. */
-    uint64_t lo, hi;
-    grid_block_run(0, a.nbytes, 256, &lo, &hi);
-    pair_out((uint8_t*)a.out, (const uint8_t*)a.source + peer * a.nbytes, lo, hi, words);
-    /* Our own pair: this PE's alone. */
-    if (hi > lo) block_copy((uint8_t*)a.dest + me * a.nbytes + lo, (const uint8_t*)a.source + me * a.nbytes + lo, hi - lo);
-    if (pair_exchange(&h, team, a.my_idx, words, &st)) {
-        if (hi > lo) cpnet_block_copy_cv((uint8_t*)a.dest + peer * a.nbytes + lo, (const uint8_t*)a.into + lo, hi - lo);
-        (void)grid_close(&h, words, 0, &st, false);
-    }
-    grid_exit(words);
+    const cpnet_detail::pair_plan p = {a.nbytes, (uint32_t)a.chunks, (uint32_t)a.producers};
+    cpnet_detail::alltoall_staged(&h, team, a.dest, a.source, (unsigned long long*)a.words, a.my_idx, a.into, a.out, p);
+    cpnet_detail::grid_exit((unsigned long long*)a.words);
 }
 "#
     .to_owned()
@@ -306,7 +296,7 @@ impl GpuPe {
         if status != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
             return Ok(false);
         }
-        let blocks = nbytes.div_ceil(PAIR_BYTES_PER_BLOCK).min(super::reduce_net::NET_MAX_BLOCKS) as u32;
+        let plan = self.pair_plan(nbytes);
         let f = self.on_stream_built("cpnet_alltoall_pair", "cpnet_alltoall_pair", pair_kernel)?;
         self.scratch_turn(stream, |turn| {
             let k = turn.next();
@@ -318,7 +308,7 @@ impl GpuPe {
             // registered host memory that lives as long as the PE, and the
             // kernel reaches them only there (runs end at nbytes).
             unsafe {
-                self.launch_grid(stream, &f, team, blocks, "cuLaunchKernel (the alltoall through the pair zone)", |words| PairArgs {
+                self.launch_grid(stream, &f, team, plan.blocks, "cuLaunchKernel (the alltoall through the pair zone)", |words| PairArgs {
                     dest: self.dev_ptr(dest),
                     source: self.dev_ptr(source),
                     nbytes,
@@ -326,7 +316,9 @@ impl GpuPe {
                     out: stage.out_half(k),
                     into: stage.in_half(k),
                     my_idx: d.my_idx,
-                    size: d.size,
+                    chunks: plan.chunks as i32,
+                    producers: plan.producers as i32,
+                    _pad: 0,
                 })
             }
         })?;

@@ -120,11 +120,85 @@ impl GpuPe {
                 .ok(),
             _ => None,
         };
-        let ok = self.core.allgather_bytes(&[u8::from(peer.is_some())])?;
-        let both = ok.iter().all(|b| b.as_slice() == [1]);
+        // Whether each mapped the other's zone, and the plans' tuning: both
+        // PEs must cut a call alike (pair.cuh's epochs and counts).
+        let t = &self.core.tuning;
+        let mut word = vec![u8::from(peer.is_some())];
+        word.extend_from_slice(&t.pair_chunk.to_le_bytes());
+        word.extend_from_slice(&t.pair_blocks.to_le_bytes());
+        let ok = self.core.allgather_bytes(&word)?;
+        let mapped = ok.iter().all(|b| b.first() == Some(&1));
+        let alike = ok.iter().all(|b| b[1..] == word[1..]);
+        if mapped && !alike {
+            tracing::warn!("PE {me}: CPNET_PAIR_CHUNK or CPNET_PAIR_BLOCKS differs between the PEs: no pair staging");
+        }
         Ok(match (mine, peer) {
-            (Some(mine), Some(peer)) if both => Some(PairStage { mine, peer, cuda: Arc::clone(&self.cuda) }),
+            (Some(mine), Some(peer)) if mapped && alike => Some(PairStage { mine, peer, cuda: Arc::clone(&self.cuda) }),
             _ => None,
         })
+    }
+
+    /// The plan of a call of `nbytes` through the pair staging (see
+    /// [`PairPlan`]), from `CPNET_PAIR_CHUNK` and `CPNET_PAIR_BLOCKS`.
+    pub(super) fn pair_plan(&self, nbytes: u64) -> PairPlan {
+        PairPlan::new(nbytes, self.core.tuning.pair_chunk, self.core.tuning.pair_blocks)
+    }
+}
+
+/// Most chunks of a call (cmd.h's `CPNET_PAIR_MAX_CHUNKS`: one count byte
+/// each in a 64-bit launch word of `cpnet/pair.cuh`).
+pub const PAIR_MAX_CHUNKS: u64 = cpnet_device::layout::CPNET_PAIR_MAX_CHUNKS as u64;
+// `CPNET_PAIR_BLOCKS`'s most producers fit a chunk's count byte.
+const _: () = assert!(crate::env::PAIR_BLOCKS_MAX as u64 <= cpnet_device::layout::CPNET_PAIR_MAX_PRODUCERS as u64);
+/// Bytes of the array per producer block where `CPNET_PAIR_BLOCKS` is 0.
+pub const PAIR_BYTES_PER_BLOCK: u64 = 16 << 10;
+/// Most producer blocks where `CPNET_PAIR_BLOCKS` is 0 (with as many
+/// consumers and block 0: 63 blocks).
+pub const PAIR_AUTO_BLOCKS: u64 = 31;
+
+/// How a call through the pair staging runs (`cpnet/pair.cuh`, THE
+/// PIPELINE): `chunks` signalled chunks, `producers` blocks that write the
+/// array into the peer's half, as many that read the peer's, and block 0,
+/// which signals. The same on both PEs for the same bytes (the tuning is
+/// checked alike at init).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PairPlan {
+    /// Blocks of the launch: 1 + 2 x `producers`.
+    pub blocks: u32,
+    /// Chunks: `ceil(nbytes / chunk)`, 1..=[`PAIR_MAX_CHUNKS`].
+    pub chunks: u32,
+    /// Producer blocks (as many consumers).
+    pub producers: u32,
+}
+
+impl PairPlan {
+    /// The plan for `nbytes` with chunks of `chunk` bytes and `blocks`
+    /// producers (0: one per [`PAIR_BYTES_PER_BLOCK`], at most
+    /// [`PAIR_AUTO_BLOCKS`]).
+    pub(super) fn new(nbytes: u64, chunk: u64, blocks: u32) -> PairPlan {
+        let chunks = nbytes.div_ceil(chunk.max(256)).clamp(1, PAIR_MAX_CHUNKS) as u32;
+        let producers = if blocks > 0 { blocks } else { nbytes.div_ceil(PAIR_BYTES_PER_BLOCK).clamp(1, PAIR_AUTO_BLOCKS) as u32 };
+        PairPlan { blocks: 1 + 2 * producers, chunks, producers }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Chunks and blocks by size, within the kernel's limits.
+    #[test]
+    fn plans_follow_the_size_and_the_tuning() {
+        assert_eq!(PairPlan::new(64 << 10, 256 << 10, 0), PairPlan { blocks: 9, chunks: 1, producers: 4 });
+        assert_eq!(PairPlan::new(1 << 20, 256 << 10, 0), PairPlan { blocks: 63, chunks: 4, producers: 31 });
+        assert_eq!(PairPlan::new(4 << 20, 256 << 10, 0).chunks, 8);
+        assert_eq!(PairPlan::new(1 << 20, 4 << 20, 8), PairPlan { blocks: 17, chunks: 1, producers: 8 });
+        assert_eq!(PairPlan::new((1 << 20) + 1, 512 << 10, 0).chunks, 3);
+        for n in [1, 255, 64 << 10, 3 << 20, 4 << 20] {
+            for blocks in [0, 1, 127] {
+                let p = PairPlan::new(n, 4096, blocks);
+                assert!((1..=PAIR_MAX_CHUNKS as u32).contains(&p.chunks) && p.producers >= 1 && p.blocks == 1 + 2 * p.producers);
+            }
+        }
     }
 }

@@ -31,6 +31,12 @@
 //! 49 / 83 / 182 against session 26's code's 46 / 55 / 92 / 188 in the same
 //! call (NCCL: 33 / 36 / 62 / 191).
 //!
+//! A job of two whose GPU PEs share host memory takes the pair staging
+//! for the world team instead (`pair_stage.rs`, `cpnet/pair.cuh`'s
+//! `reduce_staged`), up to [`PAIR_STAGE_MAX_BYTES`]: the blocks write the
+//! array into the peer's half in host memory and fold the peer's from
+//! this PE's, in chunks signalled through the proxy.
+//!
 //! It takes `size x floor(n / size)` elements (the pair exchange: all of
 //! them); the last `n mod size` (fewer than the members) go by the
 //! one-block form after it, on the same stream.
@@ -76,7 +82,7 @@ pub const NET_PAIR_MAX_BYTES: u64 = 4 << 20;
 /// MiB against the landing halves' 38 / 48 / 82, but 191 against 170 for 4
 /// MiB, where the copy engines' pieces through the proxy pipeline and the
 /// blocks' stores into host memory and loads from it do not.
-pub const PAIR_STAGE_MAX_BYTES: u64 = 2 << 20;
+pub const PAIR_STAGE_MAX_BYTES: u64 = 4 << 20;
 /// Most blocks of the fold.
 pub const NET_MAX_BLOCKS: u64 = 64;
 /// Bytes of this member's part (the pair exchange: of the array) per fold
@@ -111,7 +117,7 @@ struct NetArgs {
     /// exchange of a team of two (`reduce_pair`); 2 and 3: those of an
     /// in-place reduce's chunk, which first copy `dest` into `source` (the
     /// reduce scratch) on the grid, the reduce-scatter then with an entry
-    /// epoch.
+    /// epoch; 4: the pair staging (`cpnet/pair.cuh`'s `reduce_staged`).
     form: i32,
     /// The pair exchange's landing half of this call (device address, the
     /// same heap offset on the peer), 0: none (it puts into the peer's
@@ -122,34 +128,43 @@ struct NetArgs {
     /// blocks write into (device address of host memory; `pair_stage.rs`),
     /// 0: none (the put through the proxy).
     out: u64,
+    /// The pair staging's plan ([`super::pair_stage::PairPlan`]): chunks
+    /// and producer blocks (0 in the other forms).
+    chunks: i32,
+    producers: i32,
 }
 
 // SAFETY: repr(C), plain integers laid out as `struct red_net_args` of
 // kernel() (same fields, same order, no padding on either side).
 unsafe impl DeviceRepr for NetArgs {}
 
-const _: () = assert!(size_of::<NetArgs>() == 64);
+const _: () = assert!(size_of::<NetArgs>() == 72);
 
 /// The kernel for the team.cuh reduction `cpnet_<name>_<op>_reduce` (its
 /// element type) and the combiner's operator `red`: `cpnet/grid.cuh`'s
 /// `reduce_net`, compiled once per PE, type and operator, on first use.
 pub(super) fn kernel(name: &str, op: &str, red: &str) -> String {
     format!(
-        r#"#include <cpnet/grid.cuh>
+        r#"#include <cpnet/pair.cuh>
 typedef cpnet_detail::reduce_elem<decltype(&cpnet_{name}_{op}_reduce)>::type elem_t;
 struct red_net_args {{
     uint64_t dest, source, n, words;
     int32_t my_idx, size, comm, form;
     uint64_t land, out;
+    int32_t chunks, producers;
 }};
-static_assert(sizeof(red_net_args) == 64, "red_net_args: as NetArgs in reduce_net.rs");
+static_assert(sizeof(red_net_args) == 72, "red_net_args: as NetArgs in reduce_net.rs");
 
 extern "C" __global__ void __launch_bounds__(CPNET_GRID_THREADS)
 cpnet_reduce_net(cpnet_handle_t h, int team, red_net_args a)
 {{
-    if (a.form == 1 || a.form == 3)
+    if (a.form == 4) {{
+        const cpnet_detail::pair_plan p = {{a.n * sizeof(elem_t), (uint32_t)a.chunks, (uint32_t)a.producers}};
+        cpnet_detail::reduce_staged<elem_t, cpnet_detail::{red}>(&h, team, a.dest, a.source, a.n,
+            (unsigned long long*)a.words, a.my_idx, a.land, a.out, p);
+    }} else if (a.form == 1 || a.form == 3)
         cpnet_detail::reduce_pair<elem_t, cpnet_detail::{red}>(&h, team, a.dest, a.source, a.n,
-            (unsigned long long*)a.words, a.my_idx, a.form == 3, a.land, a.out);
+            (unsigned long long*)a.words, a.my_idx, a.form == 3, a.land);
     else
         cpnet_detail::reduce_net<elem_t, cpnet_detail::{red}>(&h, team, a.dest, a.source, a.n,
             (unsigned long long*)a.words, a.my_idx, a.size, a.comm, a.form == 2);
@@ -304,8 +319,8 @@ impl GpuPe {
     /// chunk of an in-place reduce through the reduce scratch, which the
     /// kernel first copies into the scratch: the same on every member (the
     /// team, the size, the provider, the tuning). Such a chunk never takes
-    /// the pair zone, whose kernel has no copy-in (grid.cuh's reduce_pair
-    /// with `out`): an in-place call takes the pair zone whole instead
+    /// the pair zone, whose kernel has no copy-in (`cpnet/pair.cuh`'s
+    /// reduce_staged): an in-place call takes the pair zone whole instead
     /// ([`GpuPe::reduce_net`] asks with `in_place` false), so only the
     /// chunks of a call above [`PAIR_STAGE_MAX_BYTES`] come here with it.
     fn net_form(&self, team: &Team, bytes: u64, in_place: bool) -> Form {
@@ -398,8 +413,8 @@ impl GpuPe {
         let Some(in_place) = self.net_takes(team, dest, source, nreduce, T::SIZE as u64) else { return Ok(None) };
         let form = self.net_form(team, nreduce * T::SIZE as u64, false);
         // The landing halves and the pair zone, in the scratch's turn. The
-        // pair zone takes an in-place call too: each block writes its run
-        // out before it folds into it (grid.cuh's reduce_pair), so no copy
+        // pair zone takes an in-place call too: every chunk goes out before it
+        // is folded into (`cpnet/pair.cuh`'s reduce_staged), so no copy
         // into the scratch.
         if form == Form::Staged || (form == Form::Landing && !in_place) {
             return self.scratch_turn(stream, |turn| self.reduce_net_launch::<T>(team, op, dest, source, nreduce, false, Some(turn), stream)).map(Some);
@@ -489,13 +504,19 @@ impl GpuPe {
         let threads = self.core.tuning.gpu_service_threads() as u64;
         let part = m * T::SIZE as u64;
         let comm = if self.staging_zones() { 1 } else { threads.min(part.div_ceil(NET_BYTES_PER_MOVER)).clamp(1, NET_MAX_BLOCKS) };
-        let blocks = part.div_ceil(NET_BYTES_PER_BLOCK).clamp(comm, NET_MAX_BLOCKS) as u32;
+        let mut blocks = part.div_ceil(NET_BYTES_PER_BLOCK).clamp(comm, NET_MAX_BLOCKS) as u32;
         let n = if pair { nreduce } else { m * size };
-        let form = match (pair, in_place) {
-            (false, false) => 0,
-            (true, false) => 1,
-            (false, true) => 2,
-            (true, true) => 3,
+        // The pair staging's blocks: its plan's roles.
+        let plan = (form == Form::Staged).then(|| self.pair_plan(bytes));
+        let form = match (pair, in_place, plan) {
+            (_, _, Some(p)) => {
+                blocks = p.blocks;
+                4
+            }
+            (false, false, None) => 0,
+            (true, false, None) => 1,
+            (false, true, None) => 2,
+            (true, true, None) => 3,
         };
         // SAFETY: kernel() declares cpnet_reduce_net(cpnet_handle_t, int,
         // red_net_args), which NetArgs mirrors (asserted on both sides);
@@ -519,6 +540,8 @@ impl GpuPe {
                 form,
                 land,
                 out,
+                chunks: plan.map_or(0, |p| p.chunks as i32),
+                producers: plan.map_or(0, |p| p.producers as i32),
             })
         }?;
         Ok(n)
