@@ -14,14 +14,14 @@
  * pieces, at most CPNET_PAIR_MAX_CHUNKS) and the blocks of the launch take
  * roles:
  *
- *  - block 0 controls (pair_control): it opens a context and takes K epochs
- *    e .. e + K - 1 of the team. Once every producer counted chunk c, it
- *    SETs the peer's SIG[my_idx] = e + c through the proxy (the last SET
- *    after a FENCE, so that no earlier one lands after it and leaves the
- *    word below e + K - 1). Once the peer's SIG[1 - my_idx] >= e + c as
- *    well, it releases chunk c to the consumers: words[0] = c + 1 (a
- *    release store; CPNET_PAIR_FAIL where it failed). After the last SET
- *    it posts the close's quiet;
+ *  - block 0 controls (pair_control): it opens a context and takes the
+ *    team's next epoch e. Once every producer counted chunk c, it SETs
+ *    chunk c's signal word at the peer to e through the proxy (`sigs`,
+ *    CPNET_PAIR_MAX_CHUNKS words of the heap at the same offset on both
+ *    PEs: the runtime's reduce scratch, reduce_net.rs's pair_sigs_at).
+ *    Once this PE's word c holds e or more as well, it releases chunk c to
+ *    the consumers: words[0] = c + 1 (a release store; CPNET_PAIR_FAIL
+ *    where it failed). After the last SET it posts the close's quiet;
  *  - blocks 1 .. P produce (pair_produce): chunk after chunk, each writes
  *    its run of the chunk into the peer's half, fences it (fence.sc.sys)
  *    and counts itself in the chunk's byte of words[5]; they never wait;
@@ -32,17 +32,20 @@
  * So the stores of chunk c + 1 into the peer's half (PCIe writes) overlap
  * the loads of chunk c from this PE's half (PCIe reads), and each signal's
  * round through the two proxies overlaps both; where every block wrote its
- * run and then read it, a call took the sum of the two (session 28). A SET
- * that lands late only delays: the waits are >=, and every SET follows its
- * own chunk's data and every earlier chunk's. A chunk is released only
- * once this PE's producers counted it too, so an in-place reduce folds
- * into an element only after it went out.
+ * run and then read it, a call took the sum of the two (session 28). One
+ * word per chunk needs no FENCE between the SETs (which cost a round
+ * through the proxies where one word took them all, session 29): each word
+ * is SET once per call, in any order, and every SET of a call was applied
+ * before the call's kernel ended (its close's quiet), so no SET of an
+ * earlier call lands after a later call's; epochs only grow, so a word
+ * holding an earlier call's epoch never passes a later call's wait. A
+ * chunk is released only once this PE's producers counted it too, so an
+ * in-place reduce folds into an element only after it went out.
  *
  * THE HALVES. The runtime alternates them call by call (reduce_net.rs's
  * Pairs): the peer writes call k + 2 into a half only after its call k + 1
- * kernel saw every SET of this PE's call k + 1 (the last one is
- * e + K - 1), which this PE sent after its call k kernel -- whose loads of
- * that half -- ended. Both PEs launch the same plan: the same bytes and
+ * kernel saw every SET of this PE's call k + 1, which this PE sent after
+ * its call k kernel -- whose loads of that half -- ended. Both PEs launch the same plan: the same bytes and
  * tuning (pair_stage.rs checks the tuning at init).
  *
  * The launch's words (grid.cuh's, zeroed): words[0] the chunks released,
@@ -135,16 +138,16 @@ __device__ inline bool pair_consume(cpnet_handle_t* h, const pair_plan& p, uint6
     return true;
 }
 
-/** Block 0, whole block: open (K epochs), then the chunks' SETs and
- *  releases, one thread polling both the producers' counts and the peer's
- *  signal (THE PIPELINE). Returns whether it goes on to grid_close; where
- *  not, st->err holds the failure, reported, its context closed, and
- *  words[0] holds CPNET_PAIR_FAIL. A wait past the context's timeout fails
- *  with CPNET_E_TIMEOUT, reported on the peer's signal word. */
-__device__ inline bool pair_control(cpnet_handle_t* h, int team, int my_idx, const pair_plan& p,
+/** Block 0, whole block: open (one epoch), then the chunks' SETs and
+ *  releases, one thread polling both the producers' counts and this PE's
+ *  chunk signals `sigs` (THE PIPELINE). Returns whether it goes on to
+ *  grid_close; where not, st->err holds the failure, reported, its context
+ *  closed, and words[0] holds CPNET_PAIR_FAIL. A wait past the context's
+ *  timeout fails with CPNET_E_TIMEOUT, reported on the chunk's signal word. */
+__device__ inline bool pair_control(cpnet_handle_t* h, int team, int my_idx, const pair_plan& p, uint64_t* sigs,
                                     unsigned long long* words, grid_state* st)
 {
-    if (!grid_open(h, team, my_idx, 2, words, (int)p.chunks, false, st)) {
+    if (!grid_open(h, team, my_idx, 2, words, 1, false, st)) {
         if (threadIdx.x == 0) cpnet_st_release_gpu_u64((uint64_t*)&words[0], CPNET_PAIR_FAIL);
         return false;
     }
@@ -152,8 +155,6 @@ __device__ inline bool pair_control(cpnet_handle_t* h, int team, int my_idx, con
     const int r = collective(ctx, [&]() -> int {
         const uint64_t e = st->epoch;
         const int peer = team_world_pe(st->d, 1 - my_idx);
-        uint64_t* const sig_me = team_sig(ctx, st->d, my_idx);
-        const uint64_t* const sig_peer = team_sig(ctx, st->d, 1 - my_idx);
         uint32_t sent = 0, released = 0;
         uint64_t v = 0;
         spin sp(CPNET_TEAM_BACKOFF_MAX_NS);
@@ -164,8 +165,7 @@ __device__ inline bool pair_control(cpnet_handle_t* h, int team, int my_idx, con
                  * stores into the peer's half before this SET's command). */
                 const unsigned long long n = cpnet_ld_acquire_sys_u64((const uint64_t*)&words[5]);
                 while (sent < p.chunks && ((n >> (8 * sent)) & 0xff) == p.producers) {
-                    if (sent + 1 == p.chunks && p.chunks > 1) team_fence_leader(ctx);
-                    const int s = team_signal_leader(ctx, sig_me, e + sent, peer);
+                    const int s = team_signal_leader(ctx, &sigs[sent], e, peer);
                     if (s != CPNET_E_OK) return s;
                     ++sent;
                     moved = true;
@@ -180,10 +180,9 @@ __device__ inline bool pair_control(cpnet_handle_t* h, int team, int my_idx, con
             }
             if (released < sent) {
                 /* Acquire: pairs with the proxy's store of the peer's SET,
-                 * made after the peer's chunks were in this PE's half. */
-                v = cpnet_ld_acquire_sys_u64(sig_peer);
+                 * made after the peer's chunk was in this PE's half. */
                 uint32_t upto = released;
-                while (upto < sent && v >= e + upto) ++upto;
+                while (upto < sent && (v = cpnet_ld_acquire_sys_u64(&sigs[upto])) >= e) ++upto;
                 if (upto > released) {
                     released = upto;
                     /* Release: what this thread acquired (the peer's chunks,
@@ -199,7 +198,7 @@ __device__ inline bool pair_control(cpnet_handle_t* h, int team, int my_idx, con
             const int w = sp.pause(ctx);
             if (w != CPNET_E_OK) {
                 if (w == CPNET_E_TIMEOUT)
-                    report_dev_error(ctx, w, ctx->my_pe, heap_offset(ctx, sig_peer), e + released, v, CPNET_CMP_GE);
+                    report_dev_error(ctx, w, ctx->my_pe, heap_offset(ctx, &sigs[released]), e, v, CPNET_CMP_GE);
                 return w;
             }
         }
@@ -221,7 +220,8 @@ __device__ inline bool pair_control(cpnet_handle_t* h, int team, int my_idx, con
  *  staging (reduce_net.rs's staged form): `n` elements of T from `source`
  *  to `dest` (the same array in place: every element goes out before it
  *  is folded into), `out` the peer's half of this call and `land` this
- *  PE's, `p.nbytes` = n x sizeof(T). Producers send `source`; consumers
+ *  PE's, `sigs` the chunk signals (pair_control), `p.nbytes` = n x
+ *  sizeof(T). Producers send `source`; consumers
  *  fold in team order (member 0's contribution first: this member's from
  *  `source`, the peer's from `land`) into `dest`. Every block of the launch
  *  calls it with the same arguments. Returns, in block 0, CPNET_E_OK or the
@@ -229,11 +229,11 @@ __device__ inline bool pair_control(cpnet_handle_t* h, int team, int my_idx, con
 template <typename T, int OP>
 __device__ inline int reduce_staged(cpnet_handle_t* h, int team, uint64_t dest, uint64_t source, uint64_t n,
                                     unsigned long long* words, int my_idx, uint64_t land, uint64_t out,
-                                    const pair_plan& p)
+                                    uint64_t* sigs, const pair_plan& p)
 {
     __shared__ grid_state st;
     if (blockIdx.x == 0) {
-        if (!pair_control(h, team, my_idx, p, words, &st)) return st.err;
+        if (!pair_control(h, team, my_idx, p, sigs, words, &st)) return st.err;
     } else if (blockIdx.x <= p.producers) {
         pair_produce(p, (uint8_t*)out, (const uint8_t*)source, words);
     } else {
@@ -256,21 +256,22 @@ __device__ inline int reduce_staged(cpnet_handle_t* h, int team, uint64_t dest, 
 /** The alltoall of the world team of a job of two through the pair
  *  staging (alltoall_net.rs's cpnet_alltoall_pair): pairs of `p.nbytes`
  *  bytes, pair j of `source` for member j, pair j of `dest` from member j;
- *  `out` the peer's half of this call and `into` this PE's. Producers send
+ *  `out` the peer's half of this call and `into` this PE's, `sigs` as
+ *  reduce_staged's. Producers send
  *  the peer's pair; consumers copy their run of this PE's own pair first
  *  (a local copy, while the peer's first chunk is on its way), then the
  *  peer's pair out of `into`. Every block calls it with the same arguments;
  *  returns as reduce_staged. */
 __device__ inline int alltoall_staged(cpnet_handle_t* h, int team, uint64_t dest, uint64_t source,
                                       unsigned long long* words, int my_idx, uint64_t into, uint64_t out,
-                                      const pair_plan& p)
+                                      uint64_t* sigs, const pair_plan& p)
 {
     __shared__ grid_state st;
     const uint64_t me = (uint64_t)my_idx, peer = 1 - me;
     uint8_t* const d = (uint8_t*)dest;
     const uint8_t* const s = (const uint8_t*)source;
     if (blockIdx.x == 0) {
-        if (!pair_control(h, team, my_idx, p, words, &st)) return st.err;
+        if (!pair_control(h, team, my_idx, p, sigs, words, &st)) return st.err;
     } else if (blockIdx.x <= p.producers) {
         pair_produce(p, (uint8_t*)out, s + peer * p.nbytes, words);
     } else {

@@ -394,9 +394,9 @@ fn the_pair_staging_is_on_unless_told() {
 }
 
 #[test]
-fn the_pair_staging_goes_in_chunks_of_256k_on_blocks_by_size_unless_told() {
+fn the_pair_staging_goes_in_chunks_of_512k_on_blocks_by_size_unless_told() {
     let t = Tuning::from_lookup(env(&[])).unwrap();
-    assert_eq!((t.pair_chunk, t.pair_blocks), (256 << 10, 0));
+    assert_eq!((t.pair_chunk, t.pair_blocks), (512 << 10, 0));
     let t = Tuning::from_lookup(env(&[(PAIR_CHUNK, "128K"), (PAIR_BLOCKS, "8")])).unwrap();
     assert_eq!((t.pair_chunk, t.pair_blocks), (128 << 10, 8));
     for bad in ["2K", "8M", "4097", "lots"] {

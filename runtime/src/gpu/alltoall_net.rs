@@ -240,6 +240,9 @@ struct PairArgs {
     out: u64,
     /// This PE's half the peer writes (device address of host memory).
     into: u64,
+    /// The chunk signals (device address of this PE's words in the reduce
+    /// scratch: `Scratch::pair_sigs_at`).
+    sigs: u64,
     my_idx: i32,
     /// The plan ([`super::pair_stage::PairPlan`]): chunks and producer
     /// blocks.
@@ -252,7 +255,7 @@ struct PairArgs {
 // pair_kernel() (same fields, same order, no padding on either side).
 unsafe impl DeviceRepr for PairArgs {}
 
-const _: () = assert!(size_of::<PairArgs>() == 64);
+const _: () = assert!(size_of::<PairArgs>() == 72);
 
 /// The alltoall of the world team of a job of two through the pair zone
 /// (`pair_stage.rs`; `cpnet/pair.cuh`'s `alltoall_staged`): producer blocks
@@ -263,16 +266,17 @@ const _: () = assert!(size_of::<PairArgs>() == 64);
 pub(super) fn pair_kernel() -> String {
     r#"#include <cpnet/pair.cuh>
 struct a2a_pair_args {
-    uint64_t dest, source, nbytes, words, out, into;
+    uint64_t dest, source, nbytes, words, out, into, sigs;
     int32_t my_idx, chunks, producers, pad;
 };
-static_assert(sizeof(a2a_pair_args) == 64, "a2a_pair_args: as PairArgs in alltoall_net.rs");
+static_assert(sizeof(a2a_pair_args) == 72, "a2a_pair_args: as PairArgs in alltoall_net.rs");
 
 extern "C" __global__ void __launch_bounds__(CPNET_GRID_THREADS)
 cpnet_alltoall_pair(cpnet_handle_t h, int team, a2a_pair_args a)
 {
     const cpnet_detail::pair_plan p = {a.nbytes, (uint32_t)a.chunks, (uint32_t)a.producers};
-    cpnet_detail::alltoall_staged(&h, team, a.dest, a.source, (unsigned long long*)a.words, a.my_idx, a.into, a.out, p);
+    cpnet_detail::alltoall_staged(&h, team, a.dest, a.source, (unsigned long long*)a.words, a.my_idx, a.into, a.out,
+        (uint64_t*)a.sigs, p);
     cpnet_detail::grid_exit((unsigned long long*)a.words);
 }
 "#
@@ -315,6 +319,7 @@ impl GpuPe {
                     words,
                     out: stage.out_half(k),
                     into: stage.in_half(k),
+                    sigs: self.dev_ptr(self.reduce_scratch.pair_sigs_at()),
                     my_idx: d.my_idx,
                     chunks: plan.chunks as i32,
                     producers: plan.producers as i32,

@@ -21,12 +21,18 @@
 //! alltoall on a stream of 64 KiB-2 MiB per pair takes it too
 //! (`alltoall_net.rs`'s `alltoall_pair`), except on a stream under CUDA
 //! graph capture, whose replays would all use one half: a PE that captures
-//! such a call must have its peer capture it too, or their forms differ. The reduce's blocks write their runs of the array
-//! straight into the peer's half (GPU stores over PCIe into host memory),
-//! fence them, and block 0 SETs the peer's signal through the proxy, the
-//! only thing the proxy carries; the peer's blocks fold this PE's array
-//! from their own half with loads that are never served from a stale cache
-//! line (`ld.global.cv`). The same halves alternate call by call as the
+//! such a call must have its peer capture it too, or their forms differ.
+//!
+//! A call's kernel (`cpnet/pair.cuh`, THE PIPELINE) cuts the array into
+//! chunks of `CPNET_PAIR_CHUNK` bytes ([`PairPlan`]). Producer blocks write
+//! them straight into the peer's half (GPU stores over PCIe into host
+//! memory), fence them and count them; block 0 SETs the peer's signal
+//! through the proxy once per chunk, the only thing the proxy carries; and
+//! consumer blocks fold (or copy) each of the peer's chunks from this PE's
+//! half as its signal arrives, with loads that are never served from a
+//! stale cache line (`ld.global.cv`). So the stores of one chunk overlap
+//! the loads of the one before (session 29; session 28's kernels stored
+//! the whole array, then loaded it). The same halves alternate call by call as the
 //! landing halves do ([`super::reduce_net::Scratch`]), under the same
 //! argument. This is the data path of NCCL's network transport without
 //! GPUDirect (kernels fill and drain host staging, the proxy moves it
@@ -153,8 +159,10 @@ const _: () = assert!(crate::env::PAIR_BLOCKS_MAX as u64 <= cpnet_device::layout
 /// Bytes of the array per producer block where `CPNET_PAIR_BLOCKS` is 0.
 pub const PAIR_BYTES_PER_BLOCK: u64 = 16 << 10;
 /// Most producer blocks where `CPNET_PAIR_BLOCKS` is 0 (with as many
-/// consumers and block 0: 63 blocks).
-pub const PAIR_AUTO_BLOCKS: u64 = 31;
+/// consumers and block 0: 33 blocks). On two H200s (docs/results.md,
+/// "Session 29", j46) 8 or 16 producers took 63-66 µs for 1 MiB and
+/// 164-168 for 4 MiB, 31 took 68-77 and 180-183.
+pub const PAIR_AUTO_BLOCKS: u64 = 16;
 
 /// How a call through the pair staging runs (`cpnet/pair.cuh`, THE
 /// PIPELINE): `chunks` signalled chunks, `producers` blocks that write the
@@ -189,8 +197,8 @@ mod tests {
     /// Chunks and blocks by size, within the kernel's limits.
     #[test]
     fn plans_follow_the_size_and_the_tuning() {
-        assert_eq!(PairPlan::new(64 << 10, 256 << 10, 0), PairPlan { blocks: 9, chunks: 1, producers: 4 });
-        assert_eq!(PairPlan::new(1 << 20, 256 << 10, 0), PairPlan { blocks: 63, chunks: 4, producers: 31 });
+        assert_eq!(PairPlan::new(64 << 10, 512 << 10, 0), PairPlan { blocks: 9, chunks: 1, producers: 4 });
+        assert_eq!(PairPlan::new(1 << 20, 512 << 10, 0), PairPlan { blocks: 33, chunks: 2, producers: 16 });
         assert_eq!(PairPlan::new(4 << 20, 256 << 10, 0).chunks, 8);
         assert_eq!(PairPlan::new(1 << 20, 4 << 20, 8), PairPlan { blocks: 17, chunks: 1, producers: 8 });
         assert_eq!(PairPlan::new((1 << 20) + 1, 512 << 10, 0).chunks, 3);

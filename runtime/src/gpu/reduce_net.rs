@@ -132,13 +132,16 @@ struct NetArgs {
     /// and producer blocks (0 in the other forms).
     chunks: i32,
     producers: i32,
+    /// The pair staging's chunk signals (this PE's device address of the
+    /// words at [`Scratch::pair_sigs_at`]; 0 in the other forms).
+    sigs: u64,
 }
 
 // SAFETY: repr(C), plain integers laid out as `struct red_net_args` of
 // kernel() (same fields, same order, no padding on either side).
 unsafe impl DeviceRepr for NetArgs {}
 
-const _: () = assert!(size_of::<NetArgs>() == 72);
+const _: () = assert!(size_of::<NetArgs>() == 80);
 
 /// The kernel for the team.cuh reduction `cpnet_<name>_<op>_reduce` (its
 /// element type) and the combiner's operator `red`: `cpnet/grid.cuh`'s
@@ -152,8 +155,9 @@ struct red_net_args {{
     int32_t my_idx, size, comm, form;
     uint64_t land, out;
     int32_t chunks, producers;
+    uint64_t sigs;
 }};
-static_assert(sizeof(red_net_args) == 72, "red_net_args: as NetArgs in reduce_net.rs");
+static_assert(sizeof(red_net_args) == 80, "red_net_args: as NetArgs in reduce_net.rs");
 
 extern "C" __global__ void __launch_bounds__(CPNET_GRID_THREADS)
 cpnet_reduce_net(cpnet_handle_t h, int team, red_net_args a)
@@ -161,7 +165,7 @@ cpnet_reduce_net(cpnet_handle_t h, int team, red_net_args a)
     if (a.form == 4) {{
         const cpnet_detail::pair_plan p = {{a.n * sizeof(elem_t), (uint32_t)a.chunks, (uint32_t)a.producers}};
         cpnet_detail::reduce_staged<elem_t, cpnet_detail::{red}>(&h, team, a.dest, a.source, a.n,
-            (unsigned long long*)a.words, a.my_idx, a.land, a.out, p);
+            (unsigned long long*)a.words, a.my_idx, a.land, a.out, (uint64_t*)a.sigs, p);
     }} else if (a.form == 1 || a.form == 3)
         cpnet_detail::reduce_pair<elem_t, cpnet_detail::{red}>(&h, team, a.dest, a.source, a.n,
             (unsigned long long*)a.words, a.my_idx, a.form == 3, a.land);
@@ -177,10 +181,13 @@ cpnet_reduce_net(cpnet_handle_t h, int team, red_net_args a)
 /// A GPU PE's reduce scratch (`CPNET_REDUCE_SCRATCH`): heap of its own
 /// past the teams' scratch (`startup::PeKind::reserve`), at the same offset
 /// on every GPU PE. Where it holds at least [`LANDING_BYTES`] +
-/// [`NET_MIN_BYTES`], its first [`LANDING_BYTES`] are two landing halves
-/// of [`NET_PAIR_MAX_BYTES`], into which the peer of a world team of two
-/// puts its array for the pair exchange (call k into half k mod 2), and the
-/// rest is the in-place copy: an in-place reduce copies its array there and
+/// [`PAIR_SIG_BYTES`] + [`NET_MIN_BYTES`], its first [`LANDING_BYTES`] are
+/// two landing halves of [`NET_PAIR_MAX_BYTES`], into which the peer of a
+/// world team of two puts its array for the pair exchange (call k into half
+/// k mod 2), the next [`PAIR_SIG_BYTES`] the pair staging's chunk signals
+/// (`cpnet/pair.cuh`: word c is SET to the call's epoch once chunk c is in
+/// this PE's half; nothing else writes them), and the rest is the in-place
+/// copy: an in-place reduce copies its array there and
 /// puts from it; only this PE reads and writes it. Else all of it is the
 /// copy and the pair exchange puts into the peer's `dest` after an entry
 /// epoch.
@@ -199,8 +206,11 @@ pub(super) struct Scratch {
     at: SymAddr,
     /// Bytes (0: none).
     bytes: u64,
-    /// Bytes of the landing halves at `at` (0 or [`LANDING_BYTES`]).
+    /// Bytes of the landing halves at `at` (0 or [`LANDING_BYTES`]), then
+    /// as many of the pair staging's chunk signals (0 or
+    /// [`PAIR_SIG_BYTES`]).
     land: u64,
+    sigs: u64,
     /// Its turns, one launch sequence at a time (`GpuPe::scratch_turn`).
     turn: Mutex<Turn>,
 }
@@ -237,27 +247,39 @@ impl Pairs {
 /// Bytes of the two landing halves of the pair exchange in the reduce
 /// scratch.
 pub const LANDING_BYTES: u64 = 2 * NET_PAIR_MAX_BYTES;
+/// Bytes of the pair staging's chunk signals in the reduce scratch: one
+/// 8-byte word per chunk (cmd.h's `CPNET_PAIR_MAX_CHUNKS`), kept to a
+/// 256-byte multiple so that the in-place copy after them stays aligned.
+pub const PAIR_SIG_BYTES: u64 = 256;
+const _: () = assert!(8 * cpnet_device::layout::CPNET_PAIR_MAX_CHUNKS as u64 <= PAIR_SIG_BYTES);
 
 impl Scratch {
-    /// `bytes` at heap offset `at`.
+    /// `bytes` at heap offset `at` (zeroed with the heap).
     pub(super) fn new(at: SymAddr, bytes: u64) -> Scratch {
-        let land = if bytes >= LANDING_BYTES + NET_MIN_BYTES { LANDING_BYTES } else { 0 };
-        Scratch { at, bytes, land, turn: Mutex::new(Turn::default()) }
+        let with = bytes >= LANDING_BYTES + PAIR_SIG_BYTES + NET_MIN_BYTES;
+        let (land, sigs) = if with { (LANDING_BYTES, PAIR_SIG_BYTES) } else { (0, 0) };
+        Scratch { at, bytes, land, sigs, turn: Mutex::new(Turn::default()) }
     }
 
-    /// Whether it holds the landing halves.
+    /// Whether it holds the landing halves (and the chunk signals).
     pub(super) fn has_landing(&self) -> bool {
         self.land > 0
     }
 
+    /// Heap offset of the pair staging's chunk signals (where
+    /// [`Scratch::has_landing`]).
+    pub(super) fn pair_sigs_at(&self) -> SymAddr {
+        SymAddr(self.at.0 + self.land)
+    }
+
     /// Heap offset of the in-place copy.
     fn copy_at(&self) -> SymAddr {
-        SymAddr(self.at.0 + self.land)
+        SymAddr(self.at.0 + self.land + self.sigs)
     }
 
     /// Bytes of the in-place copy.
     fn copy_bytes(&self) -> u64 {
-        self.bytes - self.land
+        self.bytes - self.land - self.sigs
     }
 }
 
@@ -542,6 +564,7 @@ impl GpuPe {
                 out,
                 chunks: plan.map_or(0, |p| p.chunks as i32),
                 producers: plan.map_or(0, |p| p.producers as i32),
+                sigs: if plan.is_some() { self.dev_ptr(self.reduce_scratch.pair_sigs_at()) } else { 0 },
             })
         }?;
         Ok(n)
