@@ -38,7 +38,7 @@
 //! Also here: the world team of a job of two through the pair zone
 //! (`pair_stage.rs`; [`pair_kernel`], `GpuPe::alltoall_pair`), which
 //! `team_alltoall_on_stream_large` tries before the form above: over shm
-//! from 64 KiB to 2 MiB per pair, not under graph capture.
+//! from 64 KiB to 4 MiB per pair, not under graph capture.
 
 use cpnet_device::cpu::SymAddr;
 use cpnet_device::layout::CPNET_TEAM_WORLD;
@@ -309,8 +309,11 @@ impl GpuPe {
             // (asserted on both sides); `dest` and `source` were checked
             // inside the heap by the caller for 2 x nbytes, `out` and `into`
             // are halves of NET_PAIR_MAX_BYTES >= nbytes of the pair zones,
-            // registered host memory that lives as long as the PE, and the
-            // kernel reaches them only there (runs end at nbytes).
+            // registered host memory that lives as long as the PE, `sigs` is
+            // the reduce scratch's chunk signals (the pair zone exists only
+            // where the scratch holds them; at most CPNET_PAIR_MAX_CHUNKS
+            // words, in the heap), and the kernel reaches them only there
+            // (runs end at nbytes; its signals' targets the proxy checks).
             unsafe {
                 self.launch_grid(stream, &f, team, plan.blocks, "cuLaunchKernel (the alltoall through the pair zone)", |words| PairArgs {
                     dest: self.dev_ptr(dest),

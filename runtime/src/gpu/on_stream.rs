@@ -269,7 +269,7 @@ impl GpuPe {
     /// `nvshmemx_TYPENAME_alltoall_on_stream`, through libcpnet's
     /// `cpnet_gpu_alltoall_on_stream_large`. The grid where every member's
     /// heap is mapped (from 512 KiB per pair, `alltoall_grid.rs`); the world
-    /// team of a job of two through the pair zone (64 KiB-2 MiB per pair,
+    /// team of a job of two through the pair zone (64 KiB-4 MiB per pair,
     /// not under graph capture, `CPNET_PAIR_STAGE`; `alltoall_net.rs`'s
     /// `alltoall_pair`); one block per proxy thread on the network path
     /// without staging zones (from 128 KiB, `alltoall_net.rs`):

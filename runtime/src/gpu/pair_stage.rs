@@ -1,4 +1,4 @@
-//! The world team of two's staging in host memory (issue 22, session 28).
+//! The world team of two's staging in host memory (issue 22, sessions 28-29).
 //!
 //! The network path's reduce of a world team of two (the pair exchange of
 //! `reduce_net.rs`) put each member's array into the peer's landing half
@@ -13,12 +13,12 @@
 //! (`cpnet_proxy::staged::zone`, a memfd registered with CUDA) of one
 //! section of two halves of [`NET_PAIR_MAX_BYTES`] (8 MiB of pinned host
 //! memory a PE), which the peer maps and registers too. Reduces of 64 KiB
-//! to [`super::reduce_net::PAIR_STAGE_MAX_BYTES`] (2 MiB) take it; on two
-//! H200s 31 / 38 / 69 µs for 64 KiB / 256 KiB / 1 MiB against 40 / 50 / 83
-//! through the landing halves and NCCL's 32 / 38 / 63 through host memory
-//! (docs/results.md, "Session 28"). At 4 MiB the landing halves' pieces,
-//! which pipeline through the copy engines, are faster. The world team's
-//! alltoall on a stream of 64 KiB-2 MiB per pair takes it too
+//! to [`super::reduce_net::PAIR_STAGE_MAX_BYTES`] (4 MiB) take it; on two
+//! H200s 28 / 35 / 63 / 164 µs for 64 KiB / 256 KiB / 1 MiB / 4 MiB in
+//! place against 40 / 50 / 81 / 168-179 through the landing halves and
+//! NCCL's 27 / 35 / 63 / 171 through host memory (docs/results.md,
+//! "Session 29"). The world team's alltoall on a stream of 64 KiB-4 MiB
+//! per pair takes it too
 //! (`alltoall_net.rs`'s `alltoall_pair`), except on a stream under CUDA
 //! graph capture, whose replays would all use one half: a PE that captures
 //! such a call must have its peer capture it too, or their forms differ.

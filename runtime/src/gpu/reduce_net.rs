@@ -76,13 +76,14 @@ pub const NET_MIN_BYTES: u64 = 64 << 10;
 /// and 630-641 against 597-608 for 16 MiB, where folding the whole array
 /// on both members and one mover cost more than the round saved.
 pub const NET_PAIR_MAX_BYTES: u64 = 4 << 20;
-/// Most bytes of the array for the pair staging (`pair_stage.rs`); above,
-/// the landing halves through the proxy. On two H200s (docs/results.md,
-/// "Session 28") the staging took 31 / 38 / 69 µs for 64 KiB / 256 KiB / 1
-/// MiB against the landing halves' 38 / 48 / 82, but 191 against 170 for 4
-/// MiB, where the copy engines' pieces through the proxy pipeline and the
-/// blocks' stores into host memory and loads from it do not.
-pub const PAIR_STAGE_MAX_BYTES: u64 = 4 << 20;
+/// Most bytes of the array for the pair staging (`pair_stage.rs`): the
+/// size of its halves; above, the reduce-scatter and allgather (and an
+/// in-place reduce's chunks take the landing halves). Session 28's
+/// staging, which stored the whole array and then loaded it, took 191 µs
+/// for 4 MiB against the landing halves' 170, so it stopped at 2 MiB; in
+/// signalled chunks (session 29, docs/results.md) 4 MiB took 164 against
+/// 168-179, and 1 MiB 63 against 81.
+pub const PAIR_STAGE_MAX_BYTES: u64 = NET_PAIR_MAX_BYTES;
 /// Most blocks of the fold.
 pub const NET_MAX_BLOCKS: u64 = 64;
 /// Bytes of this member's part (the pair exchange: of the array) per fold
@@ -547,9 +548,12 @@ impl GpuPe {
         // `land` for nreduce elements (a landing half, NET_PAIR_MAX_BYTES >=
         // bytes, at the same offset on the peer; or with `out` this PE's
         // half of its pair zone, and `out` the peer's, both registered host
-        // memory of NET_PAIR_MAX_BYTES that live as long as the PE), and the
-        // kernel touches only those (its loads and stores, and puts whose targets the proxy
-        // checks).
+        // memory of NET_PAIR_MAX_BYTES that live as long as the PE; then
+        // `sigs` is the reduce scratch's PAIR_SIG_BYTES of chunk signals, in
+        // the heap at the same offset on the peer, of which the kernel uses
+        // at most CPNET_PAIR_MAX_CHUNKS words), and the kernel touches only
+        // those (its loads and stores, and puts and signals whose targets
+        // the proxy checks).
         unsafe {
             self.launch_grid(stream, &f, team, blocks, "cuLaunchKernel (network-path reduce)", |words| NetArgs {
                 dest: self.dev_ptr(dest),
