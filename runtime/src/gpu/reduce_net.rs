@@ -577,7 +577,27 @@ impl GpuPe {
 
 #[cfg(test)]
 mod tests {
-    use super::in_place_chunks;
+    use super::{LANDING_BYTES, NET_MIN_BYTES, PAIR_SIG_BYTES, Scratch, in_place_chunks};
+    use cpnet_device::cpu::SymAddr;
+
+    /// The landing halves, then the chunk signals, then the in-place copy,
+    /// 256-byte aligned and inside the scratch; none of the first two
+    /// where the scratch cannot hold them and a chunk of the copy.
+    #[test]
+    fn the_scratch_holds_landing_halves_then_chunk_signals_then_the_copy() {
+        let at = SymAddr(1 << 30);
+        let s = Scratch::new(at, 24 << 20);
+        assert!(s.has_landing());
+        assert_eq!(s.pair_sigs_at().0, at.0 + LANDING_BYTES);
+        assert_eq!(s.copy_at().0, at.0 + LANDING_BYTES + PAIR_SIG_BYTES);
+        assert_eq!(s.copy_at().0 % 256, 0);
+        assert_eq!(s.copy_at().0 + s.copy_bytes(), at.0 + (24 << 20));
+        let edge = LANDING_BYTES + PAIR_SIG_BYTES + NET_MIN_BYTES;
+        assert!(Scratch::new(at, edge).has_landing());
+        let s = Scratch::new(at, edge - 256);
+        assert!(!s.has_landing());
+        assert_eq!((s.copy_at(), s.copy_bytes()), (at, edge - 256));
+    }
 
     /// The chunks cover the whole multiple of the team's size once, in
     /// order, each a multiple of the size and at most the scratch.
