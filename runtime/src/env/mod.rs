@@ -488,9 +488,10 @@ pub struct Tuning {
     pub team_scratch: u64,
     /// `CPNET_REDUCE_SCRATCH`: heap bytes a GPU PE reserves past the teams'
     /// scratch for the network path's reduce on a stream: the world team of
-    /// two's landing halves (its first 8 MiB, where it holds 8 MiB + 64 KiB
-    /// + 256 bytes or more; the 256 bytes are the pair staging's chunk
-    /// signals) and the in-place copy (a multiple of 256; 0: none).
+    /// two's landing halves (its first 8 MiB, where it holds 8 MiB, 64 KiB
+    /// and 256 bytes or more; the 256 bytes after them are the pair
+    /// staging's chunk signals) and the in-place copy (a multiple of 256; 0:
+    /// none).
     pub reduce_scratch: u64,
     /// `CPNET_PAIR_STAGE`: the world team of two's reduce on a stream
     /// through halves in host memory that its kernels write and read
