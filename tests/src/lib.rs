@@ -17,6 +17,7 @@ pub mod gpu;
 pub mod gpu_coll;
 pub mod gpu_on_stream;
 pub mod gpu_on_stream_bench;
+pub mod gpu_sync;
 pub mod heap_words;
 pub mod isolation;
 
