@@ -207,11 +207,10 @@ pub(super) struct Scratch {
     at: SymAddr,
     /// Bytes (0: none).
     bytes: u64,
-    /// Bytes of the landing halves at `at` (0 or [`LANDING_BYTES`]), then
-    /// as many of the pair staging's chunk signals (0 or
-    /// [`PAIR_SIG_BYTES`]).
+    /// Bytes of the landing halves at `at` (0 or [`LANDING_BYTES`]); the
+    /// pair staging's chunk signals follow them where there are any
+    /// ([`Scratch::sig_bytes`]).
     land: u64,
-    sigs: u64,
     /// Its turns, one launch sequence at a time (`GpuPe::scratch_turn`).
     turn: Mutex<Turn>,
 }
@@ -257,9 +256,14 @@ const _: () = assert!(8 * cpnet_device::layout::CPNET_PAIR_MAX_CHUNKS as u64 <= 
 impl Scratch {
     /// `bytes` at heap offset `at` (zeroed with the heap).
     pub(super) fn new(at: SymAddr, bytes: u64) -> Scratch {
-        let with = bytes >= LANDING_BYTES + PAIR_SIG_BYTES + NET_MIN_BYTES;
-        let (land, sigs) = if with { (LANDING_BYTES, PAIR_SIG_BYTES) } else { (0, 0) };
-        Scratch { at, bytes, land, sigs, turn: Mutex::new(Turn::default()) }
+        let land = if bytes >= LANDING_BYTES + PAIR_SIG_BYTES + NET_MIN_BYTES { LANDING_BYTES } else { 0 };
+        Scratch { at, bytes, land, turn: Mutex::new(Turn::default()) }
+    }
+
+    /// Bytes of the chunk signals after the landing halves: [`PAIR_SIG_BYTES`]
+    /// where the scratch has landing halves, else 0.
+    fn sig_bytes(&self) -> u64 {
+        if self.has_landing() { PAIR_SIG_BYTES } else { 0 }
     }
 
     /// Whether it holds the landing halves (and the chunk signals).
@@ -275,12 +279,12 @@ impl Scratch {
 
     /// Heap offset of the in-place copy.
     fn copy_at(&self) -> SymAddr {
-        SymAddr(self.at.0 + self.land + self.sigs)
+        SymAddr(self.at.0 + self.land + self.sig_bytes())
     }
 
     /// Bytes of the in-place copy.
     fn copy_bytes(&self) -> u64 {
-        self.bytes - self.land - self.sigs
+        self.bytes - self.land - self.sig_bytes()
     }
 }
 
