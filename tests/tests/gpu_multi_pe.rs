@@ -123,10 +123,9 @@ gpu_test! {
 /// through the queue and the provider, as to a PE on another host).
 const NETWORK_PATH: &[(&str, &str)] = &[("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P", "0")];
 
-/// The network path with a reduce scratch of 1 MiB
-/// (`CPNET_REDUCE_SCRATCH`): an in-place reduce of more runs in chunks.
-/// The world team of two's reduce through the proxy into the landing
-/// halves, as without the pair staging (`CPNET_PAIR_STAGE=0`).
+/// The network path, the world team of two's reduce through the proxy
+/// into the landing halves, as without the pair staging
+/// (`CPNET_PAIR_STAGE=0`).
 const NETWORK_PATH_NO_PAIR_STAGE: &[(&str, &str)] = &[("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P", "0"), ("CPNET_PAIR_STAGE", "0")];
 
 /// A reduce scratch of the landing halves and 2 MiB of copy: the in-place
@@ -134,6 +133,8 @@ const NETWORK_PATH_NO_PAIR_STAGE: &[(&str, &str)] = &[("CPNET_GPU_IPC", "0"), ("
 /// the kernel's copy-in (not the pair zone, whose kernel has none).
 const NETWORK_PATH_CHUNKED_SCRATCH: &[(&str, &str)] = &[("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P", "0"), ("CPNET_REDUCE_SCRATCH", "10M")];
 
+/// The network path with a reduce scratch of 1 MiB
+/// (`CPNET_REDUCE_SCRATCH`): an in-place reduce of more runs in chunks.
 const NETWORK_PATH_SMALL_SCRATCH: &[(&str, &str)] = &[("CPNET_GPU_IPC", "0"), ("CPNET_GPU_P2P", "0"), ("CPNET_REDUCE_SCRATCH", "1M")];
 
 /// The device collectives' benchmark runs and prints its table.
